@@ -1,0 +1,24 @@
+// Subcommand registry: each src/cli/<name>.cpp registers itself with a static Command object,
+// declaring its options on the CLI11 subcommand and returning the function that runs it.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace tk::cli {
+
+using Runner = std::function<int()>;
+using Setup = std::function<Runner(CLI::App&)>;
+
+struct Command {
+  Command(std::string name, std::string help, Setup setup);
+};
+
+struct Registered {
+  std::string name, help;
+  Setup setup;
+};
+std::vector<Registered>& registry();
+
+}  // namespace tk::cli

@@ -1,0 +1,56 @@
+// DataLoader: memory-maps prepared token shards and yields packed micro-batches of [B, T+1] tokens
+// (inputs are [:, :T], targets [:, 1:]), with each row's document starts, a deterministic order from
+// a seed, a serialisable position for bit-exact resume, and disjoint slices for data-parallel ranks.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tk {
+
+struct Batch {
+  int B = 0, T = 0;
+  // [B, T+1] tokens, row-major. Lives in pinned host memory when the loader was built with pinning.
+  int32_t* tokens = nullptr;
+  // For row b, doc_starts[b] lists the offsets t in [0, T] at which a new document begins within
+  // the T+1 window (0 is always listed: the row's first token starts a segment).
+  std::vector<std::vector<int32_t>> doc_starts;
+};
+
+struct LoaderOptions {
+  std::string data_dir;       // holds meta.json and the shards written by `tokamak prepare`
+  std::string split = "train";  // "train" or "val"
+  int B = 1, T = 1024;
+  uint64_t seed = 1234;
+  bool shuffle = true;        // false: consecutive windows from the split's start (validation)
+  int rank = 0, world = 1;    // data-parallel slice
+  int prefetch = 2;           // batches prepared ahead on a background thread
+  bool pinned = false;        // allocate batch buffers with cudaHostAlloc (CUDA builds only)
+  int64_t expect_vocab = -1;  // when >= 0: refuse shards whose vocab size differs
+  uint64_t expect_fingerprint = 0;  // when != 0: refuse shards of another tokenizer
+};
+
+class DataLoader {
+ public:
+  virtual ~DataLoader() = default;
+  static std::unique_ptr<DataLoader> open(const LoaderOptions& opts);
+
+  // The next batch; valid until the next call. Never blocks forever: wraps to a new epoch (with a
+  // new shuffle) at the end of the split. Validation iterators (shuffle=false) also wrap.
+  virtual const Batch& next() = 0;
+  // Seconds the consumer spent blocked inside next() since the last call of this function.
+  virtual double take_wait_seconds() = 0;
+
+  // Position for checkpoints: restoring it makes next() return exactly what it would have returned.
+  virtual nlohmann::json state() const = 0;
+  virtual void restore(const nlohmann::json& state) = 0;
+
+  virtual int64_t tokens_in_split() const = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual uint64_t tokenizer_fingerprint() const = 0;
+};
+
+}  // namespace tk
