@@ -1,0 +1,64 @@
+// Model: the parameters, gradients and planned activation buffers of one Llama-family model on one
+// backend, and the layer schedule (forward and backward) written once against the op vocabulary.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "data/loader.h"
+#include "model/config.h"
+#include "model/params.h"
+#include "ops/ops.h"
+
+namespace tk {
+
+struct ModelOptions {
+  int B = 1;               // micro-batch rows
+  int T = 1024;            // sequence length
+  bool doc_mask = false;   // attend only within a document (positions restart at each document)
+};
+
+struct LossSum {
+  double sum = 0;          // sum of per-token losses (nats)
+  int64_t count = 0;       // targets that counted (not ignored)
+  double mean() const { return count ? sum / double(count) : 0.0; }
+};
+
+class Model {
+ public:
+  // Allocates parameters, gradients and every activation buffer the schedule needs, once.
+  Model(const ModelConfig& cfg, Ops& ops, const ModelOptions& opt);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const;
+  const ModelOptions& options() const;
+  const ParamLayout& layout() const;
+  Ops& ops() const;
+
+  Tensor params() const;   // act_dtype()[P], the flat buffer of ParamLayout
+  Tensor grads() const;    // grad_dtype()[P]
+
+  // Initialisation as Hugging Face does for these architectures: normal(0, init_std) for matrices
+  // and the embedding, ones for norm weights, zeros for biases; deterministic from the seed.
+  void init_params(uint64_t seed);
+  void set_params_f32(const std::vector<float>& host);   // layout order, size P
+  std::vector<float> params_f32() const;
+  std::vector<float> grads_f32() const;
+  void zero_grads();
+
+  // One micro-batch (batch.tokens is host memory [B, T+1]): forward, loss over targets tokens[:,1:],
+  // backward with dL = grad_scale per token; gradients accumulate (+=) into grads().
+  LossSum forward_backward(const Batch& batch, float grad_scale);
+  // Forward and loss only (evaluation); gradients untouched.
+  LossSum forward(const Batch& batch);
+
+  size_t activation_bytes() const;  // what the planned activation buffers take
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tk

@@ -1,0 +1,147 @@
+// The op vocabulary: every computation a training step makes, with its exact semantics. The layer
+// schedule (src/model) is written once against this interface; the CPU backend (src/ops/cpu) is the
+// readable reference and the CUDA backend (src/ops/cuda) the fast one, tested against it.
+//
+// Conventions (all ops):
+//  - N = B*T tokens; tensors are row-major and contiguous; shapes are given in the comments.
+//  - "act" means the backend's activation dtype (act_dtype(): f32/f64 on the CPU, bf16 on CUDA);
+//    weights seen by ops are act too; "f32" tensors are f32 on every backend (f64 for CpuOps<double>).
+//  - Backward ops WRITE (=) activation gradients and ACCUMULATE (+=) parameter gradients. Parameter
+//    gradients have the backend's grad_dtype() (f32 on CUDA, the compute type on the CPU).
+//  - An empty Tensor (data == nullptr) in an optional slot means "not present / not wanted".
+//  - Every op is deterministic: the same inputs give bitwise the same outputs, run after run.
+//  - Ops are asynchronous on devices with queues (CUDA); ops that return a host value synchronise.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tk {
+
+struct AttnShape {
+  int B = 0, T = 0;        // batch rows and sequence length
+  int n_heads = 0;         // query heads Hq
+  int n_kv_heads = 0;      // key/value heads Hkv; Hq % Hkv == 0, query head h reads kv head h / (Hq/Hkv)
+  int head_dim = 0;        // hd
+  int qkv_width() const { return (n_heads + 2 * n_kv_heads) * head_dim; }
+};
+
+// One contiguous run of parameters in the flat parameter buffer, updated alike by AdamW.
+struct ParamSegment {
+  int64_t offset = 0;  // in elements
+  int64_t count = 0;
+  bool decay = true;   // weight decay applies (matrices yes; norms, biases no)
+};
+
+struct AdamWConfig {
+  float lr = 3e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
+  int64_t step = 1;         // 1-based step, for bias correction
+  float grad_scale = 1.0f;  // multiplies every gradient first (clipping: min(1, max_norm / norm))
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual const char* name() const = 0;  // "cpu", "cpu-f64", "cuda"
+  virtual DType act_dtype() const = 0;
+  virtual DType grad_dtype() const = 0;
+
+  // ---- memory ---------------------------------------------------------------------------------
+  // Device memory for planned buffers (allocated once at start, never inside a step). 256-byte aligned.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void release(void* p) = 0;
+  virtual void zero(const Tensor& t) = 0;
+  // Host float32 <-> tensor of any float dtype (converting; rounds to nearest even for bf16).
+  virtual void upload_f32(const Tensor& dst, const float* src) = 0;
+  virtual void download_f32(float* dst, const Tensor& src) = 0;
+  // Raw bytes host <-> device (same dtype both sides), e.g. token ids.
+  virtual void upload(void* dst, const void* src, size_t bytes) = 0;
+  virtual void download(void* dst, const void* src, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- embedding ------------------------------------------------------------------------------
+  // out[N,d] = table[tokens[n], :]. tokens i32[N] with 0 <= id < V.
+  virtual void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& table) = 0;
+  // dtable[V,d] += sum over n with tokens[n] == v of dout[n,:] (in a fixed order: deterministic).
+  virtual void embedding_backward(const Tensor& dtable, const Tensor& tokens, const Tensor& dout) = 0;
+
+  // ---- RMSNorm --------------------------------------------------------------------------------
+  // y[N,d] = x * rstd * w, rstd f32[N] = 1/sqrt(mean(x^2) + eps). Writes y and rstd.
+  virtual void rmsnorm_forward(const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& w, float eps) = 0;
+  // The residual add fused with the norm that follows it:
+  // h_out[N,d] = h_in + x;  y = rmsnorm(h_out) * w;  writes h_out, y, rstd. h_out may alias h_in.
+  virtual void residual_rmsnorm_forward(const Tensor& h_out, const Tensor& y, const Tensor& rstd, const Tensor& h_in,
+                                        const Tensor& x, const Tensor& w, float eps) = 0;
+  // Backward of y = rmsnorm(h)*w, plus the gradient that reaches h through the residual stream:
+  // dh[N,d] = (d y/d h)^T dy + dresidual  (=; dresidual optional, may alias dh);  dw[d] += sum_n dy*h*rstd.
+  // h is the norm's input (h_out of the forward), rstd the saved f32[N].
+  virtual void rmsnorm_backward(const Tensor& dh, const Tensor& dw, const Tensor& dy, const Tensor& dresidual,
+                                const Tensor& h, const Tensor& rstd, const Tensor& w) = 0;
+
+  // ---- linear ---------------------------------------------------------------------------------
+  // y[N,out] = x[N,in] @ w[out,in]^T + bias[out] (bias optional).
+  virtual void linear_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) = 0;
+  // dx[N,in] = dy @ w (=, optional); dw[out,in] += dy^T @ x (optional); dbias[out] += sum_n dy (optional).
+  virtual void linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dbias, const Tensor& dy,
+                               const Tensor& x, const Tensor& w) = 0;
+
+  // ---- q/k norm and RoPE ----------------------------------------------------------------------
+  // qkv[N, (Hq + 2*Hkv) * hd] holds per token the Hq query heads, then Hkv key heads, then Hkv value heads.
+  // Forward: for each q and k head vector u (hd values): if q_norm_w/k_norm_w are given (Qwen3),
+  //   r = 1/sqrt(mean(u^2) + eps), u = u * r * w (qk_rstd f32[N, Hq+Hkv] records r: q heads then k heads);
+  //   then RoPE with position p = positions[n] (i32[N]) in the "rotate half" convention of Hugging Face:
+  //   for i < hd/2, f = p * theta^(-2i/hd): out[i] = u[i]*cos f - u[i+hd/2]*sin f,
+  //   out[i+hd/2] = u[i+hd/2]*cos f + u[i]*sin f. Value heads are copied unchanged.
+  // qkv_out may alias qkv_in. Without norm weights qk_rstd may be empty.
+  virtual void qk_norm_rope_forward(const Tensor& qkv_out, const Tensor& qk_rstd, const Tensor& qkv_in,
+                                    const Tensor& q_norm_w, const Tensor& k_norm_w, const Tensor& positions,
+                                    const AttnShape& s, float theta, float eps) = 0;
+  // dqkv_in (=) from dqkv_out; dq_norm_w/dk_norm_w[hd] (+=) when norms are present. qkv_in is the forward's
+  // input (needed only with norms). dqkv_in may alias dqkv_out.
+  virtual void qk_norm_rope_backward(const Tensor& dqkv_in, const Tensor& dq_norm_w, const Tensor& dk_norm_w,
+                                     const Tensor& dqkv_out, const Tensor& qkv_in, const Tensor& qk_rstd,
+                                     const Tensor& q_norm_w, const Tensor& k_norm_w, const Tensor& positions,
+                                     const AttnShape& s, float theta, float eps) = 0;
+
+  // ---- attention ------------------------------------------------------------------------------
+  // Causal softmax attention with GQA over qkv[B,T,Hq+2Hkv,hd] (the layout above):
+  //   out[b,t,h,:] = sum_{s<=t, seg(b,s)==seg(b,t)} softmax_s(q.k_s / sqrt(hd)) v_s
+  // where segment_ids i32[B,T] is optional (absent: one segment per row; present: document masking).
+  // Writes out[B,T,Hq,hd] and lse f32[B,Hq,T] = log sum_s exp(q.k_s / sqrt(hd)) (natural log).
+  virtual void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, const Tensor& segment_ids,
+                                 const AttnShape& s) = 0;
+  // dqkv[B,T,Hq+2Hkv,hd] (=) given dout[B,T,Hq,hd] and the forward's qkv, out and lse.
+  virtual void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                  const Tensor& lse, const Tensor& segment_ids, const AttnShape& s) = 0;
+
+  // ---- SwiGLU ---------------------------------------------------------------------------------
+  // gate_up[N, 2f]: columns [0,f) are the gate g, [f,2f) the up projection u. out[N,f] = silu(g) * u.
+  virtual void swiglu_forward(const Tensor& out, const Tensor& gate_up) = 0;
+  // dgate_up[N,2f] (=) given dout[N,f] and the forward's gate_up.
+  virtual void swiglu_backward(const Tensor& dgate_up, const Tensor& dout, const Tensor& gate_up) = 0;
+
+  // ---- LM head + cross-entropy, fused ---------------------------------------------------------
+  // For each token n: logits = x[n,:] @ w[V,d]^T (never stored whole), and
+  //   losses f32[N]: losses[n] = logsumexp(logits) - logits[targets[n]], or 0 where targets[n] == ignore_index.
+  // When dx/dw are given, the gradient of  L = grad_scale * sum_n losses[n]  is computed:
+  //   dx[N,d] (=), dw[V,d] (+=). grad_scale is typically 1 / (valid targets in the global batch).
+  virtual void lm_head_cross_entropy(const Tensor& losses, const Tensor& dx, const Tensor& dw, const Tensor& x,
+                                     const Tensor& w, const Tensor& targets, float grad_scale, int ignore_index) = 0;
+
+  // ---- optimizer ------------------------------------------------------------------------------
+  // sqrt(sum of squares) of a gradient buffer of grad_dtype(), accumulated in f32/f64 in a fixed order.
+  // Synchronises and returns to the host.
+  virtual double grad_norm(const Tensor& grads) = 0;
+  // AdamW over the segments of the flat buffers (one launch on CUDA). For each element i of a segment:
+  //   g = grads[i] * c.grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+  //   mh = m / (1 - b1^step); vh = v / (1 - b2^step);
+  //   p = p - lr * (mh / (sqrt(vh) + eps) + (decay ? weight_decay * p : 0))
+  // where p is master[i] (f32) when master is given (params then receive p rounded to act), else params[i].
+  // m, v f32[P]. grads are left as they are (the trainer zeroes them).
+  virtual void adamw_update(const Tensor& params, const Tensor& master, const Tensor& grads, const Tensor& m,
+                            const Tensor& v, const std::vector<ParamSegment>& segments, const AdamWConfig& c) = 0;
+};
+
+}  // namespace tk
