@@ -1,0 +1,55 @@
+// safetensors: the Hugging Face tensor file format (8-byte little-endian header length, a JSON
+// header of name -> {dtype, shape, data_offsets}, then the raw bytes). Reader maps the file;
+// writer builds one in memory order and writes it atomically.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tk {
+
+struct SafeTensorInfo {
+  std::string name;
+  std::string dtype;              // "F32", "BF16", "F16", "I32", ...
+  std::vector<int64_t> shape;
+  size_t begin = 0, end = 0;      // byte offsets into the data section
+  int64_t numel() const;
+};
+
+class SafeTensorsFile {
+ public:
+  // Opens and validates (header length, JSON, every tensor's offsets within the file and matching
+  // dtype * shape). Throws tk::Error naming the file and the problem.
+  static std::unique_ptr<SafeTensorsFile> open(const std::string& path);
+  virtual ~SafeTensorsFile() = default;
+  virtual const std::vector<SafeTensorInfo>& tensors() const = 0;
+  virtual const SafeTensorInfo* find(const std::string& name) const = 0;
+  virtual const void* data(const SafeTensorInfo& t) const = 0;
+  virtual const std::map<std::string, std::string>& metadata() const = 0;
+  // The tensor converted to float32 (from F32, BF16, F16 or F64).
+  std::vector<float> read_f32(const std::string& name) const;
+  virtual const std::string& path() const = 0;
+};
+
+class SafeTensorsWriter {
+ public:
+  // Copies the bytes; dtype as in the format ("F32", "BF16", ...).
+  void add(const std::string& name, const std::string& dtype, std::vector<int64_t> shape, const void* data, size_t nbytes);
+  void add_f32(const std::string& name, std::vector<int64_t> shape, const float* data);
+  // float32 data stored as BF16 (round to nearest even).
+  void add_f32_as_bf16(const std::string& name, std::vector<int64_t> shape, const float* data);
+  void set_metadata(const std::string& key, const std::string& value);
+  // Writes to a temporary name and renames: an interrupted write leaves no file at `path`.
+  void write(const std::string& path) const;
+
+ private:
+  struct Entry { std::string name, dtype; std::vector<int64_t> shape; std::vector<uint8_t> bytes; };
+  std::vector<Entry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+}  // namespace tk
