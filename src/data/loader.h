@@ -1,6 +1,7 @@
 // DataLoader: memory-maps prepared token shards and yields packed micro-batches of [B, T+1] tokens
 // (inputs are [:, :T], targets [:, 1:]), with each row's document starts, a deterministic order from
 // a seed, a serialisable position for bit-exact resume, and disjoint slices for data-parallel ranks.
+// Which window each row reads, per epoch and per rank, is specified in docs/data.md.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -27,7 +28,7 @@ struct LoaderOptions {
   uint64_t seed = 1234;
   bool shuffle = true;        // false: consecutive windows from the split's start (validation)
   int rank = 0, world = 1;    // data-parallel slice
-  int prefetch = 2;           // batches prepared ahead on a background thread
+  int prefetch = 2;           // batches prepared ahead on a background thread (0: on the caller's thread)
   bool pinned = false;        // allocate batch buffers with cudaHostAlloc (CUDA builds only)
   int64_t expect_vocab = -1;  // when >= 0: refuse shards whose vocab size differs
   uint64_t expect_fingerprint = 0;  // when != 0: refuse shards of another tokenizer
@@ -48,6 +49,9 @@ class DataLoader {
   virtual nlohmann::json state() const = 0;
   virtual void restore(const nlohmann::json& state) = 0;
 
+  // Batches in one pass over the split (every rank takes the same number; the windows that do not
+  // fill a whole step of world * B rows are left out). An eval pass is this many calls of next().
+  virtual int64_t batches_per_epoch() const = 0;
   virtual int64_t tokens_in_split() const = 0;
   virtual int64_t vocab_size() const = 0;
   virtual uint64_t tokenizer_fingerprint() const = 0;

@@ -1,0 +1,111 @@
+// ProgressBar: rates and ETA from the bytes and items reported so far, drawn in place on a terminal
+// or as occasional plain lines elsewhere.
+#include "core/progress.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace tk {
+namespace {
+
+constexpr double kTtyInterval = 0.1;    // seconds between redraws on a terminal
+constexpr double kPlainInterval = 10.0;  // seconds between lines in a log
+constexpr int kBarWidth = 24;
+
+double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+std::string human_bytes(double bytes) {
+  if (bytes < 1e3) return fmt::format("{:.0f} B", bytes);
+  if (bytes < 1e6) return fmt::format("{:.1f} KB", bytes / 1e3);
+  if (bytes < 1e9) return fmt::format("{:.1f} MB", bytes / 1e6);
+  return fmt::format("{:.2f} GB", bytes / 1e9);
+}
+
+std::string human_count(double n) {
+  if (n < 1e3) return fmt::format("{:.0f}", n);
+  if (n < 1e6) return fmt::format("{:.1f}K", n / 1e3);
+  if (n < 1e9) return fmt::format("{:.2f}M", n / 1e6);
+  return fmt::format("{:.2f}B", n / 1e9);
+}
+
+std::string human_duration(double seconds) {
+  auto s = static_cast<long>(std::lround(std::max(0.0, seconds)));
+  if (s < 60) return fmt::format("{}s", s);
+  if (s < 3600) return fmt::format("{}:{:02}", s / 60, s % 60);
+  return fmt::format("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60);
+}
+
+std::string ProgressBar::line(const std::string& label, uint64_t done_bytes, uint64_t total_bytes, uint64_t items,
+                              const std::string& item_name, double seconds) {
+  std::string s = label;
+  if (total_bytes > 0) {
+    double frac = std::min(1.0, double(done_bytes) / double(total_bytes));
+    int filled = int(frac * kBarWidth);
+    s += fmt::format(" [{}{}] {:5.1f}%  {} / {}", std::string(filled, '#'), std::string(kBarWidth - filled, '.'),
+                     100.0 * frac, human_bytes(double(done_bytes)), human_bytes(double(total_bytes)));
+  } else {
+    s += fmt::format("  {}", human_bytes(double(done_bytes)));
+  }
+  if (seconds > 0) {
+    s += fmt::format("  {}/s  {} {}/s", human_bytes(done_bytes / seconds), human_count(items / seconds), item_name);
+  }
+  if (total_bytes > 0 && done_bytes >= total_bytes) {
+    s += fmt::format("  done in {}", human_duration(seconds));
+  } else if (total_bytes > 0 && done_bytes > 0) {
+    // Assumes the remaining bytes go at the average rate so far: steady for tokenizing, which this serves.
+    s += fmt::format("  ETA {}", human_duration(seconds * double(total_bytes - done_bytes) / double(done_bytes)));
+  }
+  return s;
+}
+
+ProgressBar::ProgressBar(std::string label, uint64_t total_bytes, std::string item_name, std::FILE* out)
+    : label_(std::move(label)),
+      item_name_(std::move(item_name)),
+      total_bytes_(total_bytes),
+      out_(out),
+      tty_(::isatty(::fileno(out)) == 1),
+      start_(Clock::now()),
+      last_draw_(start_) {}
+
+ProgressBar::~ProgressBar() {
+  if (!finished_ && drawn_ && tty_) std::fputs("\n", out_);
+}
+
+void ProgressBar::add(uint64_t bytes, uint64_t items) {
+  std::lock_guard<std::mutex> lock(mu_);
+  done_bytes_ += bytes;
+  items_ += items;
+  if (finished_) return;
+  double since = seconds_between(last_draw_, Clock::now());
+  if (since >= (tty_ ? kTtyInterval : kPlainInterval)) draw(false);
+}
+
+void ProgressBar::finish() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (finished_) return;
+  draw(true);
+  finished_ = true;
+}
+
+void ProgressBar::draw(bool final) {
+  drawn_ = true;
+  last_draw_ = Clock::now();
+  std::string text = line(label_, done_bytes_, total_bytes_, items_, item_name_, seconds_between(start_, last_draw_));
+  // On a terminal: return to the line start, draw, erase what a longer previous line left behind.
+  if (tty_) {
+    std::fprintf(out_, "\r%s\x1b[K%s", text.c_str(), final ? "\n" : "");
+  } else {
+    std::fprintf(out_, "%s\n", text.c_str());
+  }
+  std::fflush(out_);
+}
+
+}  // namespace tk

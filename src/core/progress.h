@@ -1,0 +1,51 @@
+// ProgressBar: one line of progress for long work (tokenizing a corpus, writing a checkpoint): bytes
+// done of the total, the rates (MB/s, and items/s such as tokens/s) and the time left. On a terminal
+// it redraws in place at most 10 times a second; into a log file or pipe it writes a plain line every
+// 10 seconds, so that logs stay readable.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <string>
+
+namespace tk {
+
+class ProgressBar {
+ public:
+  // total_bytes = 0 when the total is unknown (no bar, no ETA). item_name labels the second rate.
+  ProgressBar(std::string label, uint64_t total_bytes, std::string item_name, std::FILE* out = stderr);
+  // Without finish() (the work failed), ends a half-drawn terminal line and prints nothing more.
+  ~ProgressBar();
+  ProgressBar(const ProgressBar&) = delete;
+  ProgressBar& operator=(const ProgressBar&) = delete;
+
+  // Thread-safe. Redraws when enough time has passed since the last line.
+  void add(uint64_t bytes, uint64_t items);
+  // Prints the final line (once); later calls do nothing.
+  void finish();
+
+  // The text of one progress line (no \r or newline), exposed for tests.
+  static std::string line(const std::string& label, uint64_t done_bytes, uint64_t total_bytes, uint64_t items,
+                          const std::string& item_name, double seconds);
+
+ private:
+  void draw(bool final);
+
+  using Clock = std::chrono::steady_clock;
+  std::mutex mu_;
+  std::string label_, item_name_;
+  uint64_t total_bytes_, done_bytes_ = 0, items_ = 0;
+  std::FILE* out_;
+  bool tty_, finished_ = false, drawn_ = false;
+  Clock::time_point start_, last_draw_;
+};
+
+// "1.2 MB", "834 KB", "3.4 GB": decimal units, as MB/s rates are usually quoted.
+std::string human_bytes(double bytes);
+// "950", "12.3K", "4.56M", "1.20B".
+std::string human_count(double n);
+// "42s", "3:07", "2:03:07".
+std::string human_duration(double seconds);
+
+}  // namespace tk

@@ -1,0 +1,415 @@
+// DataLoader over prepared shards: the split's shards are read as one token stream cut into windows of
+// T+1 tokens every T tokens; each epoch takes the windows in an order fixed by (seed, epoch), and a
+// background thread fills a ring of batch buffers ahead of the consumer. Specification: docs/data.md.
+#include "data/loader.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#ifdef TK_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "core/log.h"
+#include "core/progress.h"
+#include "data/permutation.h"
+#include "data/shard.h"
+
+namespace tk {
+namespace stdfs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The shards of one split, read as one stream of tokens.
+class TokenStream {
+ public:
+  explicit TokenStream(std::vector<ShardReader> shards) : shards_(std::move(shards)) {
+    starts_.push_back(0);
+    for (const ShardReader& s : shards_) starts_.push_back(starts_.back() + s.tokens());
+  }
+
+  uint64_t size() const { return starts_.back(); }
+
+  void read(uint64_t begin, uint64_t n, int32_t* out) const {
+    while (n > 0) {
+      const size_t i = shard_of(begin);
+      const uint64_t take = std::min(n, starts_[i + 1] - begin);
+      shards_[i].read(begin - starts_[i], take, out);
+      out += take;
+      begin += take;
+      n -= take;
+    }
+  }
+
+  // Into `out`: 0, then every offset t in (0, n) at which a document begins at stream position begin + t.
+  void doc_starts(uint64_t begin, uint64_t n, std::vector<int32_t>& out) const {
+    out.assign(1, 0);
+    const uint64_t end = begin + n;
+    for (size_t i = shard_of(begin); i < shards_.size() && starts_[i] < end; i++) {
+      const std::span<const uint64_t> offsets = shards_[i].doc_offsets();
+      const uint64_t lo = begin + 1 > starts_[i] ? begin + 1 - starts_[i] : 0;  // local, inclusive
+      const uint64_t hi = end - starts_[i];                                     // local, exclusive
+      for (auto it = std::lower_bound(offsets.begin(), offsets.end(), lo); it != offsets.end() && *it < hi; ++it)
+        out.push_back(int32_t(starts_[i] + *it - begin));
+    }
+  }
+
+ private:
+  size_t shard_of(uint64_t pos) const {
+    return size_t(std::upper_bound(starts_.begin(), starts_.end(), pos) - starts_.begin()) - 1;
+  }
+
+  std::vector<ShardReader> shards_;
+  std::vector<uint64_t> starts_;  // starts_[i]: stream position of shard i's first token; back(): the total
+};
+
+// Which window each row of each batch reads. Window w is the tokens [w*T, w*T + T]: consecutive windows
+// share one token, so every token after the first is a target exactly once per epoch. An epoch is a
+// sequence of steps of world * B windows; rank r takes rows [r*B, (r+1)*B) of each step.
+class BatchOrder {
+ public:
+  BatchOrder(uint64_t windows, const LoaderOptions& o)
+      : windows_(windows), per_epoch_(windows / (uint64_t(o.world) * o.B)), opts_(o) {}
+
+  uint64_t batches_per_epoch() const { return per_epoch_; }
+
+  // The window that row `row` of this rank's batch number `batch` (counted across epochs) reads.
+  uint64_t window(uint64_t batch, int row) const {
+    const uint64_t epoch = batch / per_epoch_, step = batch % per_epoch_;
+    const uint64_t pos = (step * opts_.world + opts_.rank) * opts_.B + row;
+    if (!opts_.shuffle) return pos;
+    return RandomPermutation(windows_, splitmix64(opts_.seed ^ splitmix64(epoch)))(pos);
+  }
+
+ private:
+  uint64_t windows_, per_epoch_;
+  LoaderOptions opts_;
+};
+
+// Token memory for one batch: page-locked (cudaHostAlloc) when pinning is asked for in a CUDA build,
+// so that copies to the GPU run as asynchronous DMA; 64-byte aligned ordinary memory otherwise.
+class HostBuffer {
+ public:
+  HostBuffer(size_t count, bool pinned) {
+    const size_t bytes = (count * sizeof(int32_t) + 63) / 64 * 64;
+#ifdef TK_HAVE_CUDA
+    if (pinned) {
+      void* p = nullptr;
+      const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+      if (e != cudaSuccess)
+        fail("cannot allocate {} of pinned host memory for batches: cudaHostAlloc: {}", human_bytes(double(bytes)),
+             cudaGetErrorString(e));
+      data_ = static_cast<int32_t*>(p);
+      pinned_ = true;
+      return;
+    }
+#endif
+    data_ = static_cast<int32_t*>(std::aligned_alloc(64, bytes));
+    if (!data_) fail("cannot allocate {} of host memory for batches", human_bytes(double(bytes)));
+  }
+  ~HostBuffer() {
+#ifdef TK_HAVE_CUDA
+    if (pinned_) {
+      cudaFreeHost(data_);
+      return;
+    }
+#endif
+    std::free(data_);
+  }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+
+  int32_t* data() const { return data_; }
+
+ private:
+  int32_t* data_ = nullptr;
+  bool pinned_ = false;
+};
+
+struct Slot {
+  Slot(int B, int T, bool pinned) : tokens(size_t(B) * (T + 1), pinned) {
+    batch.B = B;
+    batch.T = T;
+    batch.tokens = tokens.data();
+    batch.doc_starts.resize(B);
+  }
+  HostBuffer tokens;
+  Batch batch;
+};
+
+// Reads up to 32 MB of a shard with its cached pages dropped first, so the rate is the mount's.
+double read_rate_mb_per_s(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  std::vector<char> buf(4 << 20);
+  uint64_t total = 0;
+  const auto start = Clock::now();
+  for (ssize_t n; total < (32u << 20) && (n = ::read(fd, buf.data(), buf.size())) > 0;) total += uint64_t(n);
+  const double seconds = seconds_since(start);
+  ::close(fd);
+  return double(total) / 1e6 / std::max(seconds, 1e-9);
+}
+
+// Once per data directory per process: a slow mount turns a GPU-bound run into a disk-bound one, and
+// the fix (copy the data to a local disk) is easy once the user knows.
+void warn_if_slow_mount(const std::string& dir, const std::string& sample_shard) {
+  const std::string type = fs::mount_type(dir);
+  if (!fs::is_slow_mount(type)) return;
+  static std::mutex mu;
+  static std::set<std::string> warned;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    std::error_code ec;
+    if (!warned.insert(stdfs::weakly_canonical(dir, ec).string()).second) return;
+  }
+  log::warn("data in {} is on a {} mount (read {:.1f} MB/s): move it to a local disk, e.g. ~/data, for faster loading",
+            dir, type, read_rate_mb_per_s(sample_shard));
+}
+
+struct Split {
+  TokenStream stream;
+  int64_t vocab_size;
+  uint64_t fingerprint;
+};
+
+uint64_t parse_fingerprint(const std::string& hex, const std::string& meta_path) {
+  char* end = nullptr;
+  const uint64_t v = std::strtoull(hex.c_str(), &end, 16);
+  if (hex.empty() || *end != '\0') fail("{} is corrupt: tokenizer fingerprint \"{}\" is not hexadecimal", meta_path, hex);
+  return v;
+}
+
+nlohmann::json read_meta(const std::string& dir, const std::string& meta_path) {
+  std::error_code ec;
+  if (!stdfs::is_directory(dir, ec)) fail("data directory {} does not exist", dir);
+  if (!stdfs::exists(meta_path, ec))
+    fail("{} has no meta.json: it is not a prepared dataset, or `tokamak prepare` did not finish (meta.json is written "
+         "last); run tokamak prepare again",
+         dir);
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(fs::read_file(meta_path));
+  } catch (const nlohmann::json::exception& e) {
+    fail("{} is not valid JSON: {}", meta_path, e.what());
+  }
+  TK_CHECK(meta.value("format", "") == "tokamak-shards", "{} does not describe a tokamak dataset", meta_path);
+  TK_CHECK(meta.value("version", 0u) == kShardVersion, "{} has dataset version {}; this tokamak reads version {}",
+           meta_path, meta.value("version", 0u), kShardVersion);
+  return meta;
+}
+
+// Opens every shard meta.json lists for the split, checking each against meta.json and the caller's
+// expectations: a dataset that was modified or half-replaced after prepare is refused here.
+Split open_split(const LoaderOptions& o) {
+  const std::string meta_path = (stdfs::path(o.data_dir) / "meta.json").string();
+  try {
+    const nlohmann::json meta = read_meta(o.data_dir, meta_path);
+    const nlohmann::json& tok = meta.at("tokenizer");
+    const int64_t vocab = tok.at("vocab_size").get<int64_t>();
+    const uint64_t fingerprint = parse_fingerprint(tok.at("fingerprint").get<std::string>(), meta_path);
+    if (!meta.at("splits").contains(o.split))
+      fail("{} has no split \"{}\" (a prepared dataset has \"train\" and \"val\")", o.data_dir, o.split);
+    const nlohmann::json& entries = meta.at("splits").at(o.split).at("shards");
+    if (entries.empty())
+      fail("the {} split of {} is empty{}", o.split, o.data_dir,
+           o.split == "val" ? ": prepare it with --val-fraction above 0" : "");
+    std::vector<ShardReader> shards;
+    for (const nlohmann::json& e : entries) {
+      ShardReader r((stdfs::path(o.data_dir) / e.at("file").get<std::string>()).string(),
+                    {o.expect_vocab, o.expect_fingerprint});
+      const ShardHeader& h = r.header();
+      if (int64_t(h.vocab_size) != vocab || h.fingerprint != fingerprint || h.tokens != e.at("tokens").get<uint64_t>() ||
+          h.documents != e.at("documents").get<uint64_t>())
+        fail("shard {} does not match {} (vocab {}, fingerprint {:016x}, {} tokens, {} documents in the shard): the "
+             "dataset was changed after it was prepared; prepare it again",
+             r.path(), meta_path, h.vocab_size, h.fingerprint, h.tokens, h.documents);
+      shards.push_back(std::move(r));
+    }
+    warn_if_slow_mount(o.data_dir, shards.front().path());
+    return {TokenStream(std::move(shards)), vocab, fingerprint};
+  } catch (const nlohmann::json::exception& e) {
+    fail("{} is missing a field or has one of the wrong type: {}", meta_path, e.what());
+  }
+}
+
+void check_options(const LoaderOptions& o) {
+  TK_CHECK(o.B >= 1 && o.T >= 1, "batch shape B={} T={} must be positive", o.B, o.T);
+  TK_CHECK(o.world >= 1 && o.rank >= 0 && o.rank < o.world, "rank {} is outside world size {}", o.rank, o.world);
+  TK_CHECK(o.prefetch >= 0, "prefetch must be 0 or more, not {}", o.prefetch);
+}
+
+class ShardLoader final : public DataLoader {
+ public:
+  ShardLoader(const LoaderOptions& o, Split split)
+      : opts_(o), split_(std::move(split)), order_((split_.stream.size() - 1) / uint64_t(o.T), o) {
+    if (order_.batches_per_epoch() == 0)
+      fail("the {} split of {} has {} tokens: too few for one step of {} rows of {} tokens ({} ranks x B={}, T+1={})",
+           o.split, o.data_dir, split_.stream.size(), uint64_t(o.world) * o.B, o.T + 1, o.world, o.B, o.T + 1);
+    for (int i = 0; i < std::max(1, o.prefetch + 1); i++) slots_.push_back(std::make_unique<Slot>(o.B, o.T, o.pinned));
+    if (o.prefetch > 0) start_producer(0);
+  }
+
+  ~ShardLoader() override { stop_producer(); }
+
+  const Batch& next() override {
+    const auto start = Clock::now();
+    if (opts_.prefetch == 0) {
+      fill(*slots_[0], next_batch_++);
+      wait_seconds_ += seconds_since(start);
+      return slots_[0]->batch;
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    if (held_ >= 0) {
+      free_.push_back(held_);
+      held_ = -1;
+      producer_cv_.notify_one();
+    }
+    consumer_cv_.wait(lock, [&] { return !ready_.empty() || error_; });
+    wait_seconds_ += seconds_since(start);
+    // Batches finished before a failure are still delivered; the failure surfaces at its own batch.
+    if (ready_.empty()) std::rethrow_exception(error_);
+    held_ = ready_.front();
+    ready_.pop_front();
+    next_batch_++;
+    return slots_[held_]->batch;
+  }
+
+  double take_wait_seconds() override { return std::exchange(wait_seconds_, 0.0); }
+
+  nlohmann::json state() const override {
+    nlohmann::json s = identity();
+    s["next_batch"] = next_batch_;
+    s["epoch"] = next_batch_ / order_.batches_per_epoch();  // for people reading a checkpoint
+    return s;
+  }
+
+  void restore(const nlohmann::json& state) override {
+    const nlohmann::json want = identity();
+    for (const auto& [key, value] : want.items())
+      if (!state.contains(key) || state[key] != value)
+        fail("cannot resume the data position: it was saved with {}={} but this run has {}={}; resume with the same "
+             "data, batch shape, world size and seed",
+             key, state.contains(key) ? state[key].dump() : "(missing)", key, value.dump());
+    TK_CHECK(state.contains("next_batch") && state["next_batch"].is_number_unsigned(),
+             "cannot resume the data position: its next_batch is missing or not a count");
+    stop_producer();
+    next_batch_ = state["next_batch"].get<uint64_t>();
+    if (opts_.prefetch > 0) start_producer(next_batch_);
+  }
+
+  int64_t batches_per_epoch() const override { return int64_t(order_.batches_per_epoch()); }
+  int64_t tokens_in_split() const override { return int64_t(split_.stream.size()); }
+  int64_t vocab_size() const override { return split_.vocab_size; }
+  uint64_t tokenizer_fingerprint() const override { return split_.fingerprint; }
+
+ private:
+  // What a saved position is only valid with. The rank is not part of it: every rank is at the same
+  // batch number, so one rank's state restores any rank.
+  nlohmann::json identity() const {
+    return {{"split", opts_.split}, {"tokens", split_.stream.size()}, {"B", opts_.B},      {"T", opts_.T},
+            {"world", opts_.world}, {"shuffle", opts_.shuffle},       {"seed", opts_.seed}};
+  }
+
+  void fill(Slot& slot, uint64_t batch) const {
+    const uint64_t T = uint64_t(opts_.T);
+    for (int b = 0; b < opts_.B; b++) {
+      const uint64_t begin = order_.window(batch, b) * T;
+      split_.stream.read(begin, T + 1, slot.tokens.data() + b * (T + 1));
+      split_.stream.doc_starts(begin, T + 1, slot.batch.doc_starts[b]);
+    }
+  }
+
+  void start_producer(uint64_t first_batch) {
+    ready_.clear();
+    free_.clear();
+    for (int i = 0; i < int(slots_.size()); i++) free_.push_back(i);
+    held_ = -1;
+    error_ = nullptr;
+    stop_ = false;
+    produce_next_ = first_batch;
+    producer_ = std::thread([this] { produce(); });
+  }
+
+  void stop_producer() {
+    if (!producer_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    producer_cv_.notify_one();
+    producer_.join();
+  }
+
+  void produce() {
+    for (;;) {
+      int slot;
+      uint64_t batch;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        producer_cv_.wait(lock, [&] { return stop_ || !free_.empty(); });
+        if (stop_) return;
+        slot = free_.front();
+        free_.pop_front();
+        batch = produce_next_++;
+      }
+      try {
+        fill(*slots_[slot], batch);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu_);
+        error_ = std::current_exception();
+        consumer_cv_.notify_one();
+        return;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ready_.push_back(slot);
+      }
+      consumer_cv_.notify_one();
+    }
+  }
+
+  const LoaderOptions opts_;
+  const Split split_;
+  const BatchOrder order_;
+  std::vector<std::unique_ptr<Slot>> slots_;  // prefetch + 1: the consumer holds one while the rest fill
+  uint64_t next_batch_ = 0;                   // the batch next() returns next (consumer's side)
+  double wait_seconds_ = 0;
+
+  // Shared with the producer thread, under mu_.
+  std::mutex mu_;
+  std::condition_variable producer_cv_, consumer_cv_;
+  std::deque<int> free_, ready_;  // slot indices: free to fill; filled, in batch order
+  int held_ = -1;                 // the slot whose batch the consumer was last given
+  uint64_t produce_next_ = 0;
+  std::exception_ptr error_;
+  bool stop_ = false;
+  std::thread producer_;
+};
+
+}  // namespace
+
+std::unique_ptr<DataLoader> DataLoader::open(const LoaderOptions& opts) {
+  check_options(opts);
+  return std::make_unique<ShardLoader>(opts, open_split(opts));
+}
+
+}  // namespace tk

@@ -1,0 +1,97 @@
+// Token shards: the binary files `tokamak prepare` writes and the loader memory-maps. A 64-byte
+// header, the tokens (2 or 4 bytes each; every document followed by the end-of-text token), then each
+// document's start offset. The layout and every check a reader makes: docs/shard-format.md.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/fs.h"
+
+namespace tk {
+
+inline constexpr uint32_t kShardVersion = 1;
+inline constexpr size_t kShardHeaderBytes = 64;
+
+// 2 when every id of the vocabulary fits in a uint16, else 4.
+constexpr uint32_t token_bytes_for_vocab(int64_t vocab_size) { return vocab_size <= 65536 ? 2 : 4; }
+
+struct ShardHeader {
+  uint32_t version = kShardVersion;
+  uint32_t token_bytes = 0;
+  uint32_t vocab_size = 0;
+  uint32_t eot_id = 0;
+  uint64_t tokens = 0;     // eot tokens included
+  uint64_t documents = 0;
+  uint64_t fingerprint = 0;  // Tokenizer::fingerprint() of the tokenizer that wrote the shard
+};
+
+// What a reader requires of a shard beyond being well formed.
+struct ShardExpectation {
+  int64_t vocab_size = -1;   // checked when >= 0
+  uint64_t fingerprint = 0;  // checked when != 0
+};
+
+// Writes one shard: documents are appended one at a time, and the file appears at `path` only when
+// finish() has written its header and offsets (until then it is a temporary file; see fs::AtomicFile).
+class ShardWriter {
+ public:
+  ShardWriter(std::string path, uint32_t vocab_size, uint32_t eot_id, uint64_t fingerprint);
+
+  // Appends the document's tokens, then the end-of-text token. A document has at least one token,
+  // and its ids are in [0, vocab) and never the end-of-text id.
+  void add_document(std::span<const int32_t> tokens);
+  void finish();
+
+  uint64_t tokens() const { return header_.tokens; }
+  uint64_t documents() const { return header_.documents; }
+  uint64_t file_bytes() const { return file_.size(); }
+  const std::string& path() const { return file_.path(); }
+
+ private:
+  fs::AtomicFile file_;
+  ShardHeader header_;
+  std::vector<uint64_t> doc_offsets_;
+  std::vector<uint8_t> encoded_;  // one document at the shard's token width
+};
+
+// A shard memory-mapped read-only, every header field and size checked against the file on open:
+// any inconsistency is a tk::Error that names the file and says what is wrong.
+class ShardReader {
+ public:
+  explicit ShardReader(std::string path, const ShardExpectation& expect = {});
+  ~ShardReader();
+  ShardReader(ShardReader&& other) noexcept;
+  ShardReader& operator=(ShardReader&& other) noexcept;
+  ShardReader(const ShardReader&) = delete;
+  ShardReader& operator=(const ShardReader&) = delete;
+
+  const std::string& path() const { return path_; }
+  const ShardHeader& header() const { return header_; }
+  uint64_t tokens() const { return header_.tokens; }
+  uint64_t documents() const { return header_.documents; }
+  // Start offset of each document, strictly increasing from 0.
+  std::span<const uint64_t> doc_offsets() const { return doc_offsets_; }
+
+  // Copies tokens [begin, begin + n) widened to int32. An id outside the vocabulary (corrupt token
+  // data, which the open-time checks do not scan for) is a tk::Error naming the shard and position.
+  void read(uint64_t begin, uint64_t n, int32_t* out) const;
+
+ private:
+  void map_file();
+  void parse_header();
+  void check_sizes() const;
+  void check_doc_offsets() const;
+  void check_expectation(const ShardExpectation& expect) const;
+  uint32_t token_at(uint64_t i) const;
+  void unmap();
+
+  std::string path_;
+  const uint8_t* map_ = nullptr;
+  size_t map_bytes_ = 0;
+  ShardHeader header_;
+  std::span<const uint64_t> doc_offsets_;
+};
+
+}  // namespace tk

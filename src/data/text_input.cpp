@@ -1,0 +1,274 @@
+// Finding prepare's input files and reading them as records: plain reads for .txt/.jsonl, zlib's
+// gzread for .jsonl.gz (which also handles multi-member files), zstd's streaming API for .jsonl.zst.
+#include "data/text_input.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace tk {
+namespace stdfs = std::filesystem;
+
+namespace {
+
+constexpr size_t kReadBytes = 1 << 20;
+
+std::optional<InputFormat> format_of(const std::string& path) {
+  auto ends = [&](std::string_view suffix) {
+    return path.size() >= suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (ends(".txt")) return InputFormat::Text;
+  if (ends(".jsonl")) return InputFormat::Jsonl;
+  if (ends(".jsonl.gz")) return InputFormat::JsonlGzip;
+  if (ends(".jsonl.zst")) return InputFormat::JsonlZstd;
+  return std::nullopt;
+}
+
+std::vector<std::string> files_in_directory(const std::string& dir) {
+  std::vector<std::string> found;
+  try {
+    for (const auto& e : stdfs::recursive_directory_iterator(dir))
+      if (e.is_regular_file() && format_of(e.path().string())) found.push_back(e.path().string());
+  } catch (const stdfs::filesystem_error& e) {
+    fail("cannot read input directory {}: {}", dir, e.code().message());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+}  // namespace
+
+std::vector<InputFile> find_inputs(const std::vector<std::string>& paths) {
+  TK_CHECK(!paths.empty(), "no input given: name .txt/.jsonl/.jsonl.gz/.jsonl.zst files or directories with --input");
+  std::vector<InputFile> files;
+  std::set<std::string> seen;
+  auto add = [&](const std::string& path) {
+    std::error_code ec;
+    const uint64_t bytes = stdfs::file_size(path, ec);
+    if (ec) fail("cannot read input {}: {}", path, ec.message());
+    if (bytes == 0) fail("input {} is empty", path);
+    if (!seen.insert(stdfs::weakly_canonical(path, ec).string()).second)
+      fail("input {} is named twice (directly or inside a directory given to --input)", path);
+    files.push_back({path, *format_of(path), bytes});
+  };
+  for (const std::string& p : paths) {
+    std::error_code ec;
+    const auto st = stdfs::status(p, ec);
+    if (!stdfs::exists(st)) fail("input {} does not exist", p);
+    if (stdfs::is_directory(st)) {
+      std::vector<std::string> found = files_in_directory(p);
+      if (found.empty()) fail("input directory {} holds no .txt, .jsonl, .jsonl.gz or .jsonl.zst files", p);
+      for (const std::string& f : found) add(f);
+    } else {
+      if (!format_of(p)) fail("input {} is not a .txt, .jsonl, .jsonl.gz or .jsonl.zst file", p);
+      add(p);
+    }
+  }
+  return files;
+}
+
+// A stream of decompressed bytes from one file.
+class RecordReader::Source {
+ public:
+  virtual ~Source() = default;
+  virtual size_t read(char* dst, size_t n) = 0;  // 0 only at the end of the stream
+  virtual uint64_t consumed() const = 0;         // bytes of the file read so far
+};
+
+namespace {
+
+class PlainSource final : public RecordReader::Source {
+ public:
+  explicit PlainSource(std::string path) : path_(std::move(path)) {
+    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) fail("cannot read {}: {}", path_, std::strerror(errno));
+  }
+  ~PlainSource() override { ::close(fd_); }
+
+  size_t read(char* dst, size_t n) override {
+    for (;;) {
+      ssize_t r = ::read(fd_, dst, n);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) fail("cannot read {}: {}", path_, std::strerror(errno));
+      consumed_ += uint64_t(r);
+      return size_t(r);
+    }
+  }
+  uint64_t consumed() const override { return consumed_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  uint64_t consumed_ = 0;
+};
+
+class GzipSource final : public RecordReader::Source {
+ public:
+  explicit GzipSource(std::string path) : path_(std::move(path)) {
+    gz_ = gzopen(path_.c_str(), "rb");
+    if (!gz_) fail("cannot read {}: {}", path_, std::strerror(errno));
+    gzbuffer(gz_, kReadBytes);
+  }
+  ~GzipSource() override { gzclose(gz_); }
+
+  size_t read(char* dst, size_t n) override {
+    int r = gzread(gz_, dst, unsigned(std::min<size_t>(n, INT_MAX)));
+    int err = Z_OK;
+    const char* msg = gzerror(gz_, &err);
+    if (r < 0) fail("cannot read {}: {}", path_, err == Z_ERRNO ? std::strerror(errno) : msg);
+    // zlib returns what it has at a premature end and flags it as Z_BUF_ERROR.
+    if (r == 0 && err == Z_BUF_ERROR) fail("{} is truncated: its gzip stream ends early ({})", path_, msg);
+    return size_t(r);
+  }
+  uint64_t consumed() const override { return uint64_t(gzoffset(gz_)); }
+
+ private:
+  std::string path_;
+  gzFile gz_ = nullptr;
+};
+
+class ZstdSource final : public RecordReader::Source {
+ public:
+  explicit ZstdSource(std::string path) : file_(path), path_(std::move(path)), in_buf_(ZSTD_DStreamInSize()) {
+    stream_ = ZSTD_createDStream();
+    TK_CHECK(stream_, "out of memory creating a zstd stream for {}", path_);
+  }
+  ~ZstdSource() override { ZSTD_freeDStream(stream_); }
+
+  size_t read(char* dst, size_t n) override {
+    ZSTD_outBuffer out{dst, n, 0};
+    while (out.pos < out.size) {
+      if (in_.pos == in_.size && !eof_) refill();
+      const size_t in_before = in_.pos, out_before = out.pos;
+      const size_t ret = ZSTD_decompressStream(stream_, &out, &in_);
+      if (ZSTD_isError(ret)) fail("{} is not a valid zstd stream: {}", path_, ZSTD_getErrorName(ret));
+      const bool progressed = in_.pos != in_before || out.pos != out_before;
+      // ret == 0: a frame ended and is fully flushed. Judged only on progress, because an idle
+      // decoder given no input returns a size hint, not 0.
+      if (progressed) frame_open_ = ret != 0;
+      if (!progressed && eof_) break;
+    }
+    if (out.pos == 0 && frame_open_) fail("{} is truncated: its zstd stream ends inside a frame", path_);
+    return out.pos;
+  }
+  uint64_t consumed() const override { return file_.consumed(); }
+
+ private:
+  void refill() {
+    const size_t got = file_.read(in_buf_.data(), in_buf_.size());
+    eof_ = got == 0;
+    in_ = {in_buf_.data(), got, 0};
+  }
+
+  PlainSource file_;
+  std::string path_;
+  std::vector<char> in_buf_;
+  ZSTD_inBuffer in_{nullptr, 0, 0};
+  ZSTD_DStream* stream_ = nullptr;
+  bool eof_ = false, frame_open_ = false;
+};
+
+std::unique_ptr<RecordReader::Source> open_source(const InputFile& f) {
+  switch (f.format) {
+    case InputFormat::JsonlGzip: return std::make_unique<GzipSource>(f.path);
+    case InputFormat::JsonlZstd: return std::make_unique<ZstdSource>(f.path);
+    case InputFormat::Text:
+    case InputFormat::Jsonl: break;
+  }
+  return std::make_unique<PlainSource>(f.path);
+}
+
+bool is_blank(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r'; });
+}
+
+}  // namespace
+
+RecordReader::RecordReader(const InputFile& file) : file_(file), source_(open_source(file)) {}
+
+RecordReader::~RecordReader() = default;
+
+uint64_t RecordReader::bytes_consumed() const { return source_->consumed(); }
+
+bool RecordReader::next(Record& out) {
+  if (file_.format == InputFormat::Text) {
+    if (eof_) return false;
+    out.data.clear();
+    out.line = 0;
+    std::vector<char> chunk(kReadBytes);
+    while (size_t n = source_->read(chunk.data(), chunk.size())) out.data.append(chunk.data(), n);
+    eof_ = true;
+    return true;
+  }
+  std::string line;
+  while (next_line(line)) {
+    if (is_blank(line)) continue;
+    out.data = std::move(line);
+    out.line = line_no_;
+    records_++;
+    return true;
+  }
+  TK_CHECK(records_ > 0, "input {} holds no JSON lines", file_.path);
+  return false;
+}
+
+bool RecordReader::next_line(std::string& line) {
+  for (;;) {
+    const size_t nl = buffer_.find('\n', buffer_pos_);
+    if (nl != std::string::npos || (eof_ && buffer_pos_ < buffer_.size())) {
+      const size_t end = nl == std::string::npos ? buffer_.size() : nl;
+      line.assign(buffer_, buffer_pos_, end - buffer_pos_);
+      buffer_pos_ = end + 1;
+      line_no_++;
+      return true;
+    }
+    if (eof_) return false;
+    buffer_.erase(0, buffer_pos_);
+    buffer_pos_ = 0;
+    const size_t have = buffer_.size();
+    buffer_.resize(have + kReadBytes);
+    const size_t n = source_->read(buffer_.data() + have, kReadBytes);
+    buffer_.resize(have + n);
+    eof_ = n == 0;
+  }
+}
+
+std::string json_document_text(std::string_view line, const std::string& field, const std::string& file,
+                               uint64_t line_no) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::parse_error& e) {
+    // what() reads "[json.exception.parse_error.101] parse error at line 1, column 7: ...": keep what
+    // follows the tag, without the parser's "line 1", which would contradict the file's line number.
+    std::string why = e.what();
+    if (size_t close = why.find("] "); close != std::string::npos) why.erase(0, close + 2);
+    if (size_t at = why.find("at line 1, column"); at != std::string::npos) why.replace(at, 17, "at column");
+    fail("{}:{}: not valid JSON: {}", file, line_no, why);
+  }
+  if (!j.is_object()) fail("{}:{}: expected a JSON object with a \"{}\" field, found {}", file, line_no, field, j.type_name());
+  auto it = j.find(field);
+  if (it == j.end()) {
+    std::string keys;
+    for (const auto& [k, v] : j.items()) keys += (keys.empty() ? "" : ", ") + k;
+    fail("{}:{}: no \"{}\" field (the object has: {}); name the text field with --text-field", file, line_no, field,
+         keys.empty() ? "no fields" : keys);
+  }
+  if (!it->is_string()) fail("{}:{}: field \"{}\" is a {}, not a string", file, line_no, field, it->type_name());
+  return it->get<std::string>();
+}
+
+}  // namespace tk

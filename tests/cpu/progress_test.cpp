@@ -1,0 +1,77 @@
+// The progress line's numbers (percent, rates, ETA) and its behaviour outside a terminal: no line
+// for every update, one final line at the end.
+#include "core/progress.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+namespace tk {
+namespace {
+
+TEST(Progress, LineShowsPercentRatesAndEta) {
+  const std::string s = ProgressBar::line("prepare", 50'000'000, 100'000'000, 1'000'000, "tokens", 10.0);
+  EXPECT_NE(s.find("prepare ["), std::string::npos) << s;
+  EXPECT_NE(s.find(" 50.0%"), std::string::npos) << s;
+  EXPECT_NE(s.find("50.0 MB / 100.0 MB"), std::string::npos) << s;
+  EXPECT_NE(s.find("5.0 MB/s"), std::string::npos) << s;
+  EXPECT_NE(s.find("100.0K tokens/s"), std::string::npos) << s;
+  EXPECT_NE(s.find("ETA 10s"), std::string::npos) << s;
+}
+
+TEST(Progress, FinishedLineShowsTheTotalTime) {
+  const std::string s = ProgressBar::line("prepare", 100, 100, 5, "tokens", 125.0);
+  EXPECT_NE(s.find("100.0%"), std::string::npos) << s;
+  EXPECT_NE(s.find("done in 2:05"), std::string::npos) << s;
+  EXPECT_EQ(s.find("ETA"), std::string::npos) << s;
+}
+
+TEST(Progress, UnknownTotalShowsOnlyRates) {
+  const std::string s = ProgressBar::line("read", 2'000'000, 0, 10, "items", 2.0);
+  EXPECT_EQ(s.find('%'), std::string::npos) << s;
+  EXPECT_EQ(s.find("ETA"), std::string::npos) << s;
+  EXPECT_NE(s.find("1.0 MB/s"), std::string::npos) << s;
+}
+
+TEST(Progress, HumanUnits) {
+  EXPECT_EQ(human_bytes(999), "999 B");
+  EXPECT_EQ(human_bytes(6.5e6), "6.5 MB");
+  EXPECT_EQ(human_bytes(2.25e9), "2.25 GB");
+  EXPECT_EQ(human_count(950), "950");
+  EXPECT_EQ(human_count(1.234e6), "1.23M");
+  EXPECT_EQ(human_duration(42), "42s");
+  EXPECT_EQ(human_duration(3725), "1:02:05");
+}
+
+TEST(Progress, OutsideATerminalPrintsOneFinalLine) {
+  std::FILE* out = std::tmpfile();
+  ASSERT_NE(out, nullptr);
+  {
+    ProgressBar bar("prepare", 1000, "tokens", out);
+    for (int i = 0; i < 100; i++) bar.add(10, 3);
+    bar.finish();
+    bar.finish();
+  }
+  std::rewind(out);
+  std::string text;
+  for (int c; (c = std::fgetc(out)) != EOF;) text += char(c);
+  std::fclose(out);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+  EXPECT_EQ(text.find('\r'), std::string::npos) << text;
+  EXPECT_NE(text.find("100.0%"), std::string::npos) << text;
+}
+
+TEST(Progress, FailedWorkPrintsNoFinalLine) {
+  std::FILE* out = std::tmpfile();
+  ASSERT_NE(out, nullptr);
+  {
+    ProgressBar bar("prepare", 1000, "tokens", out);
+    bar.add(10, 3);
+  }
+  EXPECT_EQ(std::ftell(out), 0L) << "a bar destroyed without finish() claims a result";
+  std::fclose(out);
+}
+
+}  // namespace
+}  // namespace tk
