@@ -115,6 +115,14 @@ class Ops {
   // dqkv[B,T,Hq+2Hkv,hd] (=) given dout[B,T,Hq,hd] and the forward's qkv, out and lse.
   virtual void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                   const Tensor& lse, const Tensor& segment_ids, const AttnShape& s) = 0;
+  // Generation with a KV cache, one sequence (s.B == 1) of s.T new tokens at positions [pos, pos + s.T):
+  // their keys and values, from qkv[s.T, (Hq+2Hkv)*hd] (the layout above, after RoPE), are written (=) to
+  // rows [pos, pos + s.T) of k_cache and v_cache [max_len, Hkv, hd]; then out[s.T, Hq, hd] (=), where new
+  // token i attends causally to every cached row up to its own:
+  //   out[i,h,:] = sum_{r <= pos+i} softmax_r(q_i,h . k_r,g / sqrt(hd)) v_r,g,   g = h / (Hq/Hkv).
+  // Rows [0, pos) of the caches must hold the keys and values of the earlier tokens.
+  virtual void attention_decode(const Tensor& out, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv,
+                                int pos, const AttnShape& s) = 0;
 
   // ---- SwiGLU ---------------------------------------------------------------------------------
   // gate_up[N, 2f]: columns [0,f) are the gate g, [f,2f) the up projection u. out[N,f] = silu(g) * u.

@@ -1,0 +1,108 @@
+// Memory ops of the CPU backend: host memory is device memory, so allocation is aligned_alloc and
+// transfers are copies, converting between the host's float32 and the tensor's dtype where asked.
+#include <cstdlib>
+#include <cstring>
+
+#include "ops/cpu/cpu_ops.h"
+
+namespace tk {
+
+namespace {
+
+constexpr size_t kAlignment = 256;
+
+// bf16 is the top half of a float32; rounding to nearest even on the dropped half (NaN stays NaN).
+uint16_t float_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return uint16_t((bits >> 16) | 0x40);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return uint16_t(bits >> 16);
+}
+
+float bf16_to_float(uint16_t h) {
+  uint32_t bits = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+void check_float_tensor(const Tensor& t, const char* op) {
+  TK_CHECK(!t.empty(), "{}: the tensor is missing", op);
+  TK_CHECK(t.dtype == DType::F32 || t.dtype == DType::F64 || t.dtype == DType::BF16,
+           "{}: {} is not a floating-point tensor", op, t.describe());
+}
+
+}  // namespace
+
+template <class T>
+void* CpuOps<T>::allocate(size_t bytes) {
+  // aligned_alloc wants a size that is a multiple of the alignment.
+  size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded ? rounded : kAlignment);
+  TK_CHECK(p != nullptr, "out of host memory: could not allocate {} bytes", bytes);
+  return p;
+}
+
+template <class T>
+void CpuOps<T>::release(void* p) {
+  std::free(p);
+}
+
+template <class T>
+void CpuOps<T>::zero(const Tensor& t) {
+  if (!t.empty()) std::memset(t.data, 0, t.nbytes());
+}
+
+template <class T>
+void CpuOps<T>::upload_f32(const Tensor& dst, const float* src) {
+  check_float_tensor(dst, "upload_f32");
+  int64_t n = dst.numel();
+  switch (dst.dtype) {
+    case DType::F32: std::memcpy(dst.data, src, size_t(n) * 4); break;
+    case DType::F64:
+      for (int64_t i = 0; i < n; i++) dst.as<double>()[i] = src[i];
+      break;
+    default:
+      for (int64_t i = 0; i < n; i++) dst.as<uint16_t>()[i] = float_to_bf16(src[i]);
+      break;
+  }
+}
+
+template <class T>
+void CpuOps<T>::download_f32(float* dst, const Tensor& src) {
+  check_float_tensor(src, "download_f32");
+  int64_t n = src.numel();
+  switch (src.dtype) {
+    case DType::F32: std::memcpy(dst, src.data, size_t(n) * 4); break;
+    case DType::F64:
+      for (int64_t i = 0; i < n; i++) dst[i] = float(src.as<double>()[i]);
+      break;
+    default:
+      for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_float(src.as<uint16_t>()[i]);
+      break;
+  }
+}
+
+template <class T>
+void CpuOps<T>::upload(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
+template <class T>
+void CpuOps<T>::download(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
+#define TK_INSTANTIATE_MEMORY(T)                                             \
+  template void* CpuOps<T>::allocate(size_t);                                \
+  template void CpuOps<T>::release(void*);                                   \
+  template void CpuOps<T>::zero(const Tensor&);                              \
+  template void CpuOps<T>::upload_f32(const Tensor&, const float*);          \
+  template void CpuOps<T>::download_f32(float*, const Tensor&);              \
+  template void CpuOps<T>::upload(void*, const void*, size_t);               \
+  template void CpuOps<T>::download(void*, const void*, size_t);
+TK_INSTANTIATE_MEMORY(float)
+TK_INSTANTIATE_MEMORY(double)
+
+}  // namespace tk
