@@ -27,7 +27,8 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;           // rms_norm_eps
   bool tied_embeddings = true;      // tie_word_embeddings
-  bool qkv_bias = false;            // Qwen2
+  bool qkv_bias = false;            // Qwen2 (always); Llama and Qwen3 when attention_bias
+  bool o_bias = false;              // o_proj bias: Llama and Qwen3 when attention_bias (never Qwen2)
   bool qk_norm = false;             // Qwen3
   int bos_id = -1, eos_id = -1;
   double init_std = 0.02;

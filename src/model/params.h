@@ -24,6 +24,7 @@ struct ParamInfo {
 struct LayerOffsets {
   int64_t attn_norm, qkv_w, qkv_b /* -1 if none */, q_norm /* -1 */, k_norm /* -1 */, o_w;
   int64_t mlp_norm, gate_up_w, down_w;
+  int64_t o_b = -1;  // o_proj bias (attention_bias in Llama/Qwen3 configs), -1 if none
 };
 
 struct ParamLayout {

@@ -1,0 +1,38 @@
+// BufferCarver: lays planned buffers out back to back in one allocation, each 256-byte aligned. A plan
+// runs twice: once without a base to measure the bytes, then over the allocation to hand out tensors.
+// shaped() then views a buffer (sized for the largest input) with the shape of the current one.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace tk {
+
+class BufferCarver {
+ public:
+  explicit BufferCarver(char* base = nullptr) : base_(base) {}
+  Tensor take(DType dtype, int64_t numel) {
+    Tensor t(base_ ? base_ + used_ : nullptr, dtype, {numel});
+    used_ += (t.nbytes() + 255) / 256 * 256;
+    return t;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  char* base_;
+  size_t used_ = 0;
+};
+
+// `buffer` seen with `dims` (at most its elements); an absent buffer stays absent.
+inline Tensor shaped(const Tensor& buffer, std::initializer_list<int64_t> dims) {
+  if (buffer.empty()) return Tensor();
+  Tensor t(buffer.data, buffer.dtype, dims);
+  TK_CHECK(t.numel() <= buffer.numel(), "a step needs {} elements of a buffer planned for {}", t.numel(),
+           buffer.numel());
+  return t;
+}
+
+}  // namespace tk

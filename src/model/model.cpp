@@ -1,0 +1,395 @@
+// Model: the planned buffers of one model on one backend, and the layer schedule (forward and backward)
+// written once against the op vocabulary of ops.h. Everything is allocated in the constructor; a step
+// only takes views of those buffers shaped for the batch at hand.
+#include "model/model.h"
+
+#include <cmath>
+#include <numbers>
+#include <random>
+
+#include "core/hash.h"
+#include "model/buffer_carver.h"
+#include "model/weights.h"
+
+namespace tk {
+namespace {
+
+// Every target counts: the loader's windows hold real tokens only. The op still gets an index that
+// no token id can equal.
+constexpr int kNoIgnoredTarget = -1;
+
+// What one layer keeps from its forward for its backward. N = B*T tokens.
+struct LayerActivations {
+  Tensor h;          // [N, d] residual stream entering the layer: the attention norm's input
+  Tensor x_attn;     // [N, d] attention norm output: the qkv projection's input
+  Tensor rstd_attn;  // [N]
+  Tensor qkv_pre;    // [N, qkv] projection before the q/k norms (Qwen3 only: their backward needs it)
+  Tensor qkv;        // [N, qkv] after q/k norm and RoPE: attention's input
+  Tensor qk_rstd;    // [N, Hq + Hkv] (Qwen3 only)
+  Tensor att;        // [N, q] attention output
+  Tensor lse;        // [B, Hq, T]
+  Tensor h_mid;      // [N, d] residual stream after the attention block: the MLP norm's input
+  Tensor x_mlp;      // [N, d] MLP norm output
+  Tensor rstd_mlp;   // [N]
+  Tensor gate_up;    // [N, 2f]
+  Tensor act;        // [N, f] SwiGLU output: the down projection's input
+};
+
+struct Buffers {
+  std::vector<LayerActivations> layers;
+  Tensor h_out;       // [N, d] residual stream after the last layer: the final norm's input
+  Tensor x_final;     // [N, d] final norm output: the LM head's input
+  Tensor rstd_final;  // [N]
+  Tensor branch;      // [N, d] output of o_proj, then of down_proj, before its residual add
+  Tensor losses;      // [N]
+  // Gradient scratch, reused by every layer.
+  Tensor dh;          // [N, d] gradient of the residual stream
+  Tensor dx;          // [N, d] gradient of a norm's output
+  Tensor dact, dgate_up, datt, dqkv;
+  // The batch's ids.
+  Tensor tokens, targets, positions, segments;  // i32 [N]
+};
+
+Buffers plan_buffers(BufferCarver& c, const ModelConfig& cfg, const ModelOptions& opt, DType act, DType stat) {
+  const int64_t N = int64_t(opt.B) * opt.T, d = cfg.d_model, f = cfg.ffn_dim;
+  const int64_t heads = cfg.n_heads, qk_heads = cfg.n_heads + cfg.n_kv_heads;
+  Buffers b;
+  for (int l = 0; l < cfg.n_layers; l++) {
+    LayerActivations a;
+    a.h = c.take(act, N * d);
+    a.x_attn = c.take(act, N * d);
+    a.rstd_attn = c.take(stat, N);
+    if (cfg.qk_norm) {
+      a.qkv_pre = c.take(act, N * cfg.qkv_dim());
+      a.qk_rstd = c.take(stat, N * qk_heads);
+    }
+    a.qkv = c.take(act, N * cfg.qkv_dim());
+    a.att = c.take(act, N * cfg.q_dim());
+    a.lse = c.take(stat, N * heads);
+    a.h_mid = c.take(act, N * d);
+    a.x_mlp = c.take(act, N * d);
+    a.rstd_mlp = c.take(stat, N);
+    a.gate_up = c.take(act, N * 2 * f);
+    a.act = c.take(act, N * f);
+    b.layers.push_back(a);
+  }
+  b.h_out = c.take(act, N * d);
+  b.x_final = c.take(act, N * d);
+  b.rstd_final = c.take(stat, N);
+  b.branch = c.take(act, N * d);
+  b.losses = c.take(stat, N);
+  b.dh = c.take(act, N * d);
+  b.dx = c.take(act, N * d);
+  b.dact = c.take(act, N * f);
+  b.dgate_up = c.take(act, N * 2 * f);
+  b.datt = c.take(act, N * cfg.q_dim());
+  b.dqkv = c.take(act, N * cfg.qkv_dim());
+  b.tokens = c.take(DType::I32, N);
+  b.targets = c.take(DType::I32, N);
+  b.positions = c.take(DType::I32, N);
+  b.segments = c.take(DType::I32, N);
+  return b;
+}
+
+// The geometry of one step: the batch may be smaller than the planned B x T.
+struct Step {
+  int B = 0, T = 0;
+  int64_t N = 0;
+  AttnShape attn;
+};
+
+// normal(0, std) from a 64-bit Mersenne twister via Box-Muller, both written out here so that the
+// same seed gives the same weights with any standard library.
+void fill_normal(std::vector<float>& out, uint64_t seed, double std_dev) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&] { return double(rng() >> 11) * 0x1.0p-53; };  // [0, 1)
+  for (size_t i = 0; i < out.size(); i += 2) {
+    const double radius = std::sqrt(-2.0 * std::log(1.0 - uniform())), angle = 2.0 * std::numbers::pi * uniform();
+    out[i] = float(std_dev * radius * std::cos(angle));
+    if (i + 1 < out.size()) out[i + 1] = float(std_dev * radius * std::sin(angle));
+  }
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+struct Model::Impl {
+  ModelConfig cfg;
+  ModelOptions opt;
+  Ops& ops;
+  ParamLayout layout;
+  DType act, stat;  // stat: the "f32" tensors of ops.h (rstd, lse, losses): f64 only on the f64 CPU backend
+  void *param_mem = nullptr, *grad_mem = nullptr, *buffer_mem = nullptr;
+  size_t buffer_bytes = 0;
+  Tensor params, grads;
+  ModelWeights w, g;  // views of params and of grads
+  Buffers buf;
+  std::vector<int32_t> host_tokens, host_targets, host_positions, host_segments;
+
+  Impl(const ModelConfig& c, Ops& o, const ModelOptions& options)
+      : cfg(c), opt(options), ops(o), layout(ParamLayout::build(c)), act(o.act_dtype()),
+        stat(o.act_dtype() == DType::F64 ? DType::F64 : DType::F32) {
+    TK_CHECK(opt.B > 0 && opt.T > 0, "model {}: the micro-batch must have positive B and T, got B={} T={}", cfg.name,
+             opt.B, opt.T);
+    TK_CHECK(opt.T <= cfg.max_seq, "model {}: sequence length {} exceeds max_position_embeddings {}", cfg.name, opt.T,
+             cfg.max_seq);
+    param_mem = ops.allocate(size_t(layout.total) * dtype_size(act));
+    grad_mem = ops.allocate(size_t(layout.total) * dtype_size(ops.grad_dtype()));
+    params = Tensor(param_mem, act, {layout.total});
+    grads = Tensor(grad_mem, ops.grad_dtype(), {layout.total});
+    ops.zero(params);
+    ops.zero(grads);
+    w = weight_views(cfg, layout, param_mem, act);
+    g = weight_views(cfg, layout, grad_mem, ops.grad_dtype());
+
+    BufferCarver measure;
+    plan_buffers(measure, cfg, opt, act, stat);
+    buffer_bytes = measure.used();
+    buffer_mem = ops.allocate(buffer_bytes);
+    BufferCarver carve(static_cast<char*>(buffer_mem));
+    buf = plan_buffers(carve, cfg, opt, act, stat);
+  }
+
+  ~Impl() {
+    ops.release(buffer_mem);
+    ops.release(grad_mem);
+    ops.release(param_mem);
+  }
+
+  Step stage_batch(const Batch& batch);
+  void forward_pass(const Step& s);
+  void layer_forward(const Step& s, int l);
+  void lm_head(const Step& s, bool with_grads, float grad_scale);
+  LossSum read_loss(const Step& s);
+  void backward_pass(const Step& s);
+  void layer_backward(const Step& s, int l);
+};
+
+// Copies the batch's inputs, targets, positions and document ids to the device, checking them first.
+Step Model::Impl::stage_batch(const Batch& batch) {
+  TK_CHECK(batch.tokens != nullptr, "model {}: the batch holds no tokens", cfg.name);
+  TK_CHECK(batch.B > 0 && batch.T > 0 && batch.B <= opt.B && batch.T <= opt.T,
+           "model {}: a batch of B={} T={} does not fit the planned micro-batch B={} T={}", cfg.name, batch.B, batch.T,
+           opt.B, opt.T);
+  TK_CHECK(!opt.doc_mask || int(batch.doc_starts.size()) == batch.B,
+           "model {}: document masking needs the document starts of all {} rows, the batch has {}", cfg.name, batch.B,
+           batch.doc_starts.size());
+  Step s;
+  s.B = batch.B;
+  s.T = batch.T;
+  s.N = int64_t(s.B) * s.T;
+  s.attn = {s.B, s.T, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim};
+  host_tokens.resize(s.N);
+  host_targets.resize(s.N);
+  host_positions.resize(s.N);
+  host_segments.resize(s.N);
+  for (int b = 0; b < s.B; b++) {
+    const int32_t* row = batch.tokens + int64_t(b) * (s.T + 1);
+    for (int t = 0; t <= s.T; t++)
+      TK_CHECK(row[t] >= 0 && row[t] < cfg.vocab_size,
+               "token id {} (row {}, position {}) is outside the vocabulary of {} tokens of model {}: was the data "
+               "prepared with another tokenizer?",
+               row[t], b, t, cfg.vocab_size, cfg.name);
+    // Positions restart at each document start (with doc_mask), and the segment id counts documents.
+    const std::vector<int32_t>* starts = opt.doc_mask ? &batch.doc_starts[b] : nullptr;
+    size_t next = 0;
+    int32_t doc_start = 0, segment = 0;
+    for (int t = 0; t < s.T; t++) {
+      while (starts && next < starts->size() && (*starts)[next] <= t) {
+        TK_CHECK(next == 0 || (*starts)[next] > (*starts)[next - 1], "row {}: document starts must increase", b);
+        if ((*starts)[next] > 0) {
+          doc_start = (*starts)[next];
+          segment++;
+        }
+        next++;
+      }
+      const int64_t n = int64_t(b) * s.T + t;
+      host_tokens[n] = row[t];
+      host_targets[n] = row[t + 1];
+      host_positions[n] = t - doc_start;
+      host_segments[n] = segment;
+    }
+  }
+  const size_t bytes = size_t(s.N) * sizeof(int32_t);
+  ops.upload(buf.tokens.data, host_tokens.data(), bytes);
+  ops.upload(buf.targets.data, host_targets.data(), bytes);
+  ops.upload(buf.positions.data, host_positions.data(), bytes);
+  if (opt.doc_mask) ops.upload(buf.segments.data, host_segments.data(), bytes);
+  return s;
+}
+
+// h0 = embedding; each layer; the last residual add fused with the final norm.
+void Model::Impl::forward_pass(const Step& s) {
+  const int64_t N = s.N, d = cfg.d_model;
+  ops.embedding_forward(shaped(buf.layers[0].h, {N, d}), shaped(buf.tokens, {N}), w.embed);
+  for (int l = 0; l < cfg.n_layers; l++) layer_forward(s, l);
+  ops.residual_rmsnorm_forward(shaped(buf.h_out, {N, d}), shaped(buf.x_final, {N, d}), shaped(buf.rstd_final, {N}),
+                               shaped(buf.layers.back().h_mid, {N, d}), shaped(buf.branch, {N, d}), w.final_norm,
+                               float(cfg.norm_eps));
+}
+
+// x = norm(h) (fused with the previous MLP's residual add); qkv = x Wqkv + b; q/k norm + RoPE; attention;
+// h_mid = h + att Wo; x = norm(h_mid); branch = swiglu(x Wgate_up) Wdown (added by the next norm).
+void Model::Impl::layer_forward(const Step& s, int l) {
+  const int64_t N = s.N, d = cfg.d_model, f = cfg.ffn_dim, H3 = cfg.n_heads + 2 * cfg.n_kv_heads;
+  const float eps = float(cfg.norm_eps);
+  const LayerActivations& a = buf.layers[l];
+  const LayerWeights& lw = w.layers[l];
+  const Tensor h = shaped(a.h, {N, d}), x_attn = shaped(a.x_attn, {N, d}), branch = shaped(buf.branch, {N, d});
+  if (l == 0) {
+    ops.rmsnorm_forward(x_attn, shaped(a.rstd_attn, {N}), h, lw.attn_norm, eps);
+  } else {
+    ops.residual_rmsnorm_forward(h, x_attn, shaped(a.rstd_attn, {N}), shaped(buf.layers[l - 1].h_mid, {N, d}), branch,
+                                 lw.attn_norm, eps);
+  }
+  const Tensor qkv = shaped(a.qkv, {N, cfg.qkv_dim()});
+  const Tensor qkv_pre = cfg.qk_norm ? shaped(a.qkv_pre, {N, cfg.qkv_dim()}) : qkv;  // RoPE in place without norms
+  ops.linear_forward(qkv_pre, x_attn, lw.qkv_w, lw.qkv_b);
+  ops.qk_norm_rope_forward(qkv, shaped(a.qk_rstd, {N, cfg.n_heads + cfg.n_kv_heads}), qkv_pre, lw.q_norm, lw.k_norm,
+                           shaped(buf.positions, {N}), s.attn, float(cfg.rope_theta), eps);
+  const Tensor segments = opt.doc_mask ? shaped(buf.segments, {s.B, s.T}) : Tensor();
+  ops.attention_forward(shaped(a.att, {s.B, s.T, cfg.n_heads, cfg.head_dim}), shaped(a.lse, {s.B, cfg.n_heads, s.T}),
+                        shaped(a.qkv, {s.B, s.T, H3, cfg.head_dim}), segments, s.attn);
+  ops.linear_forward(branch, shaped(a.att, {N, cfg.q_dim()}), lw.o_w, lw.o_b);
+  const Tensor x_mlp = shaped(a.x_mlp, {N, d}), gate_up = shaped(a.gate_up, {N, 2 * f}), act = shaped(a.act, {N, f});
+  ops.residual_rmsnorm_forward(shaped(a.h_mid, {N, d}), x_mlp, shaped(a.rstd_mlp, {N}), h, branch, lw.mlp_norm, eps);
+  ops.linear_forward(gate_up, x_mlp, lw.gate_up_w, Tensor());
+  ops.swiglu_forward(act, gate_up);
+  ops.linear_forward(branch, act, lw.down_w, Tensor());
+}
+
+// Per-token losses over targets tokens[:, 1:]; with grads, dL/dx_final lands in buf.dx and the LM
+// head's weight gradient accumulates (into the embedding's when tied).
+void Model::Impl::lm_head(const Step& s, bool with_grads, float grad_scale) {
+  const int64_t N = s.N, d = cfg.d_model;
+  ops.lm_head_cross_entropy(shaped(buf.losses, {N}), with_grads ? shaped(buf.dx, {N, d}) : Tensor(),
+                            with_grads ? g.lm_head : Tensor(), shaped(buf.x_final, {N, d}), w.lm_head,
+                            shaped(buf.targets, {N}), grad_scale, kNoIgnoredTarget);
+}
+
+// Sums the losses on the host, in token order, at the precision the backend computed them in. Called
+// after the backward is queued: the download is the step's one synchronisation.
+LossSum Model::Impl::read_loss(const Step& s) {
+  const Tensor losses = shaped(buf.losses, {s.N});
+  LossSum sum;
+  sum.count = s.N;
+  if (stat == DType::F64) {
+    std::vector<double> host(s.N);
+    ops.download(host.data(), losses.data, losses.nbytes());
+    for (double v : host) sum.sum += v;
+  } else {
+    std::vector<float> host(s.N);
+    ops.download(host.data(), losses.data, losses.nbytes());
+    for (float v : host) sum.sum += v;
+  }
+  return sum;
+}
+
+// The forward in reverse. dh carries dL/d(residual stream) down through the layers; each norm's
+// backward adds the gradient reaching its input through the norm to the one flowing past it.
+void Model::Impl::backward_pass(const Step& s) {
+  const int64_t N = s.N, d = cfg.d_model;
+  const Tensor dh = shaped(buf.dh, {N, d});
+  ops.rmsnorm_backward(dh, g.final_norm, shaped(buf.dx, {N, d}), Tensor(), shaped(buf.h_out, {N, d}),
+                       shaped(buf.rstd_final, {N}), w.final_norm);
+  for (int l = cfg.n_layers - 1; l >= 0; l--) layer_backward(s, l);
+  ops.embedding_backward(g.embed, shaped(buf.tokens, {N}), dh);
+}
+
+void Model::Impl::layer_backward(const Step& s, int l) {
+  const int64_t N = s.N, d = cfg.d_model, f = cfg.ffn_dim, H3 = cfg.n_heads + 2 * cfg.n_kv_heads;
+  const float eps = float(cfg.norm_eps);
+  const LayerActivations& a = buf.layers[l];
+  const LayerWeights &lw = w.layers[l], &lg = g.layers[l];
+  const Tensor dh = shaped(buf.dh, {N, d}), dx = shaped(buf.dx, {N, d});
+  const Tensor dgate_up = shaped(buf.dgate_up, {N, 2 * f}), dqkv = shaped(buf.dqkv, {N, cfg.qkv_dim()});
+
+  // MLP: dh is dL/d(branch) as well as the gradient flowing on to h_mid.
+  ops.linear_backward(shaped(buf.dact, {N, f}), lg.down_w, Tensor(), dh, shaped(a.act, {N, f}), lw.down_w);
+  ops.swiglu_backward(dgate_up, shaped(buf.dact, {N, f}), shaped(a.gate_up, {N, 2 * f}));
+  ops.linear_backward(dx, lg.gate_up_w, Tensor(), dgate_up, shaped(a.x_mlp, {N, d}), lw.gate_up_w);
+  ops.rmsnorm_backward(dh, lg.mlp_norm, dx, dh, shaped(a.h_mid, {N, d}), shaped(a.rstd_mlp, {N}), lw.mlp_norm);
+
+  // Attention: dh is now dL/d(h_mid), the gradient of o_proj's output.
+  const Tensor att = shaped(a.att, {s.B, s.T, cfg.n_heads, cfg.head_dim});
+  const Tensor datt = shaped(buf.datt, {s.B, s.T, cfg.n_heads, cfg.head_dim});
+  ops.linear_backward(shaped(buf.datt, {N, cfg.q_dim()}), lg.o_w, lg.o_b, dh, shaped(a.att, {N, cfg.q_dim()}), lw.o_w);
+  const Tensor segments = opt.doc_mask ? shaped(buf.segments, {s.B, s.T}) : Tensor();
+  ops.attention_backward(shaped(buf.dqkv, {s.B, s.T, H3, cfg.head_dim}), datt, shaped(a.qkv, {s.B, s.T, H3, cfg.head_dim}),
+                         att, shaped(a.lse, {s.B, cfg.n_heads, s.T}), segments, s.attn);
+  ops.qk_norm_rope_backward(dqkv, lg.q_norm, lg.k_norm, dqkv, shaped(a.qkv_pre, {N, cfg.qkv_dim()}),
+                            shaped(a.qk_rstd, {N, cfg.n_heads + cfg.n_kv_heads}), lw.q_norm, lw.k_norm,
+                            shaped(buf.positions, {N}), s.attn, float(cfg.rope_theta), eps);
+  ops.linear_backward(dx, lg.qkv_w, lg.qkv_b, dqkv, shaped(a.x_attn, {N, d}), lw.qkv_w);
+  ops.rmsnorm_backward(dh, lg.attn_norm, dx, dh, shaped(a.h, {N, d}), shaped(a.rstd_attn, {N}), lw.attn_norm);
+}
+
+// ---- public interface -------------------------------------------------------------------------------
+
+Model::Model(const ModelConfig& cfg, Ops& ops, const ModelOptions& opt) : impl_(std::make_unique<Impl>(cfg, ops, opt)) {}
+Model::~Model() = default;
+
+const ModelConfig& Model::config() const { return impl_->cfg; }
+const ModelOptions& Model::options() const { return impl_->opt; }
+const ParamLayout& Model::layout() const { return impl_->layout; }
+Ops& Model::ops() const { return impl_->ops; }
+Tensor Model::params() const { return impl_->params; }
+Tensor Model::grads() const { return impl_->grads; }
+size_t Model::activation_bytes() const { return impl_->buffer_bytes; }
+
+// Each tensor draws from its own stream, seeded by the run's seed and the tensor's name, so a tensor's
+// initial values do not depend on which other tensors the model has.
+void Model::init_params(uint64_t seed) {
+  Impl& m = *impl_;
+  m.ops.zero(m.params);  // alignment padding included
+  std::vector<float> host;
+  for (const ParamInfo& p : m.layout.params) {
+    host.assign(size_t(p.numel), 0.0f);
+    if (p.shape.size() == 2) {
+      fill_normal(host, splitmix64(seed ^ fnv1a64(p.name.data(), p.name.size())), m.cfg.init_std);
+    } else if (!ends_with(p.name, ".bias")) {
+      host.assign(size_t(p.numel), 1.0f);  // norm weights
+    }
+    m.ops.upload_f32(m.params.rows(p.offset, p.offset + p.numel), host.data());
+  }
+}
+
+void Model::set_params_f32(const std::vector<float>& host) {
+  TK_CHECK(int64_t(host.size()) == impl_->layout.total, "model {}: {} parameter values given for a layout of {}",
+           impl_->cfg.name, host.size(), impl_->layout.total);
+  impl_->ops.upload_f32(impl_->params, host.data());
+}
+
+std::vector<float> Model::params_f32() const {
+  std::vector<float> host(size_t(impl_->layout.total));
+  impl_->ops.download_f32(host.data(), impl_->params);
+  return host;
+}
+
+std::vector<float> Model::grads_f32() const {
+  std::vector<float> host(size_t(impl_->layout.total));
+  impl_->ops.download_f32(host.data(), impl_->grads);
+  return host;
+}
+
+void Model::zero_grads() { impl_->ops.zero(impl_->grads); }
+
+LossSum Model::forward_backward(const Batch& batch, float grad_scale) {
+  Step s = impl_->stage_batch(batch);
+  impl_->forward_pass(s);
+  impl_->lm_head(s, true, grad_scale);
+  impl_->backward_pass(s);
+  return impl_->read_loss(s);
+}
+
+LossSum Model::forward(const Batch& batch) {
+  Step s = impl_->stage_batch(batch);
+  impl_->forward_pass(s);
+  impl_->lm_head(s, false, 0.0f);
+  return impl_->read_loss(s);
+}
+
+}  // namespace tk

@@ -1,0 +1,36 @@
+// Tensor views of a model's parameters inside one flat buffer (ParamLayout order), by role: what the
+// layer schedule and the generator pass to ops. The same views over the gradient buffer give each
+// parameter's gradient, so forward and backward address weights and gradients alike.
+#pragma once
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/params.h"
+
+namespace tk {
+
+struct LayerWeights {
+  Tensor attn_norm;   // [d]
+  Tensor qkv_w;       // [q+2k, d]: q_proj, k_proj, v_proj stacked
+  Tensor qkv_b;       // [q+2k] or empty
+  Tensor q_norm;      // [hd] or empty (Qwen3)
+  Tensor k_norm;      // [hd] or empty (Qwen3)
+  Tensor o_w;         // [d, q]
+  Tensor o_b;         // [d] or empty
+  Tensor mlp_norm;    // [d]
+  Tensor gate_up_w;   // [2f, d]: gate_proj, up_proj stacked
+  Tensor down_w;      // [d, f]
+};
+
+struct ModelWeights {
+  Tensor embed;       // [V, d]
+  Tensor final_norm;  // [d]
+  Tensor lm_head;     // [V, d]; the same memory as embed when tied
+  std::vector<LayerWeights> layers;
+};
+
+// Views of `flat` (dtype elements, laid out by `layout`).
+ModelWeights weight_views(const ModelConfig& c, const ParamLayout& layout, void* flat, DType dtype);
+
+}  // namespace tk

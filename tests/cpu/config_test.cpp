@@ -1,0 +1,305 @@
+// ModelConfig: preset shapes against the real models' parameter counts, Hugging Face config.json
+// parsing for Llama, Qwen2 and Qwen3 (as the Hub ships them), the errors for what the engine cannot
+// train, the config.json round trip, resolve(), and the FLOP count of DESIGN.md.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "model/config.h"
+
+namespace tk {
+namespace {
+
+using nlohmann::json;
+
+// The config.json files of the Hub models (trimmed of nothing that matters to the shape).
+const char* kLlama32_1B = R"({
+  "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
+  "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 8192,
+  "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+  "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8, "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+  "transformers_version": "4.45.0.dev0", "use_cache": true, "vocab_size": 128256})";
+
+const char* kQwen25_05B = R"({
+  "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+  "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 896, "initializer_range": 0.02,
+  "intermediate_size": 4864, "max_position_embeddings": 32768, "max_window_layers": 24,
+  "model_type": "qwen2", "num_attention_heads": 14, "num_hidden_layers": 24, "num_key_value_heads": 2,
+  "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16", "transformers_version": "4.40.1", "use_cache": true, "use_sliding_window": false,
+  "vocab_size": 151936})";
+
+const char* kQwen3_06B = R"({
+  "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+  "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072,
+  "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+  "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+  "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null, "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": true,
+  "use_sliding_window": false, "vocab_size": 151936})";
+
+json llama_without_rope_scaling() {
+  json j = json::parse(kLlama32_1B);
+  j.erase("rope_scaling");
+  return j;
+}
+
+// The message of the tk::Error that parsing `j` throws ("" if it parses).
+std::string parse_error(const json& j) {
+  try {
+    ModelConfig::from_hf_json(j);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Presets, ParameterCountsMatchTheRealModels) {
+  EXPECT_EQ(ModelConfig::preset("qwen2.5-0.5b").total_params(), 494032768);
+  EXPECT_EQ(ModelConfig::preset("llama3.2-1b").total_params(), 1235814400);
+  EXPECT_EQ(ModelConfig::preset("qwen2.5-1.5b").total_params(), 1543714304);
+  EXPECT_EQ(ModelConfig::preset("llama3.2-3b").total_params(), 3212749824);
+  EXPECT_EQ(ModelConfig::preset("qwen2.5-7b").total_params(), 7615616512);
+  EXPECT_EQ(ModelConfig::preset("llama3.1-8b").total_params(), 8030261248);
+  // GPT-2 small as a Llama: 50304*768 embedding + 12 * 7,079,424 per layer + 768 final norm.
+  EXPECT_EQ(ModelConfig::preset("gpt2-small-llama").total_params(), 123587328);
+}
+
+TEST(Presets, AllValidateAndTheTinyOneFitsTheCpuDemo) {
+  for (const std::string& name : ModelConfig::preset_names()) {
+    ModelConfig c = ModelConfig::preset(name);
+    EXPECT_NO_THROW(c.validate()) << name;
+    EXPECT_EQ(c.name, name);
+  }
+  ModelConfig tiny = ModelConfig::preset("tiny");
+  EXPECT_EQ(tiny.vocab_size, 50257);
+  EXPECT_GT(tiny.total_params(), 5'000'000);
+  EXPECT_LT(tiny.total_params(), 20'000'000);
+  EXPECT_LT(tiny.n_kv_heads, tiny.n_heads);  // the demo exercises GQA
+}
+
+TEST(Presets, ArchitectureDetails) {
+  ModelConfig q = ModelConfig::preset("qwen2.5-7b");
+  EXPECT_EQ(q.arch, Arch::Qwen2);
+  EXPECT_TRUE(q.qkv_bias);
+  EXPECT_FALSE(q.o_bias);
+  EXPECT_FALSE(q.tied_embeddings);
+  EXPECT_EQ(q.rope_theta, 1e6);
+  EXPECT_EQ(q.norm_eps, 1e-6);
+  ModelConfig l = ModelConfig::preset("llama3.2-3b");
+  EXPECT_EQ(l.arch, Arch::Llama);
+  EXPECT_FALSE(l.qkv_bias);
+  EXPECT_TRUE(l.tied_embeddings);
+  EXPECT_EQ(l.rope_theta, 500000.0);
+  EXPECT_EQ(l.norm_eps, 1e-5);
+  EXPECT_EQ(l.head_dim, 128);
+}
+
+TEST(Presets, UnknownNameListsThePresets) {
+  try {
+    ModelConfig::preset("llama-7b");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("qwen2.5-0.5b"), std::string::npos) << e.what();
+  }
+}
+
+TEST(FlopsPerToken, MatchesDesignFormulaByHand) {
+  // llama3.2-1b at T = 2048: d 2048, q 2048, k 512, f 8192, L 16, V 128256.
+  // N_matmul = 16 * (2048*2048 + 2*2048*512 + 2048*2048 + 3*2048*8192) + 2048*128256
+  //          = 16 * 60,817,408 + 262,668,288 = 1,235,746,816
+  // FLOPs    = 6 * 1,235,746,816 + 6 * 16 * 2048 * 2048 = 7,414,480,896 + 402,653,184
+  ModelConfig c = ModelConfig::preset("llama3.2-1b");
+  EXPECT_EQ(c.matmul_params(), 1235746816);
+  EXPECT_DOUBLE_EQ(c.flops_per_token(2048), 7817134080.0);
+  // Attention grows with T: twice the context adds another 6*L*T*q.
+  EXPECT_DOUBLE_EQ(c.flops_per_token(4096) - c.flops_per_token(2048), 402653184.0);
+}
+
+TEST(HfConfig, ParsesLlama) {
+  ModelConfig c = ModelConfig::from_hf_json(llama_without_rope_scaling(), "llama/config.json");
+  EXPECT_EQ(c.arch, Arch::Llama);
+  EXPECT_EQ(c.vocab_size, 128256);
+  EXPECT_EQ(c.d_model, 2048);
+  EXPECT_EQ(c.n_layers, 16);
+  EXPECT_EQ(c.n_heads, 32);
+  EXPECT_EQ(c.n_kv_heads, 8);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.ffn_dim, 8192);
+  EXPECT_EQ(c.max_seq, 131072);
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.norm_eps, 1e-5);
+  EXPECT_TRUE(c.tied_embeddings);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_EQ(c.bos_id, 128000);
+  EXPECT_EQ(c.eos_id, 128001);
+  EXPECT_EQ(c.total_params(), 1235814400);
+}
+
+TEST(HfConfig, ParsesQwen2WithBiases) {
+  ModelConfig c = ModelConfig::from_hf_json(json::parse(kQwen25_05B));
+  EXPECT_EQ(c.arch, Arch::Qwen2);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.o_bias);
+  EXPECT_EQ(c.head_dim, 64);  // derived: 896 / 14
+  EXPECT_EQ(c.n_kv_heads, 2);
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.norm_eps, 1e-6);
+  EXPECT_EQ(c.total_params(), 494032768);
+}
+
+TEST(HfConfig, ParsesQwen3WithQkNormAndIndependentHeadDim) {
+  ModelConfig c = ModelConfig::from_hf_json(json::parse(kQwen3_06B));
+  EXPECT_EQ(c.arch, Arch::Qwen3);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.q_dim(), 2048);  // wider than hidden_size 1024
+  EXPECT_EQ(c.eos_id, 151645);
+  // Qwen3-0.6B has 596,049,920 parameters (tied).
+  EXPECT_EQ(c.total_params(), 596049920);
+}
+
+TEST(HfConfig, AttentionBiasAddsQkvAndOutputBiases) {
+  json j = json::parse(kQwen3_06B);
+  j["attention_bias"] = true;
+  ModelConfig c = ModelConfig::from_hf_json(j);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_TRUE(c.o_bias);
+  json l = llama_without_rope_scaling();
+  l["attention_bias"] = true;
+  ModelConfig cl = ModelConfig::from_hf_json(l);
+  EXPECT_TRUE(cl.qkv_bias && cl.o_bias);
+}
+
+TEST(HfConfig, DefaultsAsTransformersHasThem) {
+  json j = llama_without_rope_scaling();
+  for (const char* k : {"num_key_value_heads", "head_dim", "tie_word_embeddings", "rope_theta", "rms_norm_eps"}) j.erase(k);
+  ModelConfig c = ModelConfig::from_hf_json(j);
+  EXPECT_EQ(c.n_kv_heads, c.n_heads);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_FALSE(c.tied_embeddings);
+  EXPECT_EQ(c.rope_theta, 10000.0);
+  EXPECT_EQ(c.norm_eps, 1e-6);
+  // eos_token_id as a list (instruct models): the first id ends a document.
+  j["eos_token_id"] = {128001, 128008, 128009};
+  EXPECT_EQ(ModelConfig::from_hf_json(j).eos_id, 128001);
+}
+
+TEST(HfConfig, TransformersV5RopeParameters) {
+  json j = llama_without_rope_scaling();
+  j.erase("rope_theta");
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 250000.0}};
+  EXPECT_EQ(ModelConfig::from_hf_json(j).rope_theta, 250000.0);
+  j["rope_parameters"]["rope_type"] = "yarn";
+  EXPECT_NE(parse_error(j).find("rope_parameters"), std::string::npos);
+}
+
+TEST(HfConfig, RefusesWhatItCannotTrainNamingTheField) {
+  struct Case {
+    json config;
+    const char* field;
+  };
+  json unknown = llama_without_rope_scaling();
+  unknown["architectures"] = {"MistralForCausalLM"};
+  json mlp_bias = llama_without_rope_scaling();
+  mlp_bias["mlp_bias"] = true;
+  json sliding = json::parse(kQwen25_05B);
+  sliding["use_sliding_window"] = true;
+  json layer_types = json::parse(kQwen3_06B);
+  layer_types["layer_types"] = json::array();
+  for (int i = 0; i < 28; i++) layer_types["layer_types"].push_back(i < 20 ? "full_attention" : "sliding_attention");
+  json gelu = json::parse(kQwen3_06B);
+  gelu["hidden_act"] = "gelu";
+  json bad_gqa = llama_without_rope_scaling();
+  bad_gqa["num_key_value_heads"] = 7;
+  json missing = json::parse(kQwen25_05B);
+  missing.erase("hidden_size");
+  json dropout = json::parse(kQwen25_05B);
+  dropout["attention_dropout"] = 0.1;
+  const Case cases[] = {
+      {json::parse(kLlama32_1B), "rope_scaling"},
+      {unknown, "MistralForCausalLM"},
+      {mlp_bias, "mlp_bias"},
+      {sliding, "use_sliding_window"},
+      {layer_types, "layer_types"},
+      {gelu, "hidden_act"},
+      {bad_gqa, "num_key_value_heads"},
+      {missing, "hidden_size"},
+      {dropout, "attention_dropout"},
+  };
+  for (const Case& c : cases) {
+    std::string msg = parse_error(c.config);
+    EXPECT_NE(msg.find(c.field), std::string::npos) << "expected an error naming " << c.field << ", got: " << msg;
+  }
+}
+
+TEST(HfConfig, RoundTripThroughConfigJson) {
+  std::vector<ModelConfig> configs;
+  for (const std::string& name : ModelConfig::preset_names()) configs.push_back(ModelConfig::preset(name));
+  json qwen3_bias = json::parse(kQwen3_06B);
+  qwen3_bias["attention_bias"] = true;
+  qwen3_bias["tie_word_embeddings"] = false;
+  configs.push_back(ModelConfig::from_hf_json(qwen3_bias));
+  for (const ModelConfig& c : configs) {
+    json j = c.to_hf_json();
+    EXPECT_EQ(j["architectures"][0], arch_hf_class(c.arch));
+    EXPECT_EQ(j["model_type"], arch_name(c.arch));
+    ModelConfig r = ModelConfig::from_hf_json(json::parse(j.dump()), "round trip");
+    EXPECT_EQ(r.arch, c.arch) << c.name;
+    EXPECT_EQ(r.vocab_size, c.vocab_size) << c.name;
+    EXPECT_EQ(r.d_model, c.d_model) << c.name;
+    EXPECT_EQ(r.n_layers, c.n_layers) << c.name;
+    EXPECT_EQ(r.n_heads, c.n_heads) << c.name;
+    EXPECT_EQ(r.n_kv_heads, c.n_kv_heads) << c.name;
+    EXPECT_EQ(r.head_dim, c.head_dim) << c.name;
+    EXPECT_EQ(r.ffn_dim, c.ffn_dim) << c.name;
+    EXPECT_EQ(r.max_seq, c.max_seq) << c.name;
+    EXPECT_EQ(r.rope_theta, c.rope_theta) << c.name;
+    EXPECT_EQ(r.norm_eps, c.norm_eps) << c.name;
+    EXPECT_EQ(r.tied_embeddings, c.tied_embeddings) << c.name;
+    EXPECT_EQ(r.qkv_bias, c.qkv_bias) << c.name;
+    EXPECT_EQ(r.o_bias, c.o_bias) << c.name;
+    EXPECT_EQ(r.qk_norm, c.qk_norm) << c.name;
+    EXPECT_EQ(r.bos_id, c.bos_id) << c.name;
+    EXPECT_EQ(r.eos_id, c.eos_id) << c.name;
+    EXPECT_EQ(r.init_std, c.init_std) << c.name;
+    EXPECT_EQ(r.total_params(), c.total_params()) << c.name;
+  }
+}
+
+TEST(Resolve, PresetFileAndDirectory) {
+  EXPECT_EQ(ModelConfig::resolve("qwen2.5-1.5b").d_model, 1536);
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / fmt::format("tk_config_test_{}", ::getpid());
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << kQwen3_06B;
+  EXPECT_EQ(ModelConfig::resolve(dir.string()).arch, Arch::Qwen3);
+  EXPECT_EQ(ModelConfig::resolve((dir / "config.json").string()).head_dim, 128);
+  std::ofstream(dir / "broken.json") << "{\"architectures\": [";
+  EXPECT_THROW(ModelConfig::resolve((dir / "broken.json").string()), Error);
+  try {
+    ModelConfig::resolve((dir / "absent").string());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tiny"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tk
