@@ -1,17 +1,43 @@
 #!/usr/bin/env bash
-# Builds tokamak on the GPU machine (sm_90) and runs the GPU tests, then whatever extra steps are
-# asked for: `tests/gpu/run.sh [test-regex] [-- extra command...]`. Logs go to $OUT (or ./gpu-out).
+# Everything that needs the GPU machine, in one call: build tokamak for sm_90, then the steps asked
+# for (default all): tests (ctest -L gpu), hf (comparison with transformers), kernels (fused-kernel
+# bandwidth), fixtures (tokenizer fixtures from python tokenizers/tiktoken), bench (tokamak vs the
+# PyTorch peer). Usage: tests/gpu/run.sh [step,step...] [test-regex]. Logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/gpu-out}
+export OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-REGEX=${1:-.}
+STEPS=${1:-tests,hf,kernels,fixtures,bench}
+REGEX=${2:-.}
+source tests/gpu/env.sh
 BUILD=build-gpu
 start=$(date +%s)
-cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DCUDNN_INCLUDE_DIR=/usr/include/x86_64-linux-gnu > "$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
-ninja -C $BUILD -j16 > "$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -40; tail -20 "$OUT/build.log"; exit 1; }
+has() { [[ ",$STEPS," == *",$1,"* ]]; }
+cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release $TK_CMAKE_ARGS > "$OUT/cmake.log" 2>&1 \
+  || { grep -B2 -A10 "Error" "$OUT/cmake.log" | head -40; exit 1; }
+ninja -C $BUILD -j16 > "$OUT/build.log" 2>&1 \
+  || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
 echo "build: $(( $(date +%s) - start ))s"
-nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv,noheader
-(cd $BUILD && ctest -L gpu -R "$REGEX" --output-on-failure --timeout 300) 2>&1 | tee "$OUT/gpu-tests.log" | grep -vE "^\[ *(RUN|OK) " | tail -60
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv,noheader
+if has tests; then
+  (cd $BUILD && ctest -L gpu -R "$REGEX" --output-on-failure --timeout 300) > "$OUT/gpu-tests.log" 2>&1
+  grep -E "tests passed|FAILED|Failed|\*\*\*|Expected|Which is|error" "$OUT/gpu-tests.log" | head -40
+  echo "tests: $(( $(date +%s) - start ))s"
+fi
+if has hf; then
+  PYTHONUNBUFFERED=1 python3 tests/hf/compare_hf.py --tokamak $BUILD/tokamak > "$OUT/hf.log" 2>&1
+  tail -25 "$OUT/hf.log"
+  echo "hf: $(( $(date +%s) - start ))s"
+fi
+if has fixtures && [ -f tests/fixtures/tokenizer/make_fixtures_py.py ]; then
+  PYTHONUNBUFFERED=1 python3 tests/fixtures/tokenizer/make_fixtures_py.py --out "$OUT" > "$OUT/fixtures.log" 2>&1
+  tail -5 "$OUT/fixtures.log"
+fi
+if has kernels && [ -x $BUILD/bench/kernels_bench ]; then
+  $BUILD/bench/kernels_bench > "$OUT/kernels_bench.log" 2>&1; tail -30 "$OUT/kernels_bench.log"
+  echo "kernels: $(( $(date +%s) - start ))s"
+fi
+if has bench; then
+  bash bench/run.sh "${BENCH_CONFIGS:-qwen2.5-0.5b,llama3.2-1b,qwen2.5-1.5b}"
+fi
 echo "total: $(( $(date +%s) - start ))s"

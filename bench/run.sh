@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The side-by-side benchmark, one call on a GPU machine: builds tokamak, measures the GEMM and copy
+# ceilings and the PyTorch peer (torch.compile) and tokamak on the same shapes, and prints a table
+# with the ratios. Usage: bench/run.sh [configs] [peer-modes]; needs the peer script in .shared/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/bench-out}
+mkdir -p "$OUT"
+CONFIGS=${1:-qwen2.5-0.5b,llama3.2-1b,qwen2.5-1.5b}
+MODES=${2:-compile}
+STEPS=${STEPS:-10}
+BUILD=build-gpu
+source tests/gpu/env.sh
+if [ ! -x $BUILD/tokamak ] || [ -n "${REBUILD:-}" ]; then
+  cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release $TK_CMAKE_ARGS > "$OUT/bench-cmake.log" 2>&1
+  ninja -C $BUILD -j16 tokamak > "$OUT/bench-build.log" 2>&1 || { tail -30 "$OUT/bench-build.log"; exit 1; }
+fi
+: > "$OUT/tokamak.jsonl"
+for c in ${CONFIGS//,/ }; do
+  # Same shapes as the peer: micro-batch 8 x 2048 (16 x 1024 for the GPT-2-sized model).
+  B=8; T=2048
+  [ "$c" = gpt2s-llama ] && { B=16; T=1024; }
+  $BUILD/tokamak bench --model "$c" --batch $B --seq $T --steps "$STEPS" --json 2> "$OUT/tokamak-$c.log" | tee -a "$OUT/tokamak.jsonl" \
+    || { echo "{\"config\": \"$c\", \"error\": \"tokamak bench failed\"}" >> "$OUT/tokamak.jsonl"; tail -5 "$OUT/tokamak-$c.log"; }
+done
+if [ -z "${NO_PEER:-}" ]; then
+  PYTHONUNBUFFERED=1 python3 .shared/torch_peer.py --configs "$CONFIGS" --modes "$MODES" --steps "$STEPS" 2> "$OUT/peer.err" | tee "$OUT/peer.jsonl"
+fi
+python3 bench/compare.py "$OUT/peer.jsonl" "$OUT/tokamak.jsonl" | tee "$OUT/table.md"

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Downloads (here, where apt works) the Debian packages tokamak builds against, into .shared/debs,
+# for a GPU machine whose image has CUDA but not these -dev packages and cannot reach apt itself.
+# tests/gpu/env.sh unpacks them there. .shared/ is git-ignored; carry it with the device call.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p .shared/debs && cd .shared/debs
+apt-get download libcli11-dev libfmt-dev libfmt9 libgtest-dev libopenblas-dev libopenblas-pthread-dev \
+  libopenblas0-pthread libopenblas0 libgfortran5 libquadmath0 libpcre2-dev libpcre2-8-0 libpcre2-16-0 \
+  libpcre2-32-0 libpcre2-posix3 libzstd-dev libzstd1 nlohmann-json3-dev zlib1g-dev zlib1g

@@ -1,0 +1,211 @@
+// The optimizer step's kernels: the gradient norm (two deterministic passes: fixed per-block partials,
+// then one block adds them in double) and AdamW as ONE launch over every parameter segment (fp32 master
+// weights and moments, bf16 weights written back), each thread updating groups of 4 elements with
+// 16-byte accesses.
+#include <algorithm>
+
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/kernels.h"
+#include "ops/cuda/reduce.cuh"
+#include "ops/cuda/vector_access.cuh"
+
+namespace tk::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxNormBlocks = 1024;       // partial sums of the first pass (a function of n only)
+constexpr int kGroupsPerThread = 4;        // 4-element groups each AdamW thread updates
+constexpr int64_t kGroupsPerBlock = int64_t(kThreads) * kGroupsPerThread;
+
+// ---- gradient norm ---------------------------------------------------------------------------------
+
+int norm_blocks(int64_t n) {
+  return int(std::clamp<int64_t>(ceil_div(n, int64_t(kThreads) * 16), 1, kMaxNormBlocks));
+}
+
+// partial[b] = sum of g[i]^2 over the i block b visits (grid-stride in float4 groups, then the < 4 tail).
+__global__ void __launch_bounds__(kThreads)
+    sum_squares_kernel(float* partial, const float* g, int64_t n, bool vectorised) {
+  __shared__ float smem[32];
+  float acc[1] = {0.f};
+  const int64_t tid = int64_t(blockIdx.x) * kThreads + threadIdx.x, stride = int64_t(gridDim.x) * kThreads;
+  int64_t scalar_from = 0;
+  if (vectorised) {
+    const int64_t groups = n / 4;
+    const float4* g4 = reinterpret_cast<const float4*>(g);
+    int64_t i = tid;
+    for (; i + 3 * stride < groups; i += 4 * stride) {  // four loads in flight
+      float4 a = g4[i], b = g4[i + stride], c = g4[i + 2 * stride], d = g4[i + 3 * stride];
+      acc[0] += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+      acc[0] += b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
+      acc[0] += c.x * c.x + c.y * c.y + c.z * c.z + c.w * c.w;
+      acc[0] += d.x * d.x + d.y * d.y + d.z * d.z + d.w * d.w;
+    }
+    for (; i < groups; i += stride) {
+      float4 a = g4[i];
+      acc[0] += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+    }
+    scalar_from = groups * 4;
+  }
+  for (int64_t i = scalar_from + tid; i < n; i += stride) acc[0] += g[i] * g[i];
+  block_sum(acc, smem);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc[0];
+}
+
+// norm = sqrt(sum of the partials), added in double in a fixed order by one block.
+__global__ void __launch_bounds__(kMaxNormBlocks) norm_from_partials_kernel(float* norm, const float* partial,
+                                                                            int n_partials) {
+  __shared__ double smem[32];
+  double v = threadIdx.x < n_partials ? double(partial[threadIdx.x]) : 0.0;
+  v = warp_sum(v);
+  if ((threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0.0;
+    for (int w = 0; w < kMaxNormBlocks / 32; w++) total += smem[w];
+    norm[0] = float(sqrt(total));
+  }
+}
+
+// ---- AdamW -----------------------------------------------------------------------------------------
+
+// Four bf16 as one 8-byte access (p 8-byte aligned), widened to / rounded from fp32.
+__device__ __forceinline__ void load_bf16_4(float (&w)[4], const __nv_bfloat16* p) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+  w[0] = a.x, w[1] = a.y, w[2] = b.x, w[3] = b.y;
+}
+__device__ __forceinline__ void store_bf16_4(__nv_bfloat16* p, const float4& w) {
+  const __nv_bfloat162 a = __floats2bfloat162_rn(w.x, w.y), b = __floats2bfloat162_rn(w.z, w.w);
+  uint2 raw;
+  raw.x = *reinterpret_cast<const uint32_t*>(&a);
+  raw.y = *reinterpret_cast<const uint32_t*>(&b);
+  *reinterpret_cast<uint2*>(p) = raw;
+}
+
+// The update of one element (ops.h adamw_update), in fp32.
+__device__ __forceinline__ float adamw_element(float p, float g, float& m, float& v, const AdamWStep& c,
+                                               bool decay) {
+  g *= c.grad_scale;
+  m = c.beta1 * m + (1.f - c.beta1) * g;
+  v = c.beta2 * v + (1.f - c.beta2) * g * g;
+  const float mh = m / c.bias_correction1, vh = v / c.bias_correction2;
+  return p - c.lr * (mh / (sqrtf(vh) + c.eps) + (decay ? c.weight_decay * p : 0.f));
+}
+
+// The segment whose blocks include block b: the last with first_block <= b (the table is sorted by it).
+__device__ int find_segment(const AdamWSegment* segments, int n_segments, int b) {
+  int lo = 0, hi = n_segments - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (segments[mid].first_block <= b) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+// A segment's blocks cover the 4-aligned element groups that overlap [offset, offset + count), a block
+// kGroupsPerBlock consecutive groups, a thread every kThreads-th of them. A group wholly inside the segment
+// is updated with 16-byte accesses; the (at most two) groups that straddle its ends element by element,
+// each block touching only its own segment's elements.
+__global__ void __launch_bounds__(kThreads)
+    adamw_kernel(__nv_bfloat16* params, float* master, const float* grads, float* m, float* v,
+                 const AdamWSegment* segments, int n_segments, AdamWStep c, bool vectorised) {
+  const AdamWSegment seg = segments[find_segment(segments, n_segments, blockIdx.x)];
+  const int64_t begin = seg.offset, end = seg.offset + seg.count;
+  const int64_t last_group = (end - 1) / 4;
+  const int64_t block_first_group = begin / 4 + (int64_t(blockIdx.x) - seg.first_block) * kGroupsPerBlock;
+  const bool decay = seg.decay != 0;
+#pragma unroll
+  for (int k = 0; k < kGroupsPerThread; k++) {
+    const int64_t group = block_first_group + k * kThreads + threadIdx.x, i0 = group * 4;
+    if (group > last_group) break;
+    if (vectorised && i0 >= begin && i0 + 4 <= end) {
+      const float4 g = *reinterpret_cast<const float4*>(grads + i0);
+      float4 mv = *reinterpret_cast<const float4*>(m + i0), vv = *reinterpret_cast<const float4*>(v + i0);
+      float4 p;
+      if (master) {
+        p = *reinterpret_cast<const float4*>(master + i0);
+      } else {
+        float w[4];
+        load_bf16_4(w, params + i0);
+        p = make_float4(w[0], w[1], w[2], w[3]);
+      }
+      p.x = adamw_element(p.x, g.x, mv.x, vv.x, c, decay);
+      p.y = adamw_element(p.y, g.y, mv.y, vv.y, c, decay);
+      p.z = adamw_element(p.z, g.z, mv.z, vv.z, c, decay);
+      p.w = adamw_element(p.w, g.w, mv.w, vv.w, c, decay);
+      *reinterpret_cast<float4*>(m + i0) = mv;
+      *reinterpret_cast<float4*>(v + i0) = vv;
+      if (master) *reinterpret_cast<float4*>(master + i0) = p;
+      store_bf16_4(params + i0, p);
+    } else {
+      for (int64_t i = std::max(i0, begin); i < std::min(i0 + 4, end); i++) {
+        float mi = m[i], vi = v[i];
+        const float p = adamw_element(master ? master[i] : __bfloat162float(params[i]), grads[i], mi, vi, c, decay);
+        m[i] = mi, v[i] = vi;
+        if (master) master[i] = p;
+        params[i] = __float2bfloat16_rn(p);
+      }
+    }
+  }
+}
+
+int64_t segment_blocks(const AdamWSegment& s) {
+  if (s.count <= 0) return 0;
+  const int64_t groups = (s.offset + s.count - 1) / 4 - s.offset / 4 + 1;
+  return ceil_div(groups, kGroupsPerBlock);
+}
+
+}  // namespace
+
+size_t grad_norm_scratch_bytes(int64_t n) { return (size_t(norm_blocks(n)) + 1) * sizeof(float); }
+
+void grad_norm(float* norm, const float* g, int64_t n, void* scratch, size_t scratch_bytes, cudaStream_t s) {
+  TK_CUDA_REQUIRE(scratch_bytes >= grad_norm_scratch_bytes(n),
+                  "grad_norm: the scratch buffer holds %zu bytes, %zu are needed", scratch_bytes,
+                  grad_norm_scratch_bytes(n));
+  const int blocks = norm_blocks(n);
+  float* partial = static_cast<float*>(scratch);
+  sum_squares_kernel<<<blocks, kThreads, 0, s>>>(partial, g, n, aligned16(g));
+  TK_CUDA_CHECK_LAUNCH();
+  norm_from_partials_kernel<<<1, kMaxNormBlocks, 0, s>>>(norm, partial, blocks);
+  TK_CUDA_CHECK_LAUNCH();
+}
+
+double grad_norm_host(const float* g, int64_t n, void* scratch, size_t scratch_bytes, cudaStream_t s) {
+  float* result = static_cast<float*>(scratch) + norm_blocks(n);
+  grad_norm(result, g, n, scratch, scratch_bytes, s);
+  float norm = 0.f;
+  TK_CUDA_CHECK(cudaMemcpyAsync(&norm, result, sizeof norm, cudaMemcpyDeviceToHost, s));
+  TK_CUDA_CHECK(cudaStreamSynchronize(s));
+  return norm;
+}
+
+int adamw_plan(AdamWSegment* segments, int n_segments) {
+  int64_t blocks = 0;
+  for (int i = 0; i < n_segments; i++) {
+    TK_CUDA_REQUIRE(segments[i].offset >= 0 && segments[i].count >= 0, "adamw: segment %d is [%lld, +%lld)", i,
+                    (long long)segments[i].offset, (long long)segments[i].count);
+    TK_CUDA_REQUIRE(i == 0 || segments[i].offset >= segments[i - 1].offset + segments[i - 1].count,
+                    "adamw: segments must be in order and not overlap (segment %d)", i);
+    segments[i].first_block = int32_t(blocks);
+    blocks += segment_blocks(segments[i]);
+    TK_CUDA_REQUIRE(blocks < (int64_t(1) << 31), "adamw: %lld parameters are more than one launch covers",
+                    (long long)(segments[i].offset + segments[i].count));
+  }
+  return int(blocks);
+}
+
+void adamw_update(bf16* params, float* master, const float* grads, float* m, float* v,
+                  const AdamWSegment* segments, int n_segments, int n_blocks, const AdamWStep& step,
+                  cudaStream_t s) {
+  if (n_blocks == 0) return;
+  const bool vectorised = aligned16(grads) && aligned16(m) && aligned16(v) &&
+                          (reinterpret_cast<uintptr_t>(params) & 7) == 0 && (!master || aligned16(master));
+  adamw_kernel<<<n_blocks, kThreads, 0, s>>>(params, master, grads, m, v, segments, n_segments, step, vectorised);
+  TK_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tk::cuda

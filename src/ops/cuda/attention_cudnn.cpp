@@ -1,0 +1,376 @@
+// Flash attention through cuDNN's backend graph API. The forward graph is
+//   S = Q K^T * scale -> causal mask -> softmax (max, exp, sum; stats = max + log sum) -> O = P V
+// and the backward graph the matching flash backward (P recomputed from the stats; dS = P * (dP - rowsum(dO*O))).
+// cuDNN's runtime-fusion engines match exactly these operation patterns (the ones its own C++ frontend
+// emits for SDPA), so the graphs below follow that sequence of operations, tensor types and views; any other
+// arrangement of the same math finds no engine.
+//
+// Views: Q, K, V are strided [B, H, T, hd] views into qkv[B, T, Hq+2Hkv, hd] (row stride W = (Hq+2Hkv)*hd);
+// cuDNN's Q K^T wants K^T, the same memory with the last two dims and strides swapped. GQA is the batch
+// broadcast of the matmuls over heads (Hq = g * Hkv); in the backward, dK and dV are formed per query head
+// and reduced over each group of g heads inside the fused kernel.
+#include "ops/cuda/attention_cudnn.h"
+
+#include <cudnn.h>
+
+#include <cmath>
+#include <compare>
+#include <limits>
+#include <map>
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/cudnn_backend.h"
+
+namespace tk::cuda {
+
+namespace {
+
+using cudnn::Dims;
+using cudnn::GraphBuilder;
+using Tensor = cudnnBackendDescriptor_t;
+
+// Uids of the tensors bound at execution.
+enum Uid : int64_t {
+  kQ = 1, kK, kV, kO, kStats, kScale, kNegInf, kNegInfPadding, kOne, kDO, kDQ, kDK, kDV, kSoftmaxSum, kSeqLenQ,
+  kSeqLenKV
+};
+
+// The dims and strides of every tensor of one graph, for a batch of B rows.
+struct Views {
+  Dims q, q_str;        // [B, Hq, T, hd] in qkv
+  Dims kt, kt_str;      // K^T: [B, Hkv, hd, T] in qkv (V^T alike)
+  Dims kv, kv_str;      // [B, Hkv, T, hd] in qkv
+  Dims o, o_str;        // [B, Hq, T, hd] in out[B, T, Hq, hd]
+  Dims o_heads_str;     // [B, Hq, T, hd] packed per head (the backward's per-query-head dK, dV)
+  Dims s, s_str;        // scores [B, Hq, T, T]
+  Dims s_t_str;         // scores viewed transposed ([B, Hq, T_kv, T_q] over the same elements)
+  Dims row, row_str;    // per-query statistics [B, Hq, T, 1]
+  Dims batch, batch_str;  // per-batch-row scalars [B, 1, 1, 1]
+};
+
+Views views(int64_t B, const AttnShape& a) {
+  int64_t T = a.T, Hq = a.n_heads, Hkv = a.n_kv_heads, hd = a.head_dim, W = int64_t(a.qkv_width());
+  Views v;
+  v.q = {B, Hq, T, hd};
+  v.q_str = {T * W, hd, W, 1};
+  v.kt = {B, Hkv, hd, T};
+  v.kt_str = {T * W, hd, 1, W};
+  v.kv = {B, Hkv, T, hd};
+  v.kv_str = {T * W, hd, W, 1};
+  v.o = {B, Hq, T, hd};
+  v.o_str = {T * Hq * hd, hd, Hq * hd, 1};
+  v.o_heads_str = {Hq * T * hd, T * hd, hd, 1};
+  v.s = {B, Hq, T, T};
+  v.s_str = {Hq * T * T, T * T, T, 1};
+  v.s_t_str = {Hq * T * T, T * T, 1, T};
+  v.row = {B, Hq, T, 1};
+  v.row_str = {Hq * T, T, 1, 1};
+  v.batch = {B, 1, 1, 1};
+  v.batch_str = {1, 1, 1, 1};
+  return v;
+}
+
+// y = x where column <= row (key position <= query position), else -inf.
+Tensor causal_mask(GraphBuilder& g, const Views& v, Tensor x, Tensor neg_inf) {
+  Tensor row = g.virtual_tensor(CUDNN_DATA_INT32, v.s, v.s_str);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, row, x, nullptr, nullptr, CUDNN_DATA_FLOAT, 2);
+  Tensor col = g.virtual_tensor(CUDNN_DATA_INT32, v.s, v.s_str);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, col, x, nullptr, nullptr, CUDNN_DATA_FLOAT, 3);
+  Tensor keep = g.virtual_tensor(CUDNN_DATA_BOOLEAN, v.s, v.s_str);
+  g.pointwise(CUDNN_POINTWISE_CMP_GE, keep, row, col, nullptr, CUDNN_DATA_BOOLEAN);
+  Tensor y = g.virtual_tensor(CUDNN_DATA_FLOAT, v.s, v.s_str);
+  g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, y, x, neg_inf, keep);
+  return y;
+}
+
+// y = x where row < seq_len_q and column < seq_len_kv, else -inf (the "padded batch" mask).
+Tensor padding_mask(GraphBuilder& g, const Views& v, Tensor x, Tensor neg_inf, Tensor seq_q, Tensor seq_kv) {
+  Tensor row = g.virtual_tensor(CUDNN_DATA_INT32, v.s, v.s_str);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, row, x, nullptr, nullptr, CUDNN_DATA_INT32, 2);
+  Tensor col = g.virtual_tensor(CUDNN_DATA_INT32, v.s, v.s_str);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, col, x, nullptr, nullptr, CUDNN_DATA_INT32, 3);
+  Tensor row_ok = g.virtual_tensor(CUDNN_DATA_BOOLEAN, v.s, v.s_str);
+  g.pointwise(CUDNN_POINTWISE_CMP_LT, row_ok, row, seq_q, nullptr, CUDNN_DATA_BOOLEAN);
+  Tensor col_ok = g.virtual_tensor(CUDNN_DATA_BOOLEAN, v.s, v.s_str);
+  g.pointwise(CUDNN_POINTWISE_CMP_LT, col_ok, col, seq_kv, nullptr, CUDNN_DATA_BOOLEAN);
+  Tensor keep = g.virtual_tensor(CUDNN_DATA_BOOLEAN, v.s, v.s_str);
+  g.pointwise(CUDNN_POINTWISE_LOGICAL_AND, keep, row_ok, col_ok, nullptr, CUDNN_DATA_BOOLEAN);
+  Tensor y = g.virtual_tensor(CUDNN_DATA_FLOAT, v.s, v.s_str);
+  g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, y, x, neg_inf, keep);
+  return y;
+}
+
+std::string describe(const char* which, int64_t B, const AttnShape& a) {
+  return fmt::format("the attention {} graph (B={}, T={}, heads {}:{}, head_dim {})", which, B, a.T, a.n_heads,
+                     a.n_kv_heads, a.head_dim);
+}
+
+cudnn::ExecutionPlan build_forward(cudnnHandle_t handle, int64_t B, const AttnShape& a) {
+  GraphBuilder g(handle);
+  Views v = views(B, a);
+  Tensor q = g.tensor(kQ, CUDNN_DATA_BFLOAT16, v.q, v.q_str);
+  Tensor kt = g.tensor(kK, CUDNN_DATA_BFLOAT16, v.kt, v.kt_str);
+  Tensor val = g.tensor(kV, CUDNN_DATA_BFLOAT16, v.kv, v.kv_str);
+  Tensor o = g.tensor(kO, CUDNN_DATA_BFLOAT16, v.o, v.o_str);
+  Tensor stats = g.tensor(kStats, CUDNN_DATA_FLOAT, v.row, v.row_str);
+  Tensor scale = g.scalar(kScale, CUDNN_DATA_FLOAT);
+  Tensor neg_inf = g.scalar(kNegInf, CUDNN_DATA_FLOAT);
+
+  Tensor s = g.virtual_tensor(CUDNN_DATA_FLOAT, v.s, v.s_str);
+  g.matmul(s, q, kt);
+  Tensor scaled = g.virtual_tensor(CUDNN_DATA_FLOAT, v.s, v.s_str);
+  g.pointwise(CUDNN_POINTWISE_MUL, scaled, s, scale);
+  Tensor masked = causal_mask(g, v, scaled, neg_inf);
+
+  // Softmax, keeping its statistics: stats = max + log(sum exp(x - max)), the natural-log logsumexp.
+  Tensor max = g.virtual_tensor(CUDNN_DATA_FLOAT, v.row, v.row_str);
+  g.reduction(CUDNN_REDUCE_TENSOR_MAX, max, masked);
+  Tensor centered = g.virtual_tensor(CUDNN_DATA_FLOAT, v.s, v.s_str);
+  g.pointwise(CUDNN_POINTWISE_SUB, centered, masked, max);
+  Tensor e = g.virtual_tensor(CUDNN_DATA_FLOAT, v.s, v.s_str);
+  g.pointwise(CUDNN_POINTWISE_EXP, e, centered);
+  Tensor sum = g.virtual_tensor(CUDNN_DATA_FLOAT, v.row, v.row_str);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, sum, e);
+  Tensor log_sum = g.virtual_tensor(CUDNN_DATA_FLOAT, v.row, v.row_str);
+  g.pointwise(CUDNN_POINTWISE_LOG, log_sum, sum);
+  g.pointwise(CUDNN_POINTWISE_ADD, stats, max, log_sum);
+  Tensor p = g.virtual_tensor(CUDNN_DATA_BFLOAT16, v.s, v.s_str);  // the P @ V operand is bf16, like Q
+  g.pointwise(CUDNN_POINTWISE_DIV, p, e, sum);
+
+  g.matmul(o, p, val);
+  return g.build(describe("forward", B, a));
+}
+
+// dX for X in {K, V}: per query head into a packed virtual, then summed over each GQA group into the
+// strided slot in dqkv; without GQA straight into the slot.
+void grad_per_kv_head(GraphBuilder& g, const Views& v, const AttnShape& a, Tensor dx, Tensor lhs_t, Tensor rhs,
+                      Tensor m_override, Tensor k_override) {
+  if (a.n_heads == a.n_kv_heads) {
+    g.matmul(dx, lhs_t, rhs, m_override, nullptr, k_override);
+    return;
+  }
+  Tensor per_q_head = g.virtual_tensor(CUDNN_DATA_BFLOAT16, v.o, v.o_heads_str);
+  g.matmul(per_q_head, lhs_t, rhs, m_override, nullptr, k_override);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, dx, per_q_head);
+}
+
+// The backward. With `padded`, the batch is described as padded to its own length T (seq_len tensors all
+// equal to T, so nothing is masked): cuDNN up to 9.15 needs this for a T that is not a multiple of 128.
+// dQ is written directly by the last matmul (no f32 dQ accumulator): that is the form for which cuDNN's
+// Hopper backward uses its deterministic dP-workspace kernel instead of atomics.
+cudnn::ExecutionPlan build_backward(cudnnHandle_t handle, int64_t B, const AttnShape& a, bool padded) {
+  GraphBuilder g(handle);
+  Views v = views(B, a);
+  Tensor q = g.tensor(kQ, CUDNN_DATA_BFLOAT16, v.q, v.q_str);
+  Tensor kt = g.tensor(kK, CUDNN_DATA_BFLOAT16, v.kt, v.kt_str);
+  Tensor vt = g.tensor(kV, CUDNN_DATA_BFLOAT16, v.kt, v.kt_str);
+  Tensor o = g.tensor(kO, CUDNN_DATA_BFLOAT16, v.o, v.o_str);
+  Tensor stats = g.tensor(kStats, CUDNN_DATA_FLOAT, v.row, v.row_str);
+  Tensor d_o = g.tensor(kDO, CUDNN_DATA_BFLOAT16, v.o, v.o_str);
+  Tensor dq = g.tensor(kDQ, CUDNN_DATA_BFLOAT16, v.q, v.q_str);
+  Tensor dk = g.tensor(kDK, CUDNN_DATA_BFLOAT16, v.kv, v.kv_str);
+  Tensor dv = g.tensor(kDV, CUDNN_DATA_BFLOAT16, v.kv, v.kv_str);
+  Tensor softmax_sum = g.tensor(kSoftmaxSum, CUDNN_DATA_FLOAT, v.row, v.row_str);
+  Tensor scale = g.scalar(kScale, CUDNN_DATA_FLOAT);
+  Tensor neg_inf = g.scalar(kNegInf, CUDNN_DATA_FLOAT);
+  Tensor neg_inf_padding = padded ? g.scalar(kNegInfPadding, CUDNN_DATA_FLOAT) : nullptr;
+  Tensor one = g.scalar(kOne, CUDNN_DATA_FLOAT);
+  Tensor seq_q = padded ? g.tensor(kSeqLenQ, CUDNN_DATA_INT32, v.batch, v.batch_str) : nullptr;
+  Tensor seq_kv = padded ? g.tensor(kSeqLenKV, CUDNN_DATA_INT32, v.batch, v.batch_str) : nullptr;
+
+  // softmax_sum = rowsum(dO * O): the softmax backward's correction term, kept in memory.
+  Tensor do_o = g.virtual_tensor(CUDNN_DATA_FLOAT, v.o, v.o_str);
+  g.pointwise(CUDNN_POINTWISE_MUL, do_o, d_o, o);
+  Tensor row_sum = g.virtual_tensor(CUDNN_DATA_FLOAT, v.row, v.row_str);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, row_sum, do_o);
+  g.pointwise(CUDNN_POINTWISE_MUL, softmax_sum, row_sum, one);
+
+  // P = exp(S * scale (masked) - stats), recomputed.
+  Tensor s = g.virtual_tensor(CUDNN_DATA_FLOAT, v.s, v.s_str);
+  g.matmul(s, q, kt, seq_q, seq_kv);
+  Tensor scaled = g.virtual_tensor(CUDNN_DATA_FLOAT, v.s, v.s_str);
+  g.pointwise(CUDNN_POINTWISE_MUL, scaled, s, scale);
+  if (padded) scaled = padding_mask(g, v, scaled, neg_inf_padding, seq_q, seq_kv);
+  Tensor shifted = g.virtual_tensor(CUDNN_DATA_FLOAT, v.s, v.s_str);
+  g.pointwise(CUDNN_POINTWISE_SUB, shifted, scaled, stats);
+  Tensor masked = causal_mask(g, v, shifted, neg_inf);
+  Tensor p = g.virtual_tensor(CUDNN_DATA_FLOAT, v.s, v.s_str);
+  g.pointwise(CUDNN_POINTWISE_EXP, p, masked);
+
+  // dV = P^T dO.
+  Tensor p_t = g.virtual_tensor(CUDNN_DATA_BFLOAT16, v.s, v.s_t_str);
+  g.reshape(p_t, p);
+  grad_per_kv_head(g, v, a, dv, p_t, d_o, seq_kv, seq_q);
+
+  // dS = P * (dO V^T - softmax_sum) * scale.
+  Tensor dp = g.virtual_tensor(CUDNN_DATA_FLOAT, v.s, v.s_str);
+  g.matmul(dp, d_o, vt, seq_q, seq_kv);
+  Tensor dp_centered = g.virtual_tensor(CUDNN_DATA_FLOAT, v.s, v.s_str);
+  g.pointwise(CUDNN_POINTWISE_SUB, dp_centered, dp, softmax_sum);
+  Tensor dp_p = g.virtual_tensor(CUDNN_DATA_FLOAT, v.s, v.s_str);
+  g.pointwise(CUDNN_POINTWISE_MUL, dp_p, dp_centered, p);
+  Tensor ds = g.virtual_tensor(CUDNN_DATA_FLOAT, v.s, v.s_str);
+  g.pointwise(CUDNN_POINTWISE_MUL, ds, dp_p, scale);
+
+  // dK = dS^T Q.
+  Tensor ds_t = g.virtual_tensor(CUDNN_DATA_BFLOAT16, v.s, v.s_t_str);
+  g.reshape(ds_t, ds);
+  grad_per_kv_head(g, v, a, dk, ds_t, q, seq_kv, seq_q);
+
+  // dQ = dS K, with K the un-transposed view of the K^T input.
+  Tensor k = g.virtual_tensor(CUDNN_DATA_FLOAT, v.kv, v.kv_str);
+  g.reshape(k, kt);
+  g.matmul(dq, ds, k, seq_q, nullptr, seq_kv);
+  return g.build(describe("backward", B, a));
+}
+
+struct PlanKey {
+  int64_t B, T, Hq, Hkv, hd;
+  bool backward;
+  auto operator<=>(const PlanKey&) const = default;
+};
+
+struct Plan {
+  cudnn::ExecutionPlan exec;
+  int64_t batch_group = 0;    // rows per execution (the backward runs B / batch_group times)
+  bool padded = false;
+  // Per-row lengths, all T (padded backward only): q lengths first, kv lengths from kv_lens_offset, a
+  // multiple of 64 entries so that both arrays keep the 16-byte alignment their tensors declare.
+  int32_t* seq_lens = nullptr;
+  int64_t kv_lens_offset = 0;
+};
+
+// The largest divisor of B whose dP workspace fits the budget (at least 1).
+int64_t backward_batch_group(const AttnShape& a) {
+  int64_t t_pad = (int64_t(a.T) + 63) / 64 * 64;
+  int64_t per_row = int64_t(a.n_heads) * t_pad * t_pad * 2;
+  int64_t group = 1;
+  for (int64_t g = 1; g <= a.B; g++)
+    if (a.B % g == 0 && g * per_row <= int64_t(CudnnAttention::kBackwardWorkspaceBudget)) group = g;
+  return group;
+}
+
+}  // namespace
+
+struct CudnnAttention::Impl {
+  cudaStream_t stream = nullptr;
+  DeviceAlloc alloc;
+  cudnnHandle_t handle = nullptr;
+  GrowingBuffer workspace, softmax_sum;
+  size_t seq_len_bytes = 0;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans;
+  // By-value scalars: cuDNN reads them from these host addresses at each execution.
+  float neg_inf = -std::numeric_limits<float>::infinity();
+  float one = 1.0f;
+
+  const Plan& plan_for(const AttnShape& a, bool backward);
+  void* workspace_for(const Plan& p) {
+    return workspace.ensure(alloc, size_t(p.exec.workspace_bytes()), "cuDNN attention workspace");
+  }
+};
+
+const Plan& CudnnAttention::Impl::plan_for(const AttnShape& a, bool backward) {
+  PlanKey key{a.B, a.T, a.n_heads, a.n_kv_heads, a.head_dim, backward};
+  auto it = plans.find(key);
+  if (it != plans.end()) return *it->second;
+
+  int64_t group = backward ? backward_batch_group(a) : a.B;
+  bool padded = backward && a.T % 128 != 0;
+  auto exec = backward ? build_backward(handle, group, a, padded) : build_forward(handle, group, a);
+  auto plan = std::make_unique<Plan>(Plan{std::move(exec), group, padded, nullptr, 0});
+  log::debug("cuDNN attention {} plan for B={} T={} heads {}:{} hd {}: engine {}, workspace {} bytes, {} row(s) "
+             "per execution{}",
+             backward ? "backward" : "forward", a.B, a.T, a.n_heads, a.n_kv_heads, a.head_dim, plan->exec.engine(),
+             plan->exec.workspace_bytes(), group, plan->exec.deterministic() ? "" : ", nondeterministic");
+  if (padded) {
+    // First use of this shape: the per-row lengths (all T) are written once and never change.
+    plan->kv_lens_offset = (group + 63) / 64 * 64;
+    size_t bytes = size_t(2 * plan->kv_lens_offset) * sizeof(int32_t);
+    plan->seq_lens = static_cast<int32_t*>(alloc.allocate(bytes, "cuDNN attention sequence lengths"));
+    seq_len_bytes += bytes;
+    std::vector<int32_t> lens(size_t(2 * plan->kv_lens_offset), a.T);
+    TK_CUDA_CHECK(cudaMemcpyAsync(plan->seq_lens, lens.data(), bytes, cudaMemcpyHostToDevice, stream));
+    TK_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  return *plans.emplace(key, std::move(plan)).first->second;
+}
+
+CudnnAttention::CudnnAttention(cudaStream_t stream, const DeviceAlloc& alloc) : impl_(std::make_unique<Impl>()) {
+  int64_t version = cudnn_version();
+  TK_CHECK(version >= 90000, "the CUDA attention needs cuDNN 9 or newer; this machine has cuDNN {}", version);
+  impl_->stream = stream;
+  impl_->alloc = alloc;
+  TK_CUDNN_CHECK(cudnnCreate(&impl_->handle));
+  TK_CUDNN_CHECK(cudnnSetStream(impl_->handle, stream));
+  // cuDNN before 9.10 masks with the lowest finite float rather than -inf.
+  if (version < 91000) impl_->neg_inf = std::numeric_limits<float>::lowest();
+}
+
+CudnnAttention::~CudnnAttention() {
+  impl_->plans.clear();
+  if (impl_->handle) cudnnDestroy(impl_->handle);
+}
+
+int64_t CudnnAttention::cudnn_version() { return int64_t(cudnnGetVersion()); }
+
+size_t CudnnAttention::workspace_bytes() const {
+  return impl_->workspace.bytes() + impl_->softmax_sum.bytes() + impl_->seq_len_bytes;
+}
+
+namespace {
+
+void check_shape(const AttnShape& a) {
+  TK_CHECK(a.B > 0 && a.T > 0 && a.n_heads > 0 && a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0,
+           "attention shape B={} T={} heads {}:{} is not valid (query heads must be a multiple of kv heads)", a.B,
+           a.T, a.n_heads, a.n_kv_heads);
+  TK_CHECK(a.head_dim % 8 == 0 && a.head_dim <= 256,
+           "the CUDA attention supports head_dim a multiple of 8 up to 256, not {}", a.head_dim);
+}
+
+}  // namespace
+
+void CudnnAttention::forward(bf16* out, float* lse, const bf16* qkv, const AttnShape& s) {
+  check_shape(s);
+  const Plan& plan = impl_->plan_for(s, false);
+  void* workspace = impl_->workspace_for(plan);
+  float scale = 1.0f / std::sqrt(float(s.head_dim));
+  int64_t hd = s.head_dim;
+  auto* base = const_cast<bf16*>(qkv);
+  std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
+  std::vector<void*> ptrs = {base, base + s.n_heads * hd, base + (s.n_heads + s.n_kv_heads) * hd, out, lse, &scale,
+                             &impl_->neg_inf};
+  plan.exec.execute(impl_->handle, uids, ptrs, workspace);
+}
+
+void CudnnAttention::backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
+                              const AttnShape& s) {
+  check_shape(s);
+  const Plan& plan = impl_->plan_for(s, true);
+  void* workspace = impl_->workspace_for(plan);
+  int64_t group = plan.batch_group, T = s.T, hd = s.head_dim, Hq = s.n_heads;
+  auto* softmax_sum = static_cast<float*>(
+      impl_->softmax_sum.ensure(impl_->alloc, size_t(group * Hq * T) * sizeof(float), "cuDNN attention row sums"));
+  float scale = 1.0f / std::sqrt(float(hd));
+  int64_t k_off = Hq * hd, v_off = (Hq + s.n_kv_heads) * hd;
+  int64_t qkv_rows = group * T * int64_t(s.qkv_width()), o_rows = group * T * Hq * hd, lse_rows = group * Hq * T;
+
+  std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kScale, kNegInf, kOne, kSoftmaxSum};
+  if (plan.padded) uids.insert(uids.end(), {kNegInfPadding, kSeqLenQ, kSeqLenKV});
+  for (int64_t b0 = 0; b0 < s.B; b0 += group) {
+    auto* x = const_cast<bf16*>(qkv) + (b0 / group) * qkv_rows;
+    bf16* dx = dqkv + (b0 / group) * qkv_rows;
+    auto* o = const_cast<bf16*>(out) + (b0 / group) * o_rows;
+    auto* d_o = const_cast<bf16*>(dout) + (b0 / group) * o_rows;
+    auto* stats = const_cast<float*>(lse) + (b0 / group) * lse_rows;
+    std::vector<void*> ptrs = {x,      x + k_off,          x + v_off,   o,           stats,
+                               d_o,    dx,                 dx + k_off,  dx + v_off,  &scale,
+                               &impl_->neg_inf, &impl_->one, softmax_sum};
+    if (plan.padded) ptrs.insert(ptrs.end(), {&impl_->neg_inf, plan.seq_lens, plan.seq_lens + plan.kv_lens_offset});
+    plan.exec.execute(impl_->handle, uids, ptrs, workspace);
+  }
+}
+
+}  // namespace tk::cuda

@@ -1,0 +1,210 @@
+// Fused LM head + cross-entropy. For each chunk of `rows` tokens:
+//   1. logits[rows, V] = x_chunk w^T                      (cuBLASLt, bf16 out, f32 accumulate)
+//   2. one block per row: f32 online logsumexp over V, loss = lse - logit[target], and, when a gradient is
+//      wanted, dlogits = (softmax - onehot) * grad_scale written in place over the logits (bf16)
+//   3. dx_chunk = dlogits w;  dw += dlogits^T x_chunk      (cuBLASLt)
+// Why chunks of tokens rather than of the vocabulary: a token's loss needs the logsumexp over the whole
+// vocabulary before any of its dlogits can be written. With vocabulary chunks the logits would have to be
+// made twice (one pass for the logsumexp, a second to form dlogits): four LM-head GEMMs instead of three.
+// With token chunks each row's full logits are at hand, so the three GEMMs are the minimum, and memory is
+// still bounded by the chunk (rows x V bf16), never the f32 [N, V] logits.
+#include "ops/cuda/cross_entropy.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "ops/cuda/cuda_check.h"
+
+namespace tk::cuda {
+
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kVec = 8;       // bf16 per 16-byte load
+constexpr int kInFlight = 4;  // 16-byte loads each thread issues before using the first
+
+// A running (max, sum of exp(v - max)) pair: the online softmax state of a set of logits.
+struct MaxSum {
+  float m, s;
+};
+
+__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
+  if (a.m == -INFINITY) return b;
+  if (b.m == -INFINITY) return a;
+  float m = fmaxf(a.m, b.m);
+  return {m, a.s * __expf(a.m - m) + b.s * __expf(b.m - m)};
+}
+
+__device__ __forceinline__ MaxSum add_values(MaxSum acc, const float* v, int n) {
+  float vmax = v[0];
+  for (int i = 1; i < n; i++) vmax = fmaxf(vmax, v[i]);
+  float s = 0.0f;
+  for (int i = 0; i < n; i++) s += __expf(v[i] - vmax);
+  return merge(acc, {vmax, s});
+}
+
+// Reduces one MaxSum per thread to the whole block's, in a fixed tree order (deterministic).
+__device__ MaxSum block_reduce(MaxSum x) {
+  __shared__ MaxSum warp_results[kThreads / 32];
+  for (int offset = 16; offset > 0; offset /= 2) {
+    MaxSum other{__shfl_xor_sync(0xffffffffu, x.m, offset), __shfl_xor_sync(0xffffffffu, x.s, offset)};
+    x = merge(x, other);
+  }
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) warp_results[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    x = lane < kThreads / 32 ? warp_results[lane] : MaxSum{-INFINITY, 0.0f};
+    for (int offset = 16; offset > 0; offset /= 2) {
+      MaxSum other{__shfl_xor_sync(0xffffffffu, x.m, offset), __shfl_xor_sync(0xffffffffu, x.s, offset)};
+      x = merge(x, other);
+    }
+    if (lane == 0) warp_results[0] = x;
+  }
+  __syncthreads();
+  return warp_results[0];
+}
+
+// A row of V bf16 split into a scalar head (up to the first 16-byte boundary), a body of 16-byte vectors
+// and a scalar tail: rows of an odd vocabulary (50257) start at any even address.
+struct RowSplit {
+  int64_t head, n_vec, tail_start;
+};
+
+__device__ __forceinline__ RowSplit split_row(const bf16* row, int64_t V) {
+  auto addr = reinterpret_cast<uintptr_t>(row);
+  int64_t head = int64_t((16 - addr % 16) % 16) / int64_t(sizeof(bf16));
+  head = head < V ? head : V;
+  int64_t n_vec = (V - head) / kVec;
+  return {head, n_vec, head + n_vec * kVec};
+}
+
+__device__ __forceinline__ void unpack(const uint4& raw, float* v) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < kVec / 2; i++) {
+    float2 f = __bfloat1622float2(h[i]);
+    v[2 * i] = f.x;
+    v[2 * i + 1] = f.y;
+  }
+}
+
+// Pass 1: this thread's share of the row's (max, sum exp).
+__device__ MaxSum row_max_sum(const bf16* row, int64_t V, RowSplit sp) {
+  MaxSum acc{-INFINITY, 0.0f};
+  for (int64_t i = threadIdx.x; i < sp.head; i += kThreads) {
+    float v = __bfloat162float(row[i]);
+    acc = add_values(acc, &v, 1);
+  }
+  const uint4* body = reinterpret_cast<const uint4*>(row + sp.head);
+  for (int64_t base = threadIdx.x; base < sp.n_vec; base += int64_t(kThreads) * kInFlight) {
+    uint4 raw[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; u++) {
+      int64_t i = base + int64_t(u) * kThreads;
+      if (i < sp.n_vec) raw[u] = __ldg(body + i);
+    }
+#pragma unroll
+    for (int u = 0; u < kInFlight; u++) {
+      if (base + int64_t(u) * kThreads < sp.n_vec) {
+        float v[kVec];
+        unpack(raw[u], v);
+        acc = add_values(acc, v, kVec);
+      }
+    }
+  }
+  for (int64_t i = sp.tail_start + threadIdx.x; i < V; i += kThreads) {
+    float v = __bfloat162float(row[i]);
+    acc = add_values(acc, &v, 1);
+  }
+  return acc;
+}
+
+__device__ __forceinline__ float dlogit(float v, int64_t col, float lse, int64_t target, float scale) {
+  float p = __expf(v - lse);
+  return (p - (col == target ? 1.0f : 0.0f)) * scale;
+}
+
+// Pass 2: dlogits = (softmax - onehot(target)) * scale, in place (scale 0 writes zeros: ignored rows).
+__device__ void write_dlogits(bf16* row, int64_t V, RowSplit sp, float lse, int64_t target, float scale) {
+  for (int64_t i = threadIdx.x; i < sp.head; i += kThreads)
+    row[i] = __float2bfloat16(dlogit(__bfloat162float(row[i]), i, lse, target, scale));
+  uint4* body = reinterpret_cast<uint4*>(row + sp.head);
+  for (int64_t base = threadIdx.x; base < sp.n_vec; base += int64_t(kThreads) * kInFlight) {
+    uint4 raw[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; u++) {
+      int64_t i = base + int64_t(u) * kThreads;
+      if (i < sp.n_vec) raw[u] = body[i];
+    }
+#pragma unroll
+    for (int u = 0; u < kInFlight; u++) {
+      int64_t i = base + int64_t(u) * kThreads;
+      if (i < sp.n_vec) {
+        float v[kVec];
+        unpack(raw[u], v);
+        int64_t col0 = sp.head + i * kVec;
+        uint4 out;
+        __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+        for (int j = 0; j < kVec / 2; j++) {
+          o[j] = __floats2bfloat162_rn(dlogit(v[2 * j], col0 + 2 * j, lse, target, scale),
+                                       dlogit(v[2 * j + 1], col0 + 2 * j + 1, lse, target, scale));
+        }
+        body[i] = out;
+      }
+    }
+  }
+  for (int64_t i = sp.tail_start + threadIdx.x; i < V; i += kThreads)
+    row[i] = __float2bfloat16(dlogit(__bfloat162float(row[i]), i, lse, target, scale));
+}
+
+// One block per token row of the chunk.
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_rows(bf16* logits, float* losses, const int32_t* targets, int64_t V, float grad_scale,
+                       int ignore_index, bool write_grad) {
+  bf16* row = logits + int64_t(blockIdx.x) * V;
+  RowSplit sp = split_row(row, V);
+  MaxSum total = block_reduce(row_max_sum(row, V, sp));
+  float lse = total.m + logf(total.s);
+
+  int64_t target = targets[blockIdx.x];
+  bool ignored = target == ignore_index;
+  bool in_range = target >= 0 && target < V;
+  if (threadIdx.x == 0) {
+    float loss = ignored ? 0.0f : in_range ? lse - __bfloat162float(row[target]) : NAN;
+    losses[blockIdx.x] = loss;
+  }
+  if (!write_grad) return;
+  __syncthreads();  // row[target] is read above before pass 2 overwrites it
+  write_dlogits(row, V, sp, lse, in_range ? target : -1, ignored ? 0.0f : grad_scale);
+}
+
+}  // namespace
+
+int64_t lm_head_chunk_rows(int64_t N, int64_t V, size_t budget_bytes) {
+  int64_t fit = int64_t(budget_bytes / (size_t(V) * sizeof(bf16)));
+  int64_t rows = std::max<int64_t>(128, fit / 128 * 128);
+  return std::min(rows, N);
+}
+
+void lm_head_cross_entropy(Matmul& matmul, bf16* logits, int64_t chunk_rows, float* losses, bf16* dx, float* dw,
+                           const bf16* x, const bf16* w, const int32_t* targets, int64_t N, int64_t d, int64_t V,
+                           float grad_scale, int ignore_index, cudaStream_t stream) {
+  TK_CUDA_REQUIRE(chunk_rows > 0 && N > 0 && d > 0 && V > 0,
+                  "lm_head_cross_entropy needs a non-empty shape, got N=%lld d=%lld V=%lld", (long long)N,
+                  (long long)d, (long long)V);
+  bool want_grad = dx != nullptr || dw != nullptr;
+  for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
+    int64_t rows = std::min(chunk_rows, N - r0);
+    const bf16* x_chunk = x + r0 * d;
+    matmul.linear_forward(logits, x_chunk, w, nullptr, rows, d, V);
+    cross_entropy_rows<<<unsigned(rows), kThreads, 0, stream>>>(logits, losses + r0, targets + r0, V, grad_scale,
+                                                                 ignore_index, want_grad);
+    TK_CUDA_CHECK_LAUNCH();
+    if (dx) matmul.linear_backward_input(dx + r0 * d, logits, w, rows, d, V);
+    if (dw) matmul.linear_backward_weight(dw, logits, x_chunk, rows, d, V);
+  }
+}
+
+}  // namespace tk::cuda

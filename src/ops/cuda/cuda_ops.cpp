@@ -1,0 +1,576 @@
+// CudaOps: checks each op's tensors against ops.h (a schedule bug reads as a sentence, not a fault inside
+// a kernel), then hands raw pointers to the kernels (kernels.h), cuBLASLt (matmul_cublaslt.h), cuDNN
+// (attention_cudnn.h) and the fused LM head (cross_entropy.h), all on one stream.
+//
+// Memory: every allocation is cudaMalloc'd and recorded under a label. Scratch that an op needs (reduction
+// partials, the RoPE table, the logits chunk, cuDNN's workspace, ...) follows GrowingBuffer's rule: made
+// on the op's first use and grown only when a larger shape first asks, so only a run's first step allocates.
+#include "ops/cuda/cuda_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "ops/cuda/attention_cudnn.h"
+#include "ops/cuda/attention_decode.h"
+#include "ops/cuda/cross_entropy.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/device_alloc.h"
+#include "ops/cuda/kernels.h"
+#include "ops/cuda/matmul_cublaslt.h"
+
+namespace tk {
+
+using cuda::bf16;
+
+namespace {
+
+// Host <-> device f32 conversions go through a staging buffer of this many floats at a time.
+constexpr int64_t kStagingFloats = int64_t(16) << 20;  // 64 MiB
+
+std::string shape_string(DType dt, std::initializer_list<int64_t> dims) {
+  std::string s = fmt::format("{}[", dtype_name(dt));
+  int i = 0;
+  for (int64_t d : dims) s += fmt::format("{}{}", i++ ? ", " : "", d);
+  return s + "]";
+}
+
+// `t` must be present with dtype `dt` and `dims` elements; a view of the same elements in another rank is
+// accepted (qkv as [N, W] or [B, T, H, hd]), a view of the same rank must match exactly.
+void expect(const Tensor& t, DType dt, std::initializer_list<int64_t> dims, const char* op, const char* what) {
+  TK_CHECK(!t.empty(), "{}: the tensor {} is required but was not given", op, what);
+  int64_t numel = 1;
+  bool same_shape = t.ndim == int(dims.size());
+  int i = 0;
+  for (int64_t d : dims) {
+    numel *= d;
+    if (same_shape && t.shape[i] != d) same_shape = false;
+    i++;
+  }
+  bool ok = t.dtype == dt && t.numel() == numel && (t.ndim != int(dims.size()) || same_shape);
+  TK_CHECK(ok, "{}: {} is {} but must be {}", op, what, t.describe(), shape_string(dt, dims));
+}
+
+void expect_optional(const Tensor& t, DType dt, std::initializer_list<int64_t> dims, const char* op,
+                     const char* what) {
+  if (!t.empty()) expect(t, dt, dims, op, what);
+}
+
+template <class T>
+T* ptr(const Tensor& t) {
+  return static_cast<T*>(t.data);
+}
+
+// Rows of the last dimension: x[..., d] has numel / d rows.
+int64_t rows_of(const Tensor& x, int64_t d, const char* op) {
+  TK_CHECK(d > 0 && x.numel() % d == 0, "{}: {} is not rows of width {}", op, x.describe(), d);
+  return x.numel() / d;
+}
+
+void check_attn_shape(const AttnShape& s, const char* op) {
+  TK_CHECK(s.B > 0 && s.T > 0 && s.n_heads > 0 && s.n_kv_heads > 0 && s.head_dim > 0 &&
+               s.n_heads % s.n_kv_heads == 0,
+           "{}: the attention shape B={} T={} heads={} kv_heads={} head_dim={} is not valid", op, s.B, s.T,
+           s.n_heads, s.n_kv_heads, s.head_dim);
+}
+
+void reject_segment_ids(const Tensor& segment_ids, const char* op) {
+  TK_CHECK(segment_ids.empty(),
+           "{}: document masking (segment ids) is not supported on CUDA yet; train without document masking "
+           "(positions still restart per document only on the CPU backend)",
+           op);
+}
+
+std::string human_bytes(size_t b) {
+  if (b >= (size_t(1) << 30)) return fmt::format("{:.2f} GiB", double(b) / double(size_t(1) << 30));
+  if (b >= (size_t(1) << 20)) return fmt::format("{:.1f} MiB", double(b) / double(size_t(1) << 20));
+  return fmt::format("{:.1f} KiB", double(b) / 1024.0);
+}
+
+}  // namespace
+
+struct CudaOps::Impl {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  struct Allocation {
+    size_t bytes;
+    std::string label;
+  };
+  std::map<void*, Allocation> allocations;
+  size_t allocated = 0;
+  cuda::DeviceAlloc alloc;  // hands CudaOps::allocate / release to the building blocks
+
+  std::unique_ptr<cuda::Matmul> matmul;
+  std::unique_ptr<cuda::CudnnAttention> attention;
+
+  // Scratch, each with GrowingBuffer's rule.
+  cuda::GrowingBuffer staging, embedding_scratch, rmsnorm_scratch, rope_scratch, rope_table, logits,
+      grad_norm_scratch, adamw_table;
+  int rope_table_pos = 0, rope_table_hd = 0;
+  float rope_table_theta = 0;
+  size_t logits_budget = cuda::kLogitsChunkBudgetBytes;
+  std::vector<cuda::AdamWSegment> adamw_segments;  // the table now on the device
+  int adamw_blocks = 0;
+
+  const float2* rope_table_for(int max_pos, int hd, float theta);
+};
+
+const float2* CudaOps::Impl::rope_table_for(int max_pos, int hd, float theta) {
+  if (max_pos != rope_table_pos || hd != rope_table_hd || theta != rope_table_theta) {
+    void* p = rope_table.ensure(alloc, cuda::rope_table_bytes(max_pos, hd), "RoPE cos/sin table");
+    cuda::rope_table_fill(static_cast<float2*>(p), max_pos, hd, theta, stream);
+    rope_table_pos = max_pos;
+    rope_table_hd = hd;
+    rope_table_theta = theta;
+  }
+  return static_cast<const float2*>(rope_table.data());
+}
+
+CudaOps::CudaOps(int device) : impl_(std::make_unique<Impl>()) {
+  TK_CHECK(cuda_available(), "no CUDA device is available (no GPU, or no working NVIDIA driver)");
+  impl_->device = device;
+  TK_CUDA_CHECK(cudaSetDevice(device));
+  TK_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
+  impl_->alloc.allocate = [this](size_t bytes, const char* label) { return allocate(bytes, label); };
+  impl_->alloc.release = [this](void* p) { release(p); };
+  impl_->matmul = std::make_unique<cuda::Matmul>(impl_->stream, impl_->alloc);
+  impl_->attention = std::make_unique<cuda::CudnnAttention>(impl_->stream, impl_->alloc);
+}
+
+CudaOps::~CudaOps() {
+  // Nothing may still run on memory about to be freed; errors are beyond reporting in a destructor.
+  cudaStreamSynchronize(impl_->stream);
+  impl_->attention.reset();
+  impl_->matmul.reset();
+  for (auto& [p, a] : impl_->allocations) cudaFree(p);
+  cudaStreamDestroy(impl_->stream);
+}
+
+std::unique_ptr<Ops> make_cuda_ops(int device) { return std::make_unique<CudaOps>(device); }
+
+// ---- memory ---------------------------------------------------------------------------------------
+
+void* CudaOps::allocate(size_t bytes, const char* label) {
+  void* p = nullptr;
+  cudaError_t err = cudaMalloc(&p, bytes ? bytes : 1);  // cudaMalloc aligns to at least 256 bytes
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky out-of-memory status
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    fail("out of GPU memory: {} for '{}' did not fit ({} already held by tokamak, {} free of {}); lower the "
+         "micro-batch or the sequence length ({})",
+         human_bytes(bytes), label, human_bytes(impl_->allocated), human_bytes(free_b), human_bytes(total_b),
+         cudaGetErrorString(err));
+  }
+  impl_->allocations[p] = {bytes, label};
+  impl_->allocated += bytes;
+  log::debug("cuda: allocated {} for {}", human_bytes(bytes), label);
+  return p;
+}
+
+void CudaOps::release(void* p) {
+  if (!p) return;
+  auto it = impl_->allocations.find(p);
+  TK_CHECK(it != impl_->allocations.end(), "release: {} was not allocated by this CUDA backend", p);
+  TK_CUDA_CHECK(cudaFree(p));
+  impl_->allocated -= it->second.bytes;
+  impl_->allocations.erase(it);
+}
+
+void CudaOps::zero(const Tensor& t) {
+  if (!t.empty()) TK_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.nbytes(), impl_->stream));
+}
+
+void CudaOps::upload_f32(const Tensor& dst, const float* src) {
+  TK_CHECK(!dst.empty() && (dst.dtype == DType::F32 || dst.dtype == DType::BF16),
+           "upload_f32: {} is not an f32 or bf16 tensor", dst.describe());
+  cudaStream_t s = impl_->stream;
+  int64_t n = dst.numel();
+  if (dst.dtype == DType::F32) {
+    TK_CUDA_CHECK(cudaMemcpyAsync(dst.data, src, size_t(n) * sizeof(float), cudaMemcpyHostToDevice, s));
+  } else {
+    int64_t chunk = std::min(n, kStagingFloats);
+    auto* staging = static_cast<float*>(impl_->staging.ensure(impl_->alloc, size_t(chunk) * 4, "f32 staging"));
+    for (int64_t i = 0; i < n; i += chunk) {
+      int64_t len = std::min(chunk, n - i);
+      TK_CUDA_CHECK(cudaMemcpyAsync(staging, src + i, size_t(len) * 4, cudaMemcpyHostToDevice, s));
+      cuda::f32_to_bf16(ptr<bf16>(dst) + i, staging, len, s);
+    }
+  }
+  synchronize();
+}
+
+void CudaOps::download_f32(float* dst, const Tensor& src) {
+  TK_CHECK(!src.empty() && (src.dtype == DType::F32 || src.dtype == DType::BF16),
+           "download_f32: {} is not an f32 or bf16 tensor", src.describe());
+  cudaStream_t s = impl_->stream;
+  int64_t n = src.numel();
+  if (src.dtype == DType::F32) {
+    TK_CUDA_CHECK(cudaMemcpyAsync(dst, src.data, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost, s));
+  } else {
+    int64_t chunk = std::min(n, kStagingFloats);
+    auto* staging = static_cast<float*>(impl_->staging.ensure(impl_->alloc, size_t(chunk) * 4, "f32 staging"));
+    for (int64_t i = 0; i < n; i += chunk) {
+      int64_t len = std::min(chunk, n - i);
+      cuda::bf16_to_f32(staging, ptr<bf16>(src) + i, len, s);
+      TK_CUDA_CHECK(cudaMemcpyAsync(dst + i, staging, size_t(len) * 4, cudaMemcpyDeviceToHost, s));
+    }
+  }
+  synchronize();
+}
+
+void CudaOps::upload(void* dst, const void* src, size_t bytes) {
+  // From pageable memory the call returns once `src` has been staged, so the caller may reuse it at once.
+  TK_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, impl_->stream));
+}
+
+void CudaOps::download(void* dst, const void* src, size_t bytes) {
+  TK_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, impl_->stream));
+  synchronize();
+}
+
+void CudaOps::synchronize() { TK_CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
+
+cudaStream_t CudaOps::stream() const { return impl_->stream; }
+int CudaOps::device() const { return impl_->device; }
+size_t CudaOps::allocated_bytes() const { return impl_->allocated; }
+void CudaOps::set_logits_chunk_budget(size_t bytes) { impl_->logits_budget = bytes; }
+
+std::string CudaOps::memory_report() const {
+  std::map<std::string, std::pair<size_t, int>> by_label;  // bytes, count
+  for (const auto& [p, a] : impl_->allocations) {
+    by_label[a.label].first += a.bytes;
+    by_label[a.label].second++;
+  }
+  std::vector<std::pair<std::string, std::pair<size_t, int>>> rows(by_label.begin(), by_label.end());
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const auto& x, const auto& y) { return x.second.first > y.second.first; });
+  std::string out;
+  for (const auto& [label, v] : rows) {
+    std::string count = v.second > 1 ? fmt::format(" (x{})", v.second) : "";
+    out += fmt::format("  {:>12}  {}{}\n", human_bytes(v.first), label, count);
+  }
+  out += fmt::format("  {:>12}  total on {}\n", human_bytes(impl_->allocated), cuda_device_name(impl_->device));
+  return out;
+}
+
+// ---- embedding ------------------------------------------------------------------------------------
+
+void CudaOps::embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& table) {
+  const char* op = "embedding_forward";
+  TK_CHECK(table.ndim == 2, "{}: table is {} but must be [V, d]", op, table.describe());
+  int64_t V = table.dim(0), d = table.dim(1), N = tokens.numel();
+  expect(table, DType::BF16, {V, d}, op, "table");
+  expect(tokens, DType::I32, {N}, op, "tokens");
+  expect(out, DType::BF16, {N, d}, op, "out");
+  // Token ids are checked against the vocabulary when the shards are opened (LoaderOptions::expect_vocab).
+  cuda::embedding_forward(ptr<bf16>(out), ptr<int32_t>(tokens), ptr<bf16>(table), N, int(d), impl_->stream);
+}
+
+void CudaOps::embedding_backward(const Tensor& dtable, const Tensor& tokens, const Tensor& dout) {
+  const char* op = "embedding_backward";
+  TK_CHECK(dtable.ndim == 2, "{}: dtable is {} but must be [V, d]", op, dtable.describe());
+  int64_t V = dtable.dim(0), d = dtable.dim(1), N = tokens.numel();
+  expect(dtable, DType::F32, {V, d}, op, "dtable");
+  expect(tokens, DType::I32, {N}, op, "tokens");
+  expect(dout, DType::BF16, {N, d}, op, "dout");
+  size_t bytes = cuda::embedding_backward_scratch_bytes(N, V, int(d));
+  void* scratch = impl_->embedding_scratch.ensure(impl_->alloc, bytes, "embedding backward scratch");
+  cuda::embedding_backward(ptr<float>(dtable), ptr<int32_t>(tokens), ptr<bf16>(dout), N, V, int(d), scratch, bytes,
+                           impl_->stream);
+}
+
+// ---- RMSNorm --------------------------------------------------------------------------------------
+
+void CudaOps::rmsnorm_forward(const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
+  const char* op = "rmsnorm_forward";
+  int64_t d = w.numel(), N = rows_of(x, d, op);
+  expect(w, DType::BF16, {d}, op, "w");
+  expect(x, DType::BF16, {N, d}, op, "x");
+  expect(y, DType::BF16, {N, d}, op, "y");
+  expect(rstd, DType::F32, {N}, op, "rstd");
+  cuda::rmsnorm_forward(ptr<bf16>(y), ptr<float>(rstd), ptr<bf16>(x), ptr<bf16>(w), N, int(d), eps, impl_->stream);
+}
+
+void CudaOps::residual_rmsnorm_forward(const Tensor& h_out, const Tensor& y, const Tensor& rstd, const Tensor& h_in,
+                                       const Tensor& x, const Tensor& w, float eps) {
+  const char* op = "residual_rmsnorm_forward";
+  int64_t d = w.numel(), N = rows_of(x, d, op);
+  expect(w, DType::BF16, {d}, op, "w");
+  expect(x, DType::BF16, {N, d}, op, "x");
+  expect(h_in, DType::BF16, {N, d}, op, "h_in");
+  expect(h_out, DType::BF16, {N, d}, op, "h_out");
+  expect(y, DType::BF16, {N, d}, op, "y");
+  expect(rstd, DType::F32, {N}, op, "rstd");
+  cuda::residual_rmsnorm_forward(ptr<bf16>(h_out), ptr<bf16>(y), ptr<float>(rstd), ptr<bf16>(h_in), ptr<bf16>(x),
+                                 ptr<bf16>(w), N, int(d), eps, impl_->stream);
+}
+
+void CudaOps::rmsnorm_backward(const Tensor& dh, const Tensor& dw, const Tensor& dy, const Tensor& dresidual,
+                               const Tensor& h, const Tensor& rstd, const Tensor& w) {
+  const char* op = "rmsnorm_backward";
+  int64_t d = w.numel(), N = rows_of(h, d, op);
+  expect(w, DType::BF16, {d}, op, "w");
+  expect(h, DType::BF16, {N, d}, op, "h");
+  expect(rstd, DType::F32, {N}, op, "rstd");
+  expect(dy, DType::BF16, {N, d}, op, "dy");
+  expect(dh, DType::BF16, {N, d}, op, "dh");
+  expect_optional(dresidual, DType::BF16, {N, d}, op, "dresidual");
+  expect_optional(dw, DType::F32, {d}, op, "dw");
+  size_t bytes = cuda::rmsnorm_backward_scratch_bytes(N, int(d));
+  void* scratch = impl_->rmsnorm_scratch.ensure(impl_->alloc, bytes, "rmsnorm backward partials");
+  cuda::rmsnorm_backward(ptr<bf16>(dh), ptr<float>(dw), ptr<bf16>(dy), ptr<bf16>(dresidual), ptr<bf16>(h),
+                         ptr<float>(rstd), ptr<bf16>(w), N, int(d), scratch, bytes, impl_->stream);
+}
+
+// ---- linear ---------------------------------------------------------------------------------------
+
+void CudaOps::linear_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) {
+  const char* op = "linear_forward";
+  TK_CHECK(w.ndim == 2, "{}: w is {} but must be [out, in]", op, w.describe());
+  int64_t out = w.dim(0), in = w.dim(1), N = rows_of(x, in, op);
+  expect(w, DType::BF16, {out, in}, op, "w");
+  expect(x, DType::BF16, {N, in}, op, "x");
+  expect(y, DType::BF16, {N, out}, op, "y");
+  expect_optional(bias, DType::BF16, {out}, op, "bias");
+  impl_->matmul->linear_forward(ptr<bf16>(y), ptr<bf16>(x), ptr<bf16>(w), ptr<bf16>(bias), N, in, out);
+}
+
+void CudaOps::linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dbias, const Tensor& dy,
+                              const Tensor& x, const Tensor& w) {
+  const char* op = "linear_backward";
+  TK_CHECK(w.ndim == 2, "{}: w is {} but must be [out, in]", op, w.describe());
+  int64_t out = w.dim(0), in = w.dim(1), N = rows_of(x, in, op);
+  expect(w, DType::BF16, {out, in}, op, "w");
+  expect(x, DType::BF16, {N, in}, op, "x");
+  expect(dy, DType::BF16, {N, out}, op, "dy");
+  expect_optional(dx, DType::BF16, {N, in}, op, "dx");
+  expect_optional(dw, DType::F32, {out, in}, op, "dw");
+  expect_optional(dbias, DType::F32, {out}, op, "dbias");
+  cuda::Matmul& mm = *impl_->matmul;
+  if (!dx.empty()) mm.linear_backward_input(ptr<bf16>(dx), ptr<bf16>(dy), ptr<bf16>(w), N, in, out);
+  if (!dw.empty()) mm.linear_backward_weight(ptr<float>(dw), ptr<bf16>(dy), ptr<bf16>(x), N, in, out);
+  if (!dbias.empty()) mm.bias_backward(ptr<float>(dbias), ptr<bf16>(dy), N, out);
+}
+
+// ---- q/k norm and RoPE ----------------------------------------------------------------------------
+
+void CudaOps::qk_norm_rope_forward(const Tensor& qkv_out, const Tensor& qk_rstd, const Tensor& qkv_in,
+                                   const Tensor& q_norm_w, const Tensor& k_norm_w, const Tensor& positions,
+                                   const AttnShape& s, float theta, float eps) {
+  const char* op = "qk_norm_rope_forward";
+  check_attn_shape(s, op);
+  int64_t N = int64_t(s.B) * s.T, W = s.qkv_width(), hd = s.head_dim;
+  bool norms = !q_norm_w.empty();
+  TK_CHECK(norms == !k_norm_w.empty(), "{}: q_norm_w and k_norm_w must be given together", op);
+  expect(qkv_in, DType::BF16, {N, W}, op, "qkv_in");
+  expect(qkv_out, DType::BF16, {N, W}, op, "qkv_out");
+  expect(positions, DType::I32, {N}, op, "positions");
+  expect_optional(q_norm_w, DType::BF16, {hd}, op, "q_norm_w");
+  expect_optional(k_norm_w, DType::BF16, {hd}, op, "k_norm_w");
+  if (norms) expect(qk_rstd, DType::F32, {N, s.n_heads + s.n_kv_heads}, op, "qk_rstd");
+  const float2* table = impl_->rope_table_for(s.T, int(hd), theta);
+  cuda::qk_norm_rope_forward(ptr<bf16>(qkv_out), ptr<float>(qk_rstd), ptr<bf16>(qkv_in), ptr<bf16>(q_norm_w),
+                             ptr<bf16>(k_norm_w), ptr<int32_t>(positions), table, s.T, N,
+                             {s.n_heads, s.n_kv_heads, s.head_dim}, theta, eps, impl_->stream);
+}
+
+void CudaOps::qk_norm_rope_backward(const Tensor& dqkv_in, const Tensor& dq_norm_w, const Tensor& dk_norm_w,
+                                    const Tensor& dqkv_out, const Tensor& qkv_in, const Tensor& qk_rstd,
+                                    const Tensor& q_norm_w, const Tensor& k_norm_w, const Tensor& positions,
+                                    const AttnShape& s, float theta, float /*eps: enters only through qk_rstd*/) {
+  const char* op = "qk_norm_rope_backward";
+  check_attn_shape(s, op);
+  int64_t N = int64_t(s.B) * s.T, W = s.qkv_width(), hd = s.head_dim;
+  bool norms = !q_norm_w.empty();
+  TK_CHECK(norms == !k_norm_w.empty(), "{}: q_norm_w and k_norm_w must be given together", op);
+  expect(dqkv_out, DType::BF16, {N, W}, op, "dqkv_out");
+  expect(dqkv_in, DType::BF16, {N, W}, op, "dqkv_in");
+  expect(positions, DType::I32, {N}, op, "positions");
+  if (norms) {
+    expect(qkv_in, DType::BF16, {N, W}, op, "qkv_in");
+    expect(qk_rstd, DType::F32, {N, s.n_heads + s.n_kv_heads}, op, "qk_rstd");
+    expect(q_norm_w, DType::BF16, {hd}, op, "q_norm_w");
+    expect(k_norm_w, DType::BF16, {hd}, op, "k_norm_w");
+    expect_optional(dq_norm_w, DType::F32, {hd}, op, "dq_norm_w");
+    expect_optional(dk_norm_w, DType::F32, {hd}, op, "dk_norm_w");
+  }
+  cuda::QkvShape shape{s.n_heads, s.n_kv_heads, s.head_dim};
+  size_t bytes = cuda::qk_norm_rope_backward_scratch_bytes(N, shape);
+  void* scratch = bytes ? impl_->rope_scratch.ensure(impl_->alloc, bytes, "q/k norm backward partials") : nullptr;
+  const float2* table = impl_->rope_table_for(s.T, int(hd), theta);
+  cuda::qk_norm_rope_backward(ptr<bf16>(dqkv_in), ptr<float>(dq_norm_w), ptr<float>(dk_norm_w), ptr<bf16>(dqkv_out),
+                              ptr<bf16>(qkv_in), ptr<float>(qk_rstd), ptr<bf16>(q_norm_w), ptr<bf16>(k_norm_w),
+                              ptr<int32_t>(positions), table, s.T, N, shape, theta, scratch, bytes, impl_->stream);
+}
+
+// ---- attention ------------------------------------------------------------------------------------
+
+void CudaOps::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, const Tensor& segment_ids,
+                                const AttnShape& s) {
+  const char* op = "attention_forward";
+  check_attn_shape(s, op);
+  reject_segment_ids(segment_ids, op);
+  int64_t B = s.B, T = s.T, Hq = s.n_heads, hd = s.head_dim;
+  expect(qkv, DType::BF16, {B, T, Hq + 2 * s.n_kv_heads, hd}, op, "qkv");
+  expect(out, DType::BF16, {B, T, Hq, hd}, op, "out");
+  expect(lse, DType::F32, {B, Hq, T}, op, "lse");
+  impl_->attention->forward(ptr<bf16>(out), ptr<float>(lse), ptr<bf16>(qkv), s);
+}
+
+void CudaOps::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                 const Tensor& lse, const Tensor& segment_ids, const AttnShape& s) {
+  const char* op = "attention_backward";
+  check_attn_shape(s, op);
+  reject_segment_ids(segment_ids, op);
+  int64_t B = s.B, T = s.T, Hq = s.n_heads, Hkv = s.n_kv_heads, hd = s.head_dim;
+  expect(qkv, DType::BF16, {B, T, Hq + 2 * Hkv, hd}, op, "qkv");
+  expect(dqkv, DType::BF16, {B, T, Hq + 2 * Hkv, hd}, op, "dqkv");
+  expect(out, DType::BF16, {B, T, Hq, hd}, op, "out");
+  expect(dout, DType::BF16, {B, T, Hq, hd}, op, "dout");
+  expect(lse, DType::F32, {B, Hq, T}, op, "lse");
+  impl_->attention->backward(ptr<bf16>(dqkv), ptr<bf16>(dout), ptr<bf16>(qkv), ptr<bf16>(out), ptr<float>(lse), s);
+}
+
+void CudaOps::attention_decode(const Tensor& out, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv,
+                               int pos, const AttnShape& s) {
+  const char* op = "attention_decode";
+  check_attn_shape(s, op);
+  TK_CHECK(s.B == 1, "{}: the KV cache holds one sequence, but B is {}", op, s.B);
+  int64_t Hq = s.n_heads, Hkv = s.n_kv_heads, hd = s.head_dim, n_new = s.T;
+  TK_CHECK(k_cache.ndim == 3 && k_cache.shape[0] > 0, "{}: k_cache is {} but must be [max_len, {}, {}]", op,
+           k_cache.describe(), Hkv, hd);
+  int64_t max_len = k_cache.shape[0];
+  expect(k_cache, DType::BF16, {max_len, Hkv, hd}, op, "k_cache");
+  expect(v_cache, DType::BF16, {max_len, Hkv, hd}, op, "v_cache");
+  expect(qkv, DType::BF16, {n_new, Hq + 2 * Hkv, hd}, op, "qkv");
+  expect(out, DType::BF16, {n_new, Hq, hd}, op, "out");
+  TK_CHECK(pos >= 0 && pos + n_new <= max_len, "{}: tokens [{}, {}) do not fit a cache of {} positions", op, pos,
+           pos + n_new, max_len);
+  cuda::attention_decode(ptr<bf16>(out), ptr<bf16>(k_cache), ptr<bf16>(v_cache), ptr<bf16>(qkv), pos, int(n_new),
+                         int(Hq), int(Hkv), int(hd), impl_->stream);
+}
+
+// ---- SwiGLU ---------------------------------------------------------------------------------------
+
+void CudaOps::swiglu_forward(const Tensor& out, const Tensor& gate_up) {
+  const char* op = "swiglu_forward";
+  int64_t f = out.dim(-1), N = rows_of(out, f, op);
+  expect(out, DType::BF16, {N, f}, op, "out");
+  expect(gate_up, DType::BF16, {N, 2 * f}, op, "gate_up");
+  cuda::swiglu_forward(ptr<bf16>(out), ptr<bf16>(gate_up), N, int(f), impl_->stream);
+}
+
+void CudaOps::swiglu_backward(const Tensor& dgate_up, const Tensor& dout, const Tensor& gate_up) {
+  const char* op = "swiglu_backward";
+  int64_t f = dout.dim(-1), N = rows_of(dout, f, op);
+  expect(dout, DType::BF16, {N, f}, op, "dout");
+  expect(gate_up, DType::BF16, {N, 2 * f}, op, "gate_up");
+  expect(dgate_up, DType::BF16, {N, 2 * f}, op, "dgate_up");
+  cuda::swiglu_backward(ptr<bf16>(dgate_up), ptr<bf16>(dout), ptr<bf16>(gate_up), N, int(f), impl_->stream);
+}
+
+// ---- LM head + cross-entropy ------------------------------------------------------------------------
+
+void CudaOps::lm_head_cross_entropy(const Tensor& losses, const Tensor& dx, const Tensor& dw, const Tensor& x,
+                                    const Tensor& w, const Tensor& targets, float grad_scale, int ignore_index) {
+  const char* op = "lm_head_cross_entropy";
+  TK_CHECK(w.ndim == 2, "{}: w is {} but must be [V, d]", op, w.describe());
+  int64_t V = w.dim(0), d = w.dim(1), N = rows_of(x, d, op);
+  expect(w, DType::BF16, {V, d}, op, "w");
+  expect(x, DType::BF16, {N, d}, op, "x");
+  expect(targets, DType::I32, {N}, op, "targets");
+  expect(losses, DType::F32, {N}, op, "losses");
+  expect_optional(dx, DType::BF16, {N, d}, op, "dx");
+  expect_optional(dw, DType::F32, {V, d}, op, "dw");
+  int64_t rows = cuda::lm_head_chunk_rows(N, V, impl_->logits_budget);
+  auto* logits = static_cast<bf16*>(
+      impl_->logits.ensure(impl_->alloc, size_t(rows * V) * sizeof(bf16), "LM head logits chunk"));
+  cuda::lm_head_cross_entropy(*impl_->matmul, logits, rows, ptr<float>(losses), ptr<bf16>(dx), ptr<float>(dw),
+                              ptr<bf16>(x), ptr<bf16>(w), ptr<int32_t>(targets), N, d, V, grad_scale, ignore_index,
+                              impl_->stream);
+}
+
+// ---- optimizer ------------------------------------------------------------------------------------
+
+double CudaOps::grad_norm(const Tensor& grads) {
+  expect(grads, DType::F32, {grads.numel()}, "grad_norm", "grads");
+  int64_t n = grads.numel();
+  size_t bytes = cuda::grad_norm_scratch_bytes(n);
+  void* scratch = impl_->grad_norm_scratch.ensure(impl_->alloc, bytes, "gradient norm partials");
+  return cuda::grad_norm_host(ptr<float>(grads), n, scratch, bytes, impl_->stream);
+}
+
+void CudaOps::adamw_update(const Tensor& params, const Tensor& master, const Tensor& grads, const Tensor& m,
+                           const Tensor& v, const std::vector<ParamSegment>& segments, const AdamWConfig& c) {
+  const char* op = "adamw_update";
+  int64_t P = params.numel();
+  expect(params, DType::BF16, {P}, op, "params");
+  expect_optional(master, DType::F32, {P}, op, "master");
+  expect(grads, DType::F32, {P}, op, "grads");
+  expect(m, DType::F32, {P}, op, "m");
+  expect(v, DType::F32, {P}, op, "v");
+  TK_CHECK(c.step >= 1, "{}: step must count from 1, got {}", op, c.step);
+  std::vector<cuda::AdamWSegment> table;
+  for (const ParamSegment& seg : segments) {
+    TK_CHECK(seg.offset >= 0 && seg.count >= 0 && seg.offset + seg.count <= P,
+             "{}: segment [{}, {}) lies outside the {} parameters", op, seg.offset, seg.offset + seg.count, P);
+    table.push_back({seg.offset, seg.count, seg.decay ? 1 : 0, 0});
+  }
+  if (table.empty()) return;
+  bool same = table.size() == impl_->adamw_segments.size() &&
+              std::equal(table.begin(), table.end(), impl_->adamw_segments.begin(), [](const auto& a, const auto& b) {
+                return a.offset == b.offset && a.count == b.count && a.decay == b.decay;
+              });
+  if (!same) {
+    // A new segment list (the first step): plan the blocks and upload the table once.
+    impl_->adamw_blocks = cuda::adamw_plan(table.data(), int(table.size()));
+    size_t bytes = table.size() * sizeof(cuda::AdamWSegment);
+    void* dev = impl_->adamw_table.ensure(impl_->alloc, bytes, "AdamW segment table");
+    TK_CUDA_CHECK(cudaMemcpyAsync(dev, table.data(), bytes, cudaMemcpyHostToDevice, impl_->stream));
+    synchronize();
+    impl_->adamw_segments = std::move(table);
+  }
+  cuda::AdamWStep step{c.lr,
+                       c.beta1,
+                       c.beta2,
+                       c.eps,
+                       c.weight_decay,
+                       c.grad_scale,
+                       float(1.0 - std::pow(double(c.beta1), double(c.step))),
+                       float(1.0 - std::pow(double(c.beta2), double(c.step)))};
+  cuda::adamw_update(ptr<bf16>(params), ptr<float>(master), ptr<float>(grads), ptr<float>(m), ptr<float>(v),
+                     static_cast<const cuda::AdamWSegment*>(impl_->adamw_table.data()),
+                     int(impl_->adamw_segments.size()), impl_->adamw_blocks, step, impl_->stream);
+}
+
+// ---- device information ----------------------------------------------------------------------------
+
+bool cuda_available() {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // leave no sticky error behind for later calls
+    return false;
+  }
+  return count > 0;
+}
+
+CudaDeviceInfo cuda_device_info(int device) {
+  TK_CHECK(cuda_available(), "no CUDA device is available (no GPU, or no working NVIDIA driver)");
+  cudaDeviceProp prop{};
+  TK_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return {prop.name, prop.multiProcessorCount, prop.major, prop.minor, prop.totalGlobalMem};
+}
+
+std::string cuda_device_name(int device) { return cuda_device_info(device).name; }
+
+size_t cuda_memory_used() {
+  size_t free_b = 0, total_b = 0;
+  TK_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return total_b - free_b;
+}
+
+}  // namespace tk

@@ -1,0 +1,103 @@
+// CudaOps: the CUDA backend of ops.h. bf16 activations and weights, f32 parameter gradients; every op runs
+// on one compute stream: the fused kernels of kernels.h, cuBLASLt GEMMs, cuDNN flash attention and the fused
+// LM head + cross-entropy. Device memory is tracked by label so the memory plan can be printed.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/ops.h"
+
+namespace tk {
+
+class CudaOps final : public Ops {
+ public:
+  // Selects `device` and creates the stream, the cuBLASLt handle (and its 32 MiB workspace) and cuDNN.
+  explicit CudaOps(int device = 0);
+  ~CudaOps() override;
+  CudaOps(const CudaOps&) = delete;
+  CudaOps& operator=(const CudaOps&) = delete;
+
+  const char* name() const override { return "cuda"; }
+  DType act_dtype() const override { return DType::BF16; }
+  DType grad_dtype() const override { return DType::F32; }
+
+  // ---- memory (cuda_ops.cpp) ----
+  void* allocate(size_t bytes) override { return allocate(bytes, "unlabelled"); }
+  // cudaMalloc (256-byte aligned), recorded under `label` in the memory report.
+  void* allocate(size_t bytes, const char* label);
+  void release(void* p) override;
+  void zero(const Tensor& t) override;
+  void upload_f32(const Tensor& dst, const float* src) override;
+  void download_f32(float* dst, const Tensor& src) override;
+  void upload(void* dst, const void* src, size_t bytes) override;
+  void download(void* dst, const void* src, size_t bytes) override;
+  void synchronize() override;
+
+  cudaStream_t stream() const;
+  int device() const;
+  size_t allocated_bytes() const;
+  // One line per label (bytes, largest first) and the total: what this backend holds on the device.
+  std::string memory_report() const;
+  // The budget of lm_head_cross_entropy's bf16 logits chunk (default kLogitsChunkBudgetBytes, 512 MiB);
+  // takes effect at the next call.
+  void set_logits_chunk_budget(size_t bytes);
+
+  // ---- ops ----
+  void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& table) override;
+  void embedding_backward(const Tensor& dtable, const Tensor& tokens, const Tensor& dout) override;
+  void rmsnorm_forward(const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& w, float eps) override;
+  void residual_rmsnorm_forward(const Tensor& h_out, const Tensor& y, const Tensor& rstd, const Tensor& h_in,
+                                const Tensor& x, const Tensor& w, float eps) override;
+  void rmsnorm_backward(const Tensor& dh, const Tensor& dw, const Tensor& dy, const Tensor& dresidual,
+                        const Tensor& h, const Tensor& rstd, const Tensor& w) override;
+  void linear_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) override;
+  void linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dbias, const Tensor& dy, const Tensor& x,
+                       const Tensor& w) override;
+  void qk_norm_rope_forward(const Tensor& qkv_out, const Tensor& qk_rstd, const Tensor& qkv_in,
+                            const Tensor& q_norm_w, const Tensor& k_norm_w, const Tensor& positions,
+                            const AttnShape& s, float theta, float eps) override;
+  void qk_norm_rope_backward(const Tensor& dqkv_in, const Tensor& dq_norm_w, const Tensor& dk_norm_w,
+                             const Tensor& dqkv_out, const Tensor& qkv_in, const Tensor& qk_rstd,
+                             const Tensor& q_norm_w, const Tensor& k_norm_w, const Tensor& positions,
+                             const AttnShape& s, float theta, float eps) override;
+  void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, const Tensor& segment_ids,
+                         const AttnShape& s) override;
+  void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                          const Tensor& lse, const Tensor& segment_ids, const AttnShape& s) override;
+  void attention_decode(const Tensor& out, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv, int pos,
+                        const AttnShape& s) override;
+  void swiglu_forward(const Tensor& out, const Tensor& gate_up) override;
+  void swiglu_backward(const Tensor& dgate_up, const Tensor& dout, const Tensor& gate_up) override;
+  void lm_head_cross_entropy(const Tensor& losses, const Tensor& dx, const Tensor& dw, const Tensor& x,
+                             const Tensor& w, const Tensor& targets, float grad_scale, int ignore_index) override;
+  double grad_norm(const Tensor& grads) override;
+  void adamw_update(const Tensor& params, const Tensor& master, const Tensor& grads, const Tensor& m,
+                    const Tensor& v, const std::vector<ParamSegment>& segments, const AdamWConfig& c) override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+std::unique_ptr<Ops> make_cuda_ops(int device = 0);
+
+// ---- device information (safe to call on a machine without a GPU or driver) ----
+struct CudaDeviceInfo {
+  std::string name;        // "NVIDIA H200"
+  int sm_count = 0;
+  int cc_major = 0, cc_minor = 0;
+  size_t total_memory = 0;  // bytes
+};
+// True when a CUDA device and a working driver are present; never throws.
+bool cuda_available();
+// The device's properties; throws tk::Error when there is no such device.
+CudaDeviceInfo cuda_device_info(int device = 0);
+std::string cuda_device_name(int device = 0);
+// Bytes in use on the current device by every process (total minus free), for memory reports.
+size_t cuda_memory_used();
+
+}  // namespace tk

@@ -1,0 +1,250 @@
+// Token embedding: the forward gathers table rows (a warp per token); the backward adds dout rows into the f32 table gradient
+// deterministically, without floating-point atomics: the token ids are stably radix-sorted (so each id's
+// rows appear in token order), tiles of sorted positions sum their runs of equal ids, and runs that cross
+// tiles are joined by a second pass in tile order.
+#include <algorithm>
+#include <cub/device/device_radix_sort.cuh>
+
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/kernels.h"
+#include "ops/cuda/vector_access.cuh"
+
+namespace tk::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kTile = 32;          // sorted positions per tile of the backward
+constexpr int kBatch = 8;          // positions whose rows are loaded together
+constexpr uint32_t kNoKey = ~0u;   // beyond the ends of the sorted ids; no token id equals it
+
+// One warp per token: the id is read once, then up to kForwardUnroll chunks of V columns per lane are
+// loaded before any is stored, so a row's loads are in flight together.
+constexpr int kForwardRowsPerBlock = 8;
+constexpr int kForwardUnroll = 8;
+
+template <int V>
+__global__ void __launch_bounds__(32 * kForwardRowsPerBlock)
+    embedding_forward_kernel(__nv_bfloat16* out, const int32_t* tokens, const __nv_bfloat16* table, int64_t N,
+                             int d) {
+  const int64_t n = int64_t(blockIdx.x) * kForwardRowsPerBlock + threadIdx.x / 32;
+  if (n >= N) return;
+  const int lane = threadIdx.x & 31;
+  const __nv_bfloat16* src = table + int64_t(tokens[n]) * d;
+  __nv_bfloat16* dst = out + n * d;
+  for (int c0 = lane * V; c0 < d; c0 += 32 * V * kForwardUnroll) {
+    PackedBf16<V> v[kForwardUnroll];
+#pragma unroll
+    for (int u = 0; u < kForwardUnroll; u++)
+      if (c0 + u * 32 * V < d) load_packed(v[u], src + c0 + u * 32 * V);
+#pragma unroll
+    for (int u = 0; u < kForwardUnroll; u++)
+      if (c0 + u * 32 * V < d) store_packed(dst + c0 + u * 32 * V, v[u]);
+  }
+}
+
+__global__ void iota_kernel(int32_t* rows, int64_t N) {
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i < N) rows[i] = int32_t(i);
+}
+
+// The backward's scratch, carved from one buffer: the sort's temporary storage, the sorted ids with their
+// token indices, and two partial sums per tile (slot 0: the piece of a run that began in an earlier tile;
+// slot 1: the piece of a run that begins here and continues in the next tile).
+struct BackwardScratch {
+  void* sort_temp;
+  size_t sort_temp_bytes;
+  uint32_t* keys;    // sorted ids [N]
+  int32_t* rows;     // token index of each sorted id [N]
+  int32_t* iota;     // 0..N-1, the sort's values in
+  float* partial;    // [tiles, 2, d]
+  size_t total_bytes;
+};
+
+int sort_end_bit(int64_t V) {
+  int bits = 1;
+  while (bits < 32 && (int64_t(1) << bits) < V) bits++;
+  return bits;
+}
+
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+BackwardScratch carve_scratch(void* base, int64_t N, int64_t V, int d) {
+  BackwardScratch s{};
+  TK_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, s.sort_temp_bytes, static_cast<const uint32_t*>(nullptr),
+                                                static_cast<uint32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+                                                static_cast<int32_t*>(nullptr), int(N), 0, sort_end_bit(V)));
+  char* p = static_cast<char*>(base);
+  size_t off = 0;
+  auto take = [&](size_t bytes) {
+    void* at = p ? p + off : nullptr;
+    off += align256(bytes);
+    return at;
+  };
+  s.sort_temp = take(s.sort_temp_bytes);
+  s.keys = static_cast<uint32_t*>(take(size_t(N) * sizeof(uint32_t)));
+  s.rows = static_cast<int32_t*>(take(size_t(N) * sizeof(int32_t)));
+  s.iota = static_cast<int32_t*>(take(size_t(N) * sizeof(int32_t)));
+  s.partial = static_cast<float*>(take(size_t(ceil_div(N, kTile)) * 2 * size_t(d) * sizeof(float)));
+  s.total_bytes = off;
+  return s;
+}
+
+// The sorted ids around one tile, in shared memory: key[0] is the id before the tile, key[1 + k] the
+// tile's k-th, key[1 + len] the id after it (kNoKey past either end).
+struct TileKeys {
+  uint32_t key[kTile + 2];
+  int32_t row[kTile];
+  int len;
+  __device__ uint32_t at(int k) const { return key[1 + k]; }
+  __device__ bool continues_before() const { return key[0] == key[1]; }
+  __device__ bool continues_after() const { return key[len + 1] == key[len]; }
+  // Position k closes a run piece when the next id differs or the tile ends.
+  __device__ bool closes(int k) const { return k == len - 1 || at(k + 1) != at(k); }
+  // The piece closed at k is part of a run that started before the tile (then it sits in slot 0).
+  __device__ bool from_before(int k) const { return continues_before() && at(k) == at(0); }
+  __device__ bool into_next(int k) const { return k == len - 1 && continues_after(); }
+};
+
+__device__ void load_tile_keys(TileKeys& t, const uint32_t* keys, const int32_t* rows, int64_t N) {
+  const int64_t start = int64_t(blockIdx.x) * kTile;
+  const int len = int(std::min<int64_t>(kTile, N - start));
+  if (threadIdx.x == 0) t.len = len;
+  for (int k = threadIdx.x; k < kTile + 2; k += blockDim.x) {
+    const int64_t i = start - 1 + k;
+    t.key[k] = (i >= 0 && i < N && k <= len + 1) ? keys[i] : kNoKey;
+    if (k < len) t.row[k] = rows[start + k];
+  }
+  __syncthreads();
+}
+
+// One block per tile of kTile sorted positions; each thread owns V columns at a time. A run piece that is
+// a whole run goes straight into dtable (no other block touches that id); a piece of a longer run goes to
+// its tile's partial slot for the join pass.
+template <int V>
+__global__ void __launch_bounds__(kThreads)
+    embedding_backward_tile_kernel(float* dtable, float* partial, const uint32_t* keys, const int32_t* rows,
+                                   const __nv_bfloat16* dout, int64_t N, int d) {
+  __shared__ TileKeys t;
+  load_tile_keys(t, keys, rows, N);
+  for (int col = threadIdx.x * V; col < d; col += blockDim.x * V) {
+    float acc[V] = {};
+    for (int b = 0; b < t.len; b += kBatch) {
+      // All loads of the batch first: the rows, and the table rows the complete runs closing here add to
+      // (distinct ids, so no store of this batch changes them).
+      PackedBf16<V> x[kBatch];
+      float old[kBatch][V];
+#pragma unroll
+      for (int k = 0; k < kBatch; k++) {
+        const int i = b + k;
+        if (i >= t.len) break;
+        load_packed(x[k], dout + int64_t(t.row[i]) * d + col);
+        if (t.closes(i) && !t.from_before(i) && !t.into_next(i))
+          load_f32(old[k], dtable + int64_t(t.at(i)) * d + col);
+      }
+#pragma unroll
+      for (int k = 0; k < kBatch; k++) {
+        const int i = b + k;
+        if (i >= t.len) break;
+        float xf[V];
+        unpack(xf, x[k]);
+#pragma unroll
+        for (int e = 0; e < V; e++) acc[e] += xf[e];
+        if (!t.closes(i)) continue;
+        if (t.from_before(i) || t.into_next(i)) {
+          const int slot = t.from_before(i) ? 0 : 1;
+          store_f32(partial + (int64_t(blockIdx.x) * 2 + slot) * d + col, acc);
+        } else {
+#pragma unroll
+          for (int e = 0; e < V; e++) old[k][e] += acc[e];
+          store_f32(dtable + int64_t(t.at(i)) * d + col, old[k]);
+        }
+#pragma unroll
+        for (int e = 0; e < V; e++) acc[e] = 0.f;
+      }
+    }
+  }
+}
+
+// One block per tile: if a run starts in this tile and continues into the next, add its pieces in tile
+// order (slot 1 here, then slot 0 of each following tile the run reaches) and the sum into dtable.
+template <int V>
+__global__ void __launch_bounds__(kThreads)
+    embedding_backward_join_kernel(float* dtable, const float* partial, const uint32_t* keys, int64_t N, int d) {
+  const int64_t tile = blockIdx.x, start = tile * kTile, end = std::min<int64_t>(N, start + kTile);
+  const uint32_t id = keys[end - 1];
+  const bool into_next = end < N && keys[end] == id;
+  const bool whole_tile_from_before = start > 0 && keys[start - 1] == id && keys[start] == id;
+  if (!into_next || whole_tile_from_before) return;
+  int64_t last_tile = tile + 1;  // the run's last tile
+  while (true) {
+    const int64_t e = std::min<int64_t>(N, (last_tile + 1) * kTile);
+    if (!(e < N && keys[e] == id)) break;
+    last_tile++;
+  }
+  for (int col = threadIdx.x * V; col < d; col += blockDim.x * V) {
+    float sum[V], piece[V], old[V];
+    load_f32(sum, partial + (tile * 2 + 1) * d + col);
+    for (int64_t u = tile + 1; u <= last_tile; u++) {
+      load_f32(piece, partial + (u * 2) * d + col);
+#pragma unroll
+      for (int e = 0; e < V; e++) sum[e] += piece[e];
+    }
+    load_f32(old, dtable + int64_t(id) * d + col);
+#pragma unroll
+    for (int e = 0; e < V; e++) old[e] += sum[e];
+    store_f32(dtable + int64_t(id) * d + col, old);
+  }
+}
+
+int block_threads(int d, int V) { return int(std::min<int64_t>(kThreads, ceil_div(ceil_div(d, V), 32) * 32)); }
+
+}  // namespace
+
+void embedding_forward(bf16* out, const int32_t* tokens, const bf16* table, int64_t N, int d, cudaStream_t s) {
+  TK_CUDA_REQUIRE(d > 0, "embedding: the row width must be positive, got %d", d);
+  if (N == 0) return;
+  const int64_t blocks = ceil_div(N, kForwardRowsPerBlock);
+  if (d % kVec == 0 && aligned16(out) && aligned16(table)) {
+    embedding_forward_kernel<kVec><<<blocks, 32 * kForwardRowsPerBlock, 0, s>>>(out, tokens, table, N, d);
+  } else {
+    embedding_forward_kernel<1><<<blocks, 32 * kForwardRowsPerBlock, 0, s>>>(out, tokens, table, N, d);
+  }
+  TK_CUDA_CHECK_LAUNCH();
+}
+
+size_t embedding_backward_scratch_bytes(int64_t N, int64_t V, int d) {
+  return carve_scratch(nullptr, N, V, d).total_bytes;
+}
+
+void embedding_backward(float* dtable, const int32_t* tokens, const bf16* dout, int64_t N, int64_t V, int d,
+                        void* scratch, size_t scratch_bytes, cudaStream_t s) {
+  TK_CUDA_REQUIRE(d > 0 && V > 0, "embedding: table [%lld, %d] is empty", (long long)V, d);
+  TK_CUDA_REQUIRE(N < (int64_t(1) << 31), "embedding_backward: %lld tokens are more than one call sorts",
+                  (long long)N);
+  if (N == 0) return;
+  BackwardScratch sc = carve_scratch(scratch, N, V, d);
+  TK_CUDA_REQUIRE(scratch_bytes >= sc.total_bytes,
+                  "embedding_backward: the scratch buffer holds %zu bytes, %zu are needed", scratch_bytes,
+                  sc.total_bytes);
+  iota_kernel<<<ceil_div(N, kThreads), kThreads, 0, s>>>(sc.iota, N);
+  TK_CUDA_CHECK_LAUNCH();
+  // Ids are non-negative, so sorting their bits as unsigned keeps their order; radix sort is stable.
+  TK_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sc.sort_temp, sc.sort_temp_bytes,
+                                                reinterpret_cast<const uint32_t*>(tokens), sc.keys, sc.iota, sc.rows,
+                                                int(N), 0, sort_end_bit(V), s));
+  const int64_t tiles = ceil_div(N, kTile);
+  if (d % kVec == 0 && aligned16(dtable) && aligned16(dout)) {
+    const int threads = block_threads(d, kVec);
+    embedding_backward_tile_kernel<kVec><<<tiles, threads, 0, s>>>(dtable, sc.partial, sc.keys, sc.rows, dout, N, d);
+    TK_CUDA_CHECK_LAUNCH();
+    embedding_backward_join_kernel<kVec><<<tiles, threads, 0, s>>>(dtable, sc.partial, sc.keys, N, d);
+  } else {
+    const int threads = block_threads(d, 1);
+    embedding_backward_tile_kernel<1><<<tiles, threads, 0, s>>>(dtable, sc.partial, sc.keys, sc.rows, dout, N, d);
+    TK_CUDA_CHECK_LAUNCH();
+    embedding_backward_join_kernel<1><<<tiles, threads, 0, s>>>(dtable, sc.partial, sc.keys, N, d);
+  }
+  TK_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tk::cuda

@@ -1,0 +1,115 @@
+// Launch functions of the fused memory-bound CUDA kernels (bf16 activations and weights, fp32 accumulation).
+// CudaOps (cuda_ops.cpp) calls these for the ops of ops.h; the semantics are exactly those of ops.h.
+// Raw device pointers, sizes and a stream; every launch is checked; nothing here allocates or synchronises
+// except grad_norm_host. Kernels that reduce across rows take a scratch buffer whose size a
+// *_scratch_bytes function gives, so that CudaOps allocates it once, at start.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tk::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// ---- conversions --------------------------------------------------------------------------------
+// dst[i] = src[i] rounded to nearest even (NaN stays NaN); and the exact widening back.
+void f32_to_bf16(bf16* dst, const float* src, int64_t n, cudaStream_t s);
+void bf16_to_f32(float* dst, const bf16* src, int64_t n, cudaStream_t s);
+
+// ---- embedding (embedding.cu) ---------------------------------------------------------------------
+// out[N,d] = table[tokens[n], :]; tokens i32[N] with 0 <= id < V (the caller validates ids).
+void embedding_forward(bf16* out, const int32_t* tokens, const bf16* table, int64_t N, int d, cudaStream_t s);
+// dtable[V,d] (f32) += sum over n with tokens[n] == v of dout[n,:], summed in token order: the ids are
+// stably radix-sorted, each run of equal ids is summed in tiles and the tiles are joined in order.
+// Deterministic, no floating-point atomics. scratch: embedding_backward_scratch_bytes(N, V, d) bytes.
+size_t embedding_backward_scratch_bytes(int64_t N, int64_t V, int d);
+void embedding_backward(float* dtable, const int32_t* tokens, const bf16* dout, int64_t N, int64_t V, int d,
+                        void* scratch, size_t scratch_bytes, cudaStream_t s);
+
+// ---- RMSNorm (rmsnorm.cu) -------------------------------------------------------------------------
+// y[N,d] = x * rstd * w, rstd f32[N] = 1/sqrt(mean(x^2) + eps).
+void rmsnorm_forward(bf16* y, float* rstd, const bf16* x, const bf16* w, int64_t N, int d, float eps,
+                     cudaStream_t s);
+// h_out = h_in + x (rounded to bf16), then y = rmsnorm(h_out) * w computed from the ROUNDED h_out, so that
+// the backward (which reads h_out) sees the h the forward normalised. h_out may alias h_in.
+void residual_rmsnorm_forward(bf16* h_out, bf16* y, float* rstd, const bf16* h_in, const bf16* x, const bf16* w,
+                              int64_t N, int d, float eps, cudaStream_t s);
+// dh[N,d] = (dy/dh)^T dy + dresidual (=; dresidual may be null, may alias dh);
+// dw[d] (f32) += sum_n dy*h*rstd (dw may be null: no weight gradient). Deterministic: per-block partial
+// sums into scratch [blocks, d] f32, then a fixed-order reduction. scratch: rmsnorm_backward_scratch_bytes.
+size_t rmsnorm_backward_scratch_bytes(int64_t N, int d);
+void rmsnorm_backward(bf16* dh, float* dw, const bf16* dy, const bf16* dresidual, const bf16* h, const float* rstd,
+                      const bf16* w, int64_t N, int d, void* scratch, size_t scratch_bytes, cudaStream_t s);
+
+// ---- q/k RMSNorm + RoPE (rope.cu) -----------------------------------------------------------------
+// Layout qkv[N, (Hq + 2*Hkv) * hd]: per token Hq query heads, Hkv key heads, Hkv value heads.
+// hd even, <= 256. positions i32[N].
+struct QkvShape {
+  int n_heads = 0;     // Hq
+  int n_kv_heads = 0;  // Hkv
+  int head_dim = 0;    // hd
+};
+// The RoPE angles cos/sin(p * theta^(-2i/hd)) for p < max_pos, i < hd/2, computed in double and rounded
+// to f32, stored as float2 {cos, sin} [max_pos, hd/2]. Fill once at start; the kernels read it for
+// positions below max_pos and compute the same values themselves for any position past it
+// (a null table means: always compute, slower).
+size_t rope_table_bytes(int max_pos, int head_dim);
+void rope_table_fill(float2* table, int max_pos, int head_dim, float theta, cudaStream_t s);
+// Forward of ops.h qk_norm_rope_forward. q_norm_w/k_norm_w bf16[hd] both given (Qwen3) or both null;
+// with norms qk_rstd f32[N, Hq+Hkv] is written (q heads then k heads), else it may be null.
+// qkv_out may alias qkv_in (value heads are then left in place rather than copied).
+void qk_norm_rope_forward(bf16* qkv_out, float* qk_rstd, const bf16* qkv_in, const bf16* q_norm_w,
+                          const bf16* k_norm_w, const int32_t* positions, const float2* rope_table, int max_pos,
+                          int64_t N, QkvShape shape, float theta, float eps, cudaStream_t s);
+// Backward: dqkv_in (=) from dqkv_out (may alias). With norms: qkv_in and qk_rstd from the forward are read
+// and dq_norm_w/dk_norm_w f32[hd] (+=, either may be null) get sum over tokens and heads, deterministic
+// through scratch [blocks, 2, hd] f32 (qk_norm_rope_backward_scratch_bytes; 0 without norms).
+size_t qk_norm_rope_backward_scratch_bytes(int64_t N, QkvShape shape);
+void qk_norm_rope_backward(bf16* dqkv_in, float* dq_norm_w, float* dk_norm_w, const bf16* dqkv_out,
+                           const bf16* qkv_in, const float* qk_rstd, const bf16* q_norm_w, const bf16* k_norm_w,
+                           const int32_t* positions, const float2* rope_table, int max_pos, int64_t N,
+                           QkvShape shape, float theta, void* scratch, size_t scratch_bytes, cudaStream_t s);
+
+// ---- SwiGLU (swiglu.cu) ---------------------------------------------------------------------------
+// gate_up[N, 2f]: gate columns [0,f), up columns [f,2f). out[N,f] = silu(g) * u.
+void swiglu_forward(bf16* out, const bf16* gate_up, int64_t N, int f, cudaStream_t s);
+// dgate_up[N,2f] (=) from dout[N,f] and the forward's gate_up (dgate_up may alias gate_up).
+void swiglu_backward(bf16* dgate_up, const bf16* dout, const bf16* gate_up, int64_t N, int f, cudaStream_t s);
+
+// ---- gradient norm and AdamW (adamw.cu) ---------------------------------------------------------------
+// norm[0] = sqrt(sum g^2) over g f32[n]: fixed-size per-block partials, then one block sums them in
+// double in a fixed order. Asynchronous; the result stays on the device. The scratch size includes a
+// slot for grad_norm_host's result.
+size_t grad_norm_scratch_bytes(int64_t n);
+void grad_norm(float* norm, const float* g, int64_t n, void* scratch, size_t scratch_bytes, cudaStream_t s);
+// The same, then synchronises the stream and returns the norm to the host (the device result goes to
+// the scratch's last slot).
+double grad_norm_host(const float* g, int64_t n, void* scratch, size_t scratch_bytes, cudaStream_t s);
+
+// One contiguous run of the flat parameter buffer; first_block is filled by adamw_plan.
+struct AdamWSegment {
+  int64_t offset = 0;   // elements
+  int64_t count = 0;
+  int32_t decay = 1;    // weight decay applies
+  int32_t first_block = 0;
+};
+// Host side, once per segment list: fills first_block of each segment and returns the number of blocks
+// adamw_update launches. Upload the table (n_segments entries) to device memory afterwards.
+int adamw_plan(AdamWSegment* segments, int n_segments);
+struct AdamWStep {
+  float lr, beta1, beta2, eps, weight_decay;
+  float grad_scale;          // multiplies every gradient first
+  float bias_correction1;    // 1 - beta1^step, computed on the host (in double)
+  float bias_correction2;    // 1 - beta2^step
+};
+// ops.h adamw_update in one launch over all segments. With master (f32[P]) the update runs on master and
+// params (bf16[P]) receive it rounded; with master null it runs on params (read as f32, written rounded).
+// grads f32[P] are only read. segments: the device copy of the table adamw_plan filled.
+void adamw_update(bf16* params, float* master, const float* grads, float* m, float* v,
+                  const AdamWSegment* segments, int n_segments, int n_blocks, const AdamWStep& step,
+                  cudaStream_t s);
+
+}  // namespace tk::cuda

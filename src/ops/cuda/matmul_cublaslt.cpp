@@ -1,0 +1,195 @@
+// cuBLASLt GEMMs with row-major semantics. cuBLASLt is column-major: a row-major matrix X[r,c] is the
+// column-major matrix X^T[c,r] with leading dimension c, so each row-major product below is planned as
+// the column-major product of the transposes. A plan (descriptors + the heuristic's first algorithm) is
+// made once per distinct configuration and reused, so a training step makes no heuristic query.
+#include "ops/cuda/matmul_cublaslt.h"
+
+#include <cublasLt.h>
+
+#include <compare>
+#include <map>
+#include <vector>
+
+#include "core/error.h"
+#include "ops/cuda/cuda_check.h"
+
+namespace tk::cuda {
+
+namespace {
+
+// Largest power of two (up to 256) that divides the address: the alignment the heuristic may assume.
+int64_t alignment_of(const void* p) {
+  auto a = reinterpret_cast<uintptr_t>(p);
+  int64_t align = 256;
+  while (align > 2 && a % uintptr_t(align) != 0) align /= 2;
+  return align;
+}
+
+// Everything the heuristic's choice depends on. Pointers are not part of it, their alignments are.
+struct GemmKey {
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+  int64_t ld_a, ld_b, ld_d;
+  bool d_is_f32, has_bias;
+  int64_t align_a, align_b, align_d;
+  auto operator<=>(const GemmKey&) const = default;
+};
+
+struct GemmPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+
+  GemmPlan() = default;
+  GemmPlan(const GemmPlan&) = delete;
+  GemmPlan& operator=(const GemmPlan&) = delete;
+  ~GemmPlan() {
+    // Destruction cannot fail usefully; statuses are ignored here on purpose.
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+std::string describe(const GemmKey& k) {
+  return fmt::format("m={} n={} k={} op(A)={} op(B)={} lda={} ldb={} ldd={} out={}{}", k.m, k.n, k.k,
+                     k.trans_a ? "T" : "N", k.trans_b ? "T" : "N", k.ld_a, k.ld_b, k.ld_d,
+                     k.d_is_f32 ? "f32 (+=)" : "bf16", k.has_bias ? " +bias" : "");
+}
+
+}  // namespace
+
+struct Matmul::Impl {
+  cudaStream_t stream = nullptr;
+  DeviceAlloc alloc;
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  GrowingBuffer ones;  // 1.0 repeated, for bias_backward
+  std::map<GemmKey, std::unique_ptr<GemmPlan>> plans;
+
+  struct Operand {
+    const void* ptr;
+    bool transpose;          // op(X) = X^T
+    int64_t rows, cols, ld;  // the matrix as stored, column-major
+  };
+
+  const GemmPlan& plan_for(const GemmKey& key);
+  // D[m,n] (column-major, leading dimension ld_d) = op(A) op(B) + beta D (+ bias[m] along each column).
+  void gemm(const Operand& a, const Operand& b, void* d, bool d_is_f32, int64_t m, int64_t n, int64_t ld_d,
+            float beta, const bf16* bias);
+  const bf16* ones_of(int64_t n);
+};
+
+const GemmPlan& Matmul::Impl::plan_for(const GemmKey& key) {
+  auto it = plans.find(key);
+  if (it != plans.end()) return *it->second;
+
+  auto plan = std::make_unique<GemmPlan>();
+  TK_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasOperation_t ta = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  TK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  TK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  if (key.has_bias) {
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    TK_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  }
+  // Stored shapes: op(A) is m x k, op(B) is k x n.
+  int64_t a_rows = key.trans_a ? key.k : key.m, a_cols = key.trans_a ? key.m : key.k;
+  int64_t b_rows = key.trans_b ? key.n : key.k, b_cols = key.trans_b ? key.k : key.n;
+  TK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, a_rows, a_cols, key.ld_a));
+  TK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, b_rows, b_cols, key.ld_b));
+  TK_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&plan->d, key.d_is_f32 ? CUDA_R_32F : CUDA_R_16BF, key.m, key.n, key.ld_d));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  TK_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  uint64_t ws = kWorkspaceBytes;
+  uint32_t align_a = uint32_t(key.align_a), align_b = uint32_t(key.align_b), align_d = uint32_t(key.align_d);
+  TK_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  TK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                                       sizeof(align_a)));
+  TK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                                       sizeof(align_b)));
+  TK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
+                                                       sizeof(align_d)));
+  TK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
+                                                       sizeof(align_d)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->a, plan->b, plan->d, plan->d,
+                                                          pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  TK_CHECK(status == CUBLAS_STATUS_SUCCESS && found > 0,
+           "cuBLASLt has no algorithm for the GEMM {} ({}); the shape or alignment is not supported", describe(key),
+           cublasLtGetStatusString(status));
+  plan->algo = result.algo;
+  return *plans.emplace(key, std::move(plan)).first->second;
+}
+
+void Matmul::Impl::gemm(const Operand& a, const Operand& b, void* d, bool d_is_f32, int64_t m, int64_t n,
+                        int64_t ld_d, float beta, const bf16* bias) {
+  int64_t k = a.transpose ? a.rows : a.cols;
+  GemmKey key{a.transpose, b.transpose, m,        n,         k,          a.ld,          b.ld,
+              ld_d,        d_is_f32,    bias != nullptr, alignment_of(a.ptr), alignment_of(b.ptr), alignment_of(d)};
+  const GemmPlan& plan = plan_for(key);
+  if (bias) {
+    TK_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  }
+  const float alpha = 1.0f;
+  TK_CUBLAS_CHECK(cublasLtMatmul(handle, plan.desc, &alpha, a.ptr, plan.a, b.ptr, plan.b, &beta, d, plan.d, d,
+                                 plan.d, &plan.algo, workspace, kWorkspaceBytes, stream));
+}
+
+const bf16* Matmul::Impl::ones_of(int64_t n) {
+  size_t bytes = size_t(n) * sizeof(bf16);
+  if (bytes > ones.bytes()) {
+    // First use at this length (GrowingBuffer's rule): filled once, synchronously, outside any steady step.
+    void* p = ones.ensure(alloc, bytes, "bias-gradient ones vector");
+    std::vector<bf16> host(size_t(n), __float2bfloat16(1.0f));
+    TK_CUDA_CHECK(cudaMemcpyAsync(p, host.data(), bytes, cudaMemcpyHostToDevice, stream));
+    TK_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  return static_cast<const bf16*>(ones.data());
+}
+
+Matmul::Matmul(cudaStream_t stream, const DeviceAlloc& alloc) : impl_(std::make_unique<Impl>()) {
+  impl_->stream = stream;
+  impl_->alloc = alloc;
+  TK_CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
+  impl_->workspace = alloc.allocate(kWorkspaceBytes, "cuBLASLt workspace");
+}
+
+Matmul::~Matmul() {
+  impl_->plans.clear();
+  if (impl_->handle) cublasLtDestroy(impl_->handle);
+}
+
+size_t Matmul::cached_plans() const { return impl_->plans.size(); }
+
+// y^T[out,N] = (w^T stored as [in,out])^T x^T[in,N]: the "TN" GEMM, m=out, n=N, k=in.
+void Matmul::linear_forward(bf16* y, const bf16* x, const bf16* w, const bf16* bias, int64_t N, int64_t in,
+                            int64_t out) {
+  impl_->gemm({w, true, in, out, in}, {x, false, in, N, in}, y, false, out, N, out, 0.0f, bias);
+}
+
+// dx^T[in,N] = w^T[in,out] dy^T[out,N]: m=in, n=N, k=out.
+void Matmul::linear_backward_input(bf16* dx, const bf16* dy, const bf16* w, int64_t N, int64_t in, int64_t out) {
+  impl_->gemm({w, false, in, out, in}, {dy, false, out, N, out}, dx, false, in, N, in, 0.0f, nullptr);
+}
+
+// dw^T[in,out] += x^T[in,N] (dy^T[out,N])^T: m=in, n=out, k=N, accumulated into f32 with beta = 1.
+void Matmul::linear_backward_weight(float* dw, const bf16* dy, const bf16* x, int64_t N, int64_t in, int64_t out) {
+  impl_->gemm({x, false, in, N, in}, {dy, true, out, N, out}, dw, true, in, out, in, 1.0f, nullptr);
+}
+
+// db[out,1] += dy^T[out,N] ones[N,1].
+void Matmul::bias_backward(float* db, const bf16* dy, int64_t N, int64_t out) {
+  const bf16* ones = impl_->ones_of(N);
+  impl_->gemm({dy, false, out, N, out}, {ones, false, N, 1, N}, db, true, out, 1, out, 1.0f, nullptr);
+}
+
+}  // namespace tk::cuda

@@ -1,0 +1,46 @@
+// Matmul: the GEMMs of the linear layers and the LM head through cuBLASLt, written with row-major
+// semantics (x[N,in], w[out,in] as ops.h has them): bf16 operands, fp32 accumulation, bf16 outputs for
+// activations and fp32 += outputs for weight gradients. Never a hand-written GEMM.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "ops/cuda/device_alloc.h"
+
+namespace tk::cuda {
+
+using bf16 = __nv_bfloat16;
+
+class Matmul {
+ public:
+  // The one workspace every GEMM shares (the stream orders them, so one is enough).
+  static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+  // Creates the cuBLASLt handle and allocates the workspace through `alloc`.
+  Matmul(cudaStream_t stream, const DeviceAlloc& alloc);
+  ~Matmul();
+  Matmul(const Matmul&) = delete;
+  Matmul& operator=(const Matmul&) = delete;
+
+  // y[N,out] = x[N,in] @ w[out,in]^T (+ bias[out], fused as cuBLASLt's BIAS epilogue; bias may be null).
+  void linear_forward(bf16* y, const bf16* x, const bf16* w, const bf16* bias, int64_t N, int64_t in, int64_t out);
+  // dx[N,in] = dy[N,out] @ w[out,in]   (=).
+  void linear_backward_input(bf16* dx, const bf16* dy, const bf16* w, int64_t N, int64_t in, int64_t out);
+  // dw[out,in] += dy[N,out]^T @ x[N,in]   (f32, accumulated by the GEMM itself with beta = 1).
+  void linear_backward_weight(float* dw, const bf16* dy, const bf16* x, int64_t N, int64_t in, int64_t out);
+  // db[out] += sum_n dy[n,:]   (f32): the GEMM dy^T @ ones[N], so the sum has cuBLASLt's fixed order.
+  void bias_backward(float* db, const bf16* dy, int64_t N, int64_t out);
+
+  // Distinct GEMM configurations planned so far (each costs one heuristic query, once).
+  size_t cached_plans() const;
+
+ private:
+  struct Impl;  // the handle, the workspace and the cache of planned GEMMs (matmul_cublaslt.cpp)
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tk::cuda

@@ -1,0 +1,367 @@
+// RMSNorm on bf16 rows: the forward (optionally fused with the residual add before it) and the backward
+// (fused with the residual gradient, and the weight gradient through deterministic per-block partials).
+// The forward's fast path gives each row to one warp (no block-wide synchronisation); the general path and
+// the backward give a row to a block, each thread owning CPT chunks of V consecutive columns, and hold
+// several rows in registers at once so that their loads are in flight together.
+#include <algorithm>
+#include <type_traits>
+
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/kernels.h"
+#include "ops/cuda/reduce.cuh"
+#include "ops/cuda/vector_access.cuh"
+
+namespace tk::cuda {
+namespace {
+
+// Registers hold kRowsTimesChunks chunks of V values per thread: rows per step = kRowsTimesChunks / CPT.
+constexpr int kRowsTimesChunks = 4;
+// The backward writes at most this many partial dw rows; fewer blocks than rows keeps the partials small.
+constexpr int kMaxBackwardBlocks = 512;
+// Threads per block at most: the backward needs up to 128 registers a thread.
+constexpr int kMaxThreads = 512;
+
+// How a row's columns are spread over a block: thread t owns chunks t, t + threads, ... (cpt of them).
+struct ColumnTiling {
+  int vec;      // columns per chunk: 8 (16-byte accesses) or 1
+  int cpt;      // chunks per thread: 1, 2 or 4
+  int threads;  // a multiple of 32
+  int rows_per_step() const { return kRowsTimesChunks / cpt; }
+};
+
+ColumnTiling column_tiling(int d, bool vectorised) {
+  TK_CUDA_REQUIRE(d > 0, "rmsnorm: the row width must be positive, got %d", d);
+  const int vec = vectorised ? kVec : 1;
+  const int64_t chunks = ceil_div(d, vec);
+  for (int cpt : {1, 2, 4}) {
+    if (chunks <= kMaxThreads * cpt) return {vec, cpt, int(ceil_div(ceil_div(chunks, cpt), 32) * 32)};
+  }
+  fail_printf("rmsnorm: a row of %d values is wider than the kernels support (%d, or %d when not a multiple of 8)",
+              d, 4 * kMaxThreads * kVec, 4 * kMaxThreads);
+}
+
+// Backward grid: blocks of rows_per_block consecutive rows, at most kMaxBackwardBlocks of them.
+struct BackwardGrid {
+  int rows_per_block, blocks;
+};
+BackwardGrid backward_grid(int64_t N, int rows_per_step) {
+  int64_t rows = std::max<int64_t>(rows_per_step, ceil_div(N, kMaxBackwardBlocks));
+  rows = ceil_div(rows, rows_per_step) * rows_per_step;
+  return {int(rows), int(std::max<int64_t>(1, ceil_div(N, rows)))};
+}
+
+bool vectorisable(int d, std::initializer_list<const void*> ptrs) {
+  if (d % kVec) return false;
+  for (const void* p : ptrs)
+    if (p && !aligned16(p)) return false;
+  return true;
+}
+
+// ---- forward, fast path: one warp per row ----------------------------------------------------------
+// For d % 8 == 0 and d <= 32 * 8 * kMaxWarpChunks: lane l owns the 16-byte chunks l, l + 32, ... (VPT of
+// them, kept packed), the sum of squares is a warp reduction, and w (a few KB, L1-resident after the
+// first row) is read after it.
+constexpr int kWarpRowsPerBlock = 8;
+constexpr int kMaxWarpChunks = 16;
+
+template <int VPT, bool kResidual>
+__global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
+    rmsnorm_forward_warp_kernel(__nv_bfloat16* h_out, __nv_bfloat16* y, float* rstd, const __nv_bfloat16* h_in,
+                                const __nv_bfloat16* x, const __nv_bfloat16* w, int64_t N, int d, float eps) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * kWarpRowsPerBlock + threadIdx.x / 32;
+  if (row >= N) return;  // a whole warp: nothing below synchronises the block
+  PackedBf16<kVec> h[VPT], residual[kResidual ? VPT : 1];
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < VPT; j++) {  // every load of the row first: all in flight together
+    const int col = (lane + 32 * j) * kVec;
+    if (col >= d) continue;
+    load_packed(h[j], x + row * d + col);
+    if constexpr (kResidual) load_packed(residual[j], h_in + row * d + col);
+  }
+  if constexpr (kResidual) {
+    // h = round_bf16(h_in + x): what h_out holds and what is normalised.
+#pragma unroll
+    for (int j = 0; j < VPT; j++) {
+      const int col = (lane + 32 * j) * kVec;
+      if (col >= d) continue;
+      float a[kVec], b[kVec];
+      unpack(a, h[j]);
+      unpack(b, residual[j]);
+#pragma unroll
+      for (int k = 0; k < kVec; k++) a[k] += b[k];
+      store_bf16(h_out + row * d + col, a);
+      pack(h[j], a);  // the same rounding as the store
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < VPT; j++) {
+    if ((lane + 32 * j) * kVec >= d) continue;
+    float a[kVec];
+    unpack(a, h[j]);
+#pragma unroll
+    for (int k = 0; k < kVec; k++) ss += a[k] * a[k];
+  }
+  const float rs = 1.f / sqrtf(warp_sum(ss) / float(d) + eps);
+#pragma unroll
+  for (int j = 0; j < VPT; j++) {
+    const int col = (lane + 32 * j) * kVec;
+    if (col >= d) continue;
+    float a[kVec], wv[kVec];
+    unpack(a, h[j]);
+    load_bf16(wv, w + col);
+#pragma unroll
+    for (int k = 0; k < kVec; k++) a[k] = a[k] * rs * wv[k];
+    store_bf16(y + row * d + col, a);
+  }
+  if (lane == 0) rstd[row] = rs;
+}
+
+// Launches the warp kernel with the fewest chunks per lane that cover d; false if d is too wide for it.
+bool launch_forward_warp(__nv_bfloat16* h_out, __nv_bfloat16* y, float* rstd, const __nv_bfloat16* h_in,
+                         const __nv_bfloat16* x, const __nv_bfloat16* w, int64_t N, int d, float eps,
+                         cudaStream_t s) {
+  const int64_t chunks_per_lane = ceil_div(ceil_div(d, kVec), 32);
+  if (chunks_per_lane > kMaxWarpChunks) return false;
+  const int64_t blocks = ceil_div(N, kWarpRowsPerBlock);
+  auto launch = [&](auto vpt) {
+    constexpr int VPT = decltype(vpt)::value;
+    if (h_in)
+      rmsnorm_forward_warp_kernel<VPT, true>
+          <<<blocks, 32 * kWarpRowsPerBlock, 0, s>>>(h_out, y, rstd, h_in, x, w, N, d, eps);
+    else
+      rmsnorm_forward_warp_kernel<VPT, false>
+          <<<blocks, 32 * kWarpRowsPerBlock, 0, s>>>(h_out, y, rstd, h_in, x, w, N, d, eps);
+    TK_CUDA_CHECK_LAUNCH();
+  };
+  if (chunks_per_lane <= 1) launch(std::integral_constant<int, 1>{});
+  else if (chunks_per_lane <= 2) launch(std::integral_constant<int, 2>{});
+  else if (chunks_per_lane <= 4) launch(std::integral_constant<int, 4>{});
+  else if (chunks_per_lane <= 8) launch(std::integral_constant<int, 8>{});
+  else launch(std::integral_constant<int, 16>{});
+  return true;
+}
+
+// ---- forward, general path (any d, unaligned pointers), and the backward: one block per row -------------
+
+// One block normalises rows [blockIdx.x * R, +R), R = kRowsTimesChunks / CPT.
+// With kResidual, the row is h = round_bf16(h_in + x), written to h_out, and normalised as rounded.
+template <int V, int CPT, bool kResidual>
+__global__ void __launch_bounds__(kMaxThreads)
+    rmsnorm_forward_kernel(__nv_bfloat16* h_out, __nv_bfloat16* y, float* rstd, const __nv_bfloat16* h_in,
+                           const __nv_bfloat16* x, const __nv_bfloat16* w, int64_t N, int d, float eps) {
+  constexpr int R = kRowsTimesChunks / CPT;
+  __shared__ float smem[R * 32];
+  const int64_t row0 = int64_t(blockIdx.x) * R;
+  float v[R][CPT][V], ss[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    ss[r] = 0.f;
+    const int64_t row = row0 + r;
+#pragma unroll
+    for (int j = 0; j < CPT; j++) {
+      const int col = (threadIdx.x + j * blockDim.x) * V;
+      if (row >= N || col >= d) continue;
+      load_bf16(v[r][j], x + row * d + col);
+      if constexpr (kResidual) {
+        float a[V];
+        load_bf16(a, h_in + row * d + col);
+#pragma unroll
+        for (int k = 0; k < V; k++) v[r][j][k] += a[k];
+        round_to_bf16(v[r][j]);
+        store_bf16(h_out + row * d + col, v[r][j]);
+      }
+#pragma unroll
+      for (int k = 0; k < V; k++) ss[r] += v[r][j][k] * v[r][j][k];
+    }
+  }
+  block_sum(ss, smem);
+#pragma unroll
+  for (int j = 0; j < CPT; j++) {
+    const int col = (threadIdx.x + j * blockDim.x) * V;
+    if (col >= d) continue;
+    float wv[V];
+    load_bf16(wv, w + col);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      const int64_t row = row0 + r;
+      if (row >= N) continue;
+      const float rs = 1.f / sqrtf(ss[r] / float(d) + eps);
+      float out[V];
+#pragma unroll
+      for (int k = 0; k < V; k++) out[k] = v[r][j][k] * rs * wv[k];
+      store_bf16(y + row * d + col, out);
+    }
+  }
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int r = 0; r < R; r++)
+      if (row0 + r < N) rstd[row0 + r] = 1.f / sqrtf(ss[r] / float(d) + eps);
+  }
+}
+
+// One block runs the backward of rows [blockIdx.x * rows_per_block, +rows_per_block), R at a time:
+//   dh = rstd * w * dy - h * rstd^3 * mean(w * dy * h) (+ dresidual)
+// and leaves its rows' sum of dy * h * rstd per column in dw_partial[blockIdx.x, :] (when non-null).
+template <int V, int CPT>
+__global__ void __launch_bounds__(kMaxThreads)
+    rmsnorm_backward_kernel(__nv_bfloat16* dh, float* dw_partial, const __nv_bfloat16* dy,
+                            const __nv_bfloat16* dresidual, const __nv_bfloat16* h, const float* rstd,
+                            const __nv_bfloat16* w, int64_t N, int d, int rows_per_block) {
+  constexpr int R = kRowsTimesChunks / CPT;
+  __shared__ float smem[2][R * 32];  // alternate per step: block_sum's buffer must not be reused too early
+  float wv[CPT][V], dw_acc[CPT][V];
+#pragma unroll
+  for (int j = 0; j < CPT; j++) {
+    const int col = (threadIdx.x + j * blockDim.x) * V;
+#pragma unroll
+    for (int k = 0; k < V; k++) wv[j][k] = dw_acc[j][k] = 0.f;
+    if (col < d) load_bf16(wv[j], w + col);
+  }
+  const int64_t first = int64_t(blockIdx.x) * rows_per_block;
+  const int64_t last = std::min<int64_t>(N, first + rows_per_block);
+  for (int64_t row0 = first, step = 0; row0 < last; row0 += R, step++) {
+    // Rows stay packed in registers between the two passes (R rows x 3 tensors in flight at once).
+    PackedBf16<V> g[R][CPT], hv[R][CPT], res[R][CPT];
+    float dot[R], rs[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      const int64_t row = row0 + r;
+      dot[r] = 0.f;
+      rs[r] = row < last ? rstd[row] : 0.f;
+#pragma unroll
+      for (int j = 0; j < CPT; j++) {
+        const int col = (threadIdx.x + j * blockDim.x) * V;
+        if (row >= last || col >= d) continue;
+        load_packed(g[r][j], dy + row * d + col);
+        load_packed(hv[r][j], h + row * d + col);
+        if (dresidual) load_packed(res[r][j], dresidual + row * d + col);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+#pragma unroll
+      for (int j = 0; j < CPT; j++) {
+        const int col = (threadIdx.x + j * blockDim.x) * V;
+        if (row0 + r >= last || col >= d) continue;
+        float gv[V], hf[V];
+        unpack(gv, g[r][j]);
+        unpack(hf, hv[r][j]);
+#pragma unroll
+        for (int k = 0; k < V; k++) dot[r] += wv[j][k] * gv[k] * hf[k];
+      }
+    }
+    block_sum(dot, smem[step & 1]);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      const int64_t row = row0 + r;
+      const float c = rs[r] * rs[r] * rs[r] * dot[r] / float(d);
+#pragma unroll
+      for (int j = 0; j < CPT; j++) {
+        const int col = (threadIdx.x + j * blockDim.x) * V;
+        if (row >= last || col >= d) continue;
+        float gv[V], hf[V], out[V];
+        unpack(gv, g[r][j]);
+        unpack(hf, hv[r][j]);
+        if (dresidual) {
+          unpack(out, res[r][j]);
+        } else {
+#pragma unroll
+          for (int k = 0; k < V; k++) out[k] = 0.f;
+        }
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+          out[k] += rs[r] * wv[j][k] * gv[k] - hf[k] * c;
+          dw_acc[j][k] += gv[k] * hf[k] * rs[r];
+        }
+        store_bf16(dh + row * d + col, out);
+      }
+    }
+  }
+  if (!dw_partial) return;
+#pragma unroll
+  for (int j = 0; j < CPT; j++) {
+    const int col = (threadIdx.x + j * blockDim.x) * V;
+    if (col < d) store_f32(dw_partial + int64_t(blockIdx.x) * d + col, dw_acc[j]);
+  }
+}
+
+// Instantiates a kernel template for the (V, CPT) a tiling chose and launches it.
+template <template <int, int> class Launch, class... Args>
+void dispatch_tiling(const ColumnTiling& t, Args&&... args) {
+  if (t.vec == kVec) {
+    if (t.cpt == 1) return Launch<kVec, 1>::run(t, args...);
+    if (t.cpt == 2) return Launch<kVec, 2>::run(t, args...);
+    return Launch<kVec, 4>::run(t, args...);
+  }
+  if (t.cpt == 1) return Launch<1, 1>::run(t, args...);
+  if (t.cpt == 2) return Launch<1, 2>::run(t, args...);
+  return Launch<1, 4>::run(t, args...);
+}
+
+template <int V, int CPT>
+struct LaunchForward {
+  static void run(const ColumnTiling& t, __nv_bfloat16* h_out, __nv_bfloat16* y, float* rstd,
+                  const __nv_bfloat16* h_in, const __nv_bfloat16* x, const __nv_bfloat16* w, int64_t N, int d,
+                  float eps, cudaStream_t s) {
+    const int64_t blocks = ceil_div(N, t.rows_per_step());
+    if (h_in)
+      rmsnorm_forward_kernel<V, CPT, true><<<blocks, t.threads, 0, s>>>(h_out, y, rstd, h_in, x, w, N, d, eps);
+    else
+      rmsnorm_forward_kernel<V, CPT, false><<<blocks, t.threads, 0, s>>>(h_out, y, rstd, h_in, x, w, N, d, eps);
+    TK_CUDA_CHECK_LAUNCH();
+  }
+};
+
+template <int V, int CPT>
+struct LaunchBackward {
+  static void run(const ColumnTiling& t, const BackwardGrid& grid, __nv_bfloat16* dh, float* dw_partial,
+                  const __nv_bfloat16* dy, const __nv_bfloat16* dresidual, const __nv_bfloat16* h,
+                  const float* rstd, const __nv_bfloat16* w, int64_t N, int d, cudaStream_t s) {
+    rmsnorm_backward_kernel<V, CPT><<<grid.blocks, t.threads, 0, s>>>(dh, dw_partial, dy, dresidual, h, rstd, w, N,
+                                                                       d, grid.rows_per_block);
+    TK_CUDA_CHECK_LAUNCH();
+  }
+};
+
+}  // namespace
+
+void rmsnorm_forward(bf16* y, float* rstd, const bf16* x, const bf16* w, int64_t N, int d, float eps,
+                     cudaStream_t s) {
+  if (N == 0) return;
+  const bool vectorised = vectorisable(d, {y, x, w});
+  if (vectorised && launch_forward_warp(nullptr, y, rstd, nullptr, x, w, N, d, eps, s)) return;
+  const ColumnTiling t = column_tiling(d, vectorised);
+  dispatch_tiling<LaunchForward>(t, nullptr, y, rstd, nullptr, x, w, N, d, eps, s);
+}
+
+void residual_rmsnorm_forward(bf16* h_out, bf16* y, float* rstd, const bf16* h_in, const bf16* x, const bf16* w,
+                              int64_t N, int d, float eps, cudaStream_t s) {
+  if (N == 0) return;
+  const bool vectorised = vectorisable(d, {h_out, y, h_in, x, w});
+  if (vectorised && launch_forward_warp(h_out, y, rstd, h_in, x, w, N, d, eps, s)) return;
+  const ColumnTiling t = column_tiling(d, vectorised);
+  dispatch_tiling<LaunchForward>(t, h_out, y, rstd, h_in, x, w, N, d, eps, s);
+}
+
+size_t rmsnorm_backward_scratch_bytes(int64_t N, int d) {
+  // The grid depends on the tiling only through rows_per_step; size for the smallest (most blocks).
+  const BackwardGrid grid = backward_grid(N, 1);
+  return size_t(grid.blocks) * size_t(d) * sizeof(float);
+}
+
+void rmsnorm_backward(bf16* dh, float* dw, const bf16* dy, const bf16* dresidual, const bf16* h, const float* rstd,
+                      const bf16* w, int64_t N, int d, void* scratch, size_t scratch_bytes, cudaStream_t s) {
+  if (N == 0) return;
+  const ColumnTiling t = column_tiling(d, vectorisable(d, {dh, dy, dresidual, h, w, scratch}));
+  const BackwardGrid grid = backward_grid(N, t.rows_per_step());
+  float* partial = dw ? static_cast<float*>(scratch) : nullptr;
+  TK_CUDA_REQUIRE(!dw || scratch_bytes >= size_t(grid.blocks) * size_t(d) * sizeof(float),
+                  "rmsnorm_backward: the scratch buffer holds %zu bytes, %zu are needed", scratch_bytes,
+                  size_t(grid.blocks) * size_t(d) * sizeof(float));
+  dispatch_tiling<LaunchBackward>(t, grid, dh, partial, dy, dresidual, h, rstd, w, N, d, s);
+  if (dw) column_reduce_add(dw, partial, grid.blocks, d, d, s);
+}
+
+}  // namespace tk::cuda

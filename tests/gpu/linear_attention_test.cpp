@@ -1,0 +1,358 @@
+// GPU tests of the CUDA backend's matmul, attention and fused LM-head ops (CudaOps through the Ops
+// interface) against the CPU reference CpuOps<float>: fresh random inputs that bf16 represents exactly (so
+// both backends compute with the same values), outputs poisoned with NaN first (an unwritten element
+// fails), errors as ||out - ref|| / ||ref||, and every op run twice to check bitwise determinism.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "core/log.h"
+#include "ops/cpu/cpu_ops.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/cuda_ops.h"
+
+namespace tk {
+namespace {
+
+// Bounds on the relative error: bf16 outputs (8 significant bits; attention also rounds P and dS to bf16
+// inside the fused kernel), f32 outputs of f32 sums over exact bf16 products, and the cross-entropy loss
+// (computed from bf16-rounded logits).
+constexpr double kBf16Tol = 1e-2;
+constexpr double kAttnGradTol = 2e-2;
+constexpr double kF32SumTol = 1e-4;
+constexpr double kLossTol = 1e-3;
+
+float round_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fff + ((u >> 16) & 1);
+  u &= 0xffff0000u;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+double rel_error(const std::vector<float>& out, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < out.size(); i++) {
+    if (!std::isfinite(out[i])) return std::numeric_limits<double>::infinity();
+    num += (double(out[i]) - ref[i]) * (double(out[i]) - ref[i]);
+    den += double(ref[i]) * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+std::vector<float> minus(const std::vector<float>& a, const std::vector<float>& b) {
+  std::vector<float> d(a.size());
+  for (size_t i = 0; i < a.size(); i++) d[i] = a[i] - b[i];
+  return d;
+}
+
+// A tensor and its backend; the memory goes back when the test ends.
+struct Owned {
+  Ops* ops = nullptr;
+  Tensor t;
+  Owned(Ops& o, DType dt, std::initializer_list<int64_t> dims) : ops(&o) {
+    Tensor shape(nullptr, dt, dims);
+    t = Tensor(o.allocate(shape.nbytes()), dt, dims);
+  }
+  ~Owned() { ops->release(t.data); }
+  Owned(const Owned&) = delete;
+  Owned& operator=(const Owned&) = delete;
+};
+
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+    gpu_ = std::make_unique<CudaOps>(0);
+    cpu_ = make_cpu_ops(DType::F32);
+    seed_ = std::random_device{}();
+    rng_.seed(seed_);
+    RecordProperty("seed", std::to_string(seed_));
+  }
+
+  std::vector<float> normal(size_t n, float scale) {
+    std::normal_distribution<float> dist(0.f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = round_bf16(dist(rng_));
+    return v;
+  }
+
+  // The same values on both backends: act dtype (bf16 / f32) or grad dtype (f32 / f32).
+  std::unique_ptr<Owned> gpu(DType dt, std::initializer_list<int64_t> dims,
+                             const std::vector<float>* values = nullptr) {
+    auto o = std::make_unique<Owned>(*gpu_, dt, dims);
+    if (values) gpu_->upload_f32(o->t, values->data());
+    return o;
+  }
+  std::unique_ptr<Owned> cpu(std::initializer_list<int64_t> dims, const std::vector<float>* values = nullptr) {
+    auto o = std::make_unique<Owned>(*cpu_, DType::F32, dims);
+    if (values) cpu_->upload_f32(o->t, values->data());
+    return o;
+  }
+  std::unique_ptr<Owned> ints(Ops& ops, const std::vector<int32_t>& v) {
+    auto o = std::make_unique<Owned>(ops, DType::I32, std::initializer_list<int64_t>{int64_t(v.size())});
+    ops.upload(o->t.data, v.data(), v.size() * 4);
+    return o;
+  }
+
+  // NaN in every element (all-ones bytes are NaN in f32 and bf16).
+  void poison(const Owned& o) {
+    TK_CUDA_CHECK(cudaMemsetAsync(o.t.data, 0xff, o.t.nbytes(), gpu_->stream()));
+  }
+  std::vector<float> down(const Owned& o) {
+    std::vector<float> h(size_t(o.t.numel()));
+    o.ops->download_f32(h.data(), o.t);
+    return h;
+  }
+  std::vector<uint8_t> bytes(const Owned& o) {
+    std::vector<uint8_t> h(o.t.nbytes());
+    gpu_->download(h.data(), o.t.data, h.size());
+    return h;
+  }
+
+  std::unique_ptr<CudaOps> gpu_;
+  std::unique_ptr<Ops> cpu_;
+  uint64_t seed_ = 0;
+  std::mt19937_64 rng_;
+};
+
+// ---- linear -----------------------------------------------------------------------------------------
+
+class LinearTest : public CudaOpsTest {
+ protected:
+  void check(int64_t N, int64_t in, int64_t out, bool with_bias);
+};
+
+TEST_F(LinearTest, WithBiasAtTrainingShape) { check(2048, 896, 1152, true); }
+TEST_F(LinearTest, OddSizes) { check(37, 120, 200, false); }
+TEST_F(LinearTest, OddSizesWithBias) { check(1000, 136, 72, true); }
+
+void LinearTest::check(int64_t N, int64_t in, int64_t out, bool with_bias) {
+  SCOPED_TRACE(::testing::Message() << "N=" << N << " in=" << in << " out=" << out << " seed=" << seed_);
+  auto x_h = normal(size_t(N * in), 1.f), w_h = normal(size_t(out * in), 0.05f);
+  auto b_h = normal(size_t(out), 0.5f), dy_h = normal(size_t(N * out), 1.f);
+  auto dw0_h = normal(size_t(out * in), 1.f), db0_h = normal(size_t(out), 1.f);
+
+  auto x = gpu(DType::BF16, {N, in}, &x_h), w = gpu(DType::BF16, {out, in}, &w_h);
+  auto b = gpu(DType::BF16, {out}, &b_h), dy = gpu(DType::BF16, {N, out}, &dy_h);
+  auto y = gpu(DType::BF16, {N, out}), dx = gpu(DType::BF16, {N, in});
+  auto dw = gpu(DType::F32, {out, in}), db = gpu(DType::F32, {out});
+  auto cx = cpu({N, in}, &x_h), cw = cpu({out, in}, &w_h), cb = cpu({out}, &b_h), cdy = cpu({N, out}, &dy_h);
+  auto cy = cpu({N, out}), cdx = cpu({N, in}), cdw = cpu({out, in}, &dw0_h), cdb = cpu({out}, &db0_h);
+  Tensor bias = with_bias ? b->t : Tensor(), cbias = with_bias ? cb->t : Tensor();
+  Tensor dbias = with_bias ? db->t : Tensor(), cdbias = with_bias ? cdb->t : Tensor();
+
+  cpu_->linear_forward(cy->t, cx->t, cw->t, cbias);
+  cpu_->linear_backward(cdx->t, cdw->t, cdbias, cdy->t, cx->t, cw->t);
+  auto y_ref = down(*cy), dx_ref = down(*cdx);
+  auto dw_inc_ref = minus(down(*cdw), dw0_h), db_inc_ref = minus(down(*cdb), db0_h);
+
+  std::vector<uint8_t> first_y, first_dx, first_dw, first_db;
+  for (int run = 0; run < 2; run++) {
+    poison(*y);
+    poison(*dx);
+    gpu_->upload_f32(dw->t, dw0_h.data());
+    gpu_->upload_f32(db->t, db0_h.data());
+    gpu_->linear_forward(y->t, x->t, w->t, bias);
+    gpu_->linear_backward(dx->t, dw->t, dbias, dy->t, x->t, w->t);
+    EXPECT_LT(rel_error(down(*y), y_ref), kBf16Tol) << "y, run " << run;
+    EXPECT_LT(rel_error(down(*dx), dx_ref), kBf16Tol) << "dx, run " << run;
+    EXPECT_LT(rel_error(minus(down(*dw), dw0_h), dw_inc_ref), kF32SumTol) << "dw increment, run " << run;
+    if (with_bias)
+      EXPECT_LT(rel_error(minus(down(*db), db0_h), db_inc_ref), kF32SumTol) << "dbias increment, run " << run;
+    if (run == 0) {
+      first_y = bytes(*y), first_dx = bytes(*dx), first_dw = bytes(*dw), first_db = bytes(*db);
+    } else {
+      EXPECT_EQ(first_y, bytes(*y)) << "linear_forward is not deterministic";
+      EXPECT_EQ(first_dx, bytes(*dx)) << "dx is not deterministic";
+      EXPECT_EQ(first_dw, bytes(*dw)) << "dw is not deterministic";
+      EXPECT_EQ(first_db, bytes(*db)) << "dbias is not deterministic";
+    }
+  }
+}
+
+// ---- attention --------------------------------------------------------------------------------------
+
+struct AttnCase {
+  int B, T, Hq, Hkv, hd;
+};
+
+class AttentionTest : public CudaOpsTest, public ::testing::WithParamInterface<AttnCase> {
+ protected:
+  void SetUp() override {
+    CudaOpsTest::SetUp();
+    log::set_level(log::Level::Debug);  // the log then names the cuDNN engine and workspace of each plan
+  }
+  void TearDown() override { log::set_level(log::Level::Info); }
+};
+
+// dq, dk and dv slices of a [B, T, Hq+2Hkv, hd] gradient, as three vectors.
+std::vector<std::vector<float>> split_qkv(const std::vector<float>& g, const AttnShape& s) {
+  std::vector<std::vector<float>> parts(3);
+  int64_t row = s.qkv_width(), q = int64_t(s.n_heads) * s.head_dim, kv = int64_t(s.n_kv_heads) * s.head_dim;
+  for (int64_t r = 0; r < int64_t(s.B) * s.T; r++) {
+    const float* p = g.data() + r * row;
+    parts[0].insert(parts[0].end(), p, p + q);
+    parts[1].insert(parts[1].end(), p + q, p + q + kv);
+    parts[2].insert(parts[2].end(), p + q + kv, p + row);
+  }
+  return parts;
+}
+
+TEST_P(AttentionTest, CausalGqaForwardBackward) {
+  const AttnCase c = GetParam();
+  SCOPED_TRACE(::testing::Message() << "B=" << c.B << " T=" << c.T << " heads " << c.Hq << ":" << c.Hkv
+                                    << " hd=" << c.hd << " seed=" << seed_);
+  AttnShape s{c.B, c.T, c.Hq, c.Hkv, c.hd};
+  int64_t B = c.B, T = c.T, H3 = c.Hq + 2 * c.Hkv, Hq = c.Hq, hd = c.hd;
+  auto qkv_h = normal(size_t(B * T * H3 * hd), 1.5f), dout_h = normal(size_t(B * T * Hq * hd), 1.f);
+
+  auto qkv = gpu(DType::BF16, {B, T, H3, hd}, &qkv_h), dout = gpu(DType::BF16, {B, T, Hq, hd}, &dout_h);
+  auto out = gpu(DType::BF16, {B, T, Hq, hd}), lse = gpu(DType::F32, {B, Hq, T});
+  auto dqkv = gpu(DType::BF16, {B, T, H3, hd});
+  auto cqkv = cpu({B, T, H3, hd}, &qkv_h), cdout = cpu({B, T, Hq, hd}, &dout_h);
+  auto cout_ = cpu({B, T, Hq, hd}), clse = cpu({B, Hq, T}), cdqkv = cpu({B, T, H3, hd});
+
+  cpu_->attention_forward(cout_->t, clse->t, cqkv->t, Tensor(), s);
+  cpu_->attention_backward(cdqkv->t, cdout->t, cqkv->t, cout_->t, clse->t, Tensor(), s);
+  auto out_ref = down(*cout_), lse_ref = down(*clse);
+  auto grads_ref = split_qkv(down(*cdqkv), s);
+
+  std::vector<uint8_t> first_out, first_lse, first_dqkv;
+  for (int run = 0; run < 2; run++) {
+    poison(*out);
+    poison(*lse);
+    poison(*dqkv);
+    gpu_->attention_forward(out->t, lse->t, qkv->t, Tensor(), s);
+    gpu_->attention_backward(dqkv->t, dout->t, qkv->t, out->t, lse->t, Tensor(), s);
+    EXPECT_LT(rel_error(down(*out), out_ref), kBf16Tol) << "out, run " << run;
+    EXPECT_LT(rel_error(down(*lse), lse_ref), kF32SumTol) << "lse, run " << run;
+    auto grads = split_qkv(down(*dqkv), s);
+    const char* names[3] = {"dq", "dk", "dv"};
+    for (int i = 0; i < 3; i++)
+      EXPECT_LT(rel_error(grads[i], grads_ref[i]), kAttnGradTol) << names[i] << ", run " << run;
+    if (run == 0) {
+      first_out = bytes(*out), first_lse = bytes(*lse), first_dqkv = bytes(*dqkv);
+    } else {
+      EXPECT_EQ(first_out, bytes(*out)) << "attention_forward out is not deterministic";
+      EXPECT_EQ(first_lse, bytes(*lse)) << "attention_forward lse is not deterministic";
+      EXPECT_EQ(first_dqkv, bytes(*dqkv)) << "attention_backward is not deterministic";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
+                         ::testing::Values(AttnCase{1, 2048, 14, 2, 64}, AttnCase{1, 2048, 32, 8, 128},
+                                           AttnCase{2, 1000, 14, 2, 64}, AttnCase{2, 1000, 32, 8, 128}),
+                         [](const ::testing::TestParamInfo<AttnCase>& i) {
+                           const AttnCase& c = i.param;
+                           return "B" + std::to_string(c.B) + "_T" + std::to_string(c.T) + "_H" +
+                                  std::to_string(c.Hq) + "x" + std::to_string(c.Hkv) + "_hd" + std::to_string(c.hd);
+                         });
+
+TEST_F(CudaOpsTest, AttentionRejectsDocumentMasking) {
+  AttnShape s{1, 64, 2, 1, 64};
+  auto qkv = gpu(DType::BF16, {1, 64, 4, 64}), out = gpu(DType::BF16, {1, 64, 2, 64});
+  auto lse = gpu(DType::F32, {1, 2, 64});
+  auto seg = ints(*gpu_, std::vector<int32_t>(64, 0));
+  EXPECT_THROW(gpu_->attention_forward(out->t, lse->t, qkv->t, seg->t, s), Error);
+}
+
+TEST_F(CudaOpsTest, AttentionDecodeMatchesCpu) {
+  // A cache holding 37 earlier positions, then 5 new tokens: 14:2 heads, hd 64.
+  const int Hq = 14, Hkv = 2, hd = 64, max_len = 64, pos = 37, n_new = 5;
+  AttnShape s{1, n_new, Hq, Hkv, hd};
+  auto kc_h = normal(size_t(max_len * Hkv * hd), 1.f), vc_h = normal(size_t(max_len * Hkv * hd), 1.f);
+  auto qkv_h = normal(size_t(n_new * (Hq + 2 * Hkv) * hd), 1.5f);
+  auto kc = gpu(DType::BF16, {max_len, Hkv, hd}, &kc_h), vc = gpu(DType::BF16, {max_len, Hkv, hd}, &vc_h);
+  auto qkv = gpu(DType::BF16, {n_new, Hq + 2 * Hkv, hd}, &qkv_h), out = gpu(DType::BF16, {n_new, Hq, hd});
+  auto ckc = cpu({max_len, Hkv, hd}, &kc_h), cvc = cpu({max_len, Hkv, hd}, &vc_h);
+  auto cqkv = cpu({n_new, Hq + 2 * Hkv, hd}, &qkv_h), cout_ = cpu({n_new, Hq, hd});
+  cpu_->attention_decode(cout_->t, ckc->t, cvc->t, cqkv->t, pos, s);
+  poison(*out);
+  gpu_->attention_decode(out->t, kc->t, vc->t, qkv->t, pos, s);
+  EXPECT_LT(rel_error(down(*out), down(*cout_)), kBf16Tol);
+  EXPECT_EQ(down(*kc), down(*ckc)) << "the new keys were not appended to the cache exactly";
+  EXPECT_EQ(down(*vc), down(*cvc)) << "the new values were not appended to the cache exactly";
+}
+
+// ---- LM head + cross-entropy ------------------------------------------------------------------------
+
+struct CeCase {
+  int64_t N, d, V;
+  size_t chunk_budget;  // small budgets force several chunks and a short last one
+};
+
+class CrossEntropyTest : public CudaOpsTest, public ::testing::WithParamInterface<CeCase> {};
+
+TEST_P(CrossEntropyTest, LossAndGradientsWithIgnoredTargets) {
+  const CeCase c = GetParam();
+  SCOPED_TRACE(::testing::Message() << "N=" << c.N << " d=" << c.d << " V=" << c.V << " seed=" << seed_);
+  const int ignore = -100;
+  int64_t N = c.N, d = c.d, V = c.V;
+  auto x_h = normal(size_t(N * d), 1.f), w_h = normal(size_t(V * d), 0.05f), dw0_h = normal(size_t(V * d), 1e-3f);
+  // Every 7th target ignored; the first one the last vocabulary entry (an odd vocabulary's unaligned tail).
+  std::vector<int32_t> targets(static_cast<size_t>(N));
+  std::uniform_int_distribution<int32_t> token(0, int32_t(V - 1));
+  for (size_t i = 0; i < targets.size(); i++) targets[i] = i % 7 == 3 ? ignore : token(rng_);
+  targets[0] = int32_t(V - 1);
+  int64_t valid = std::count_if(targets.begin(), targets.end(), [&](int32_t v) { return v != ignore; });
+  float grad_scale = 1.0f / float(valid);
+
+  auto x = gpu(DType::BF16, {N, d}, &x_h), w = gpu(DType::BF16, {V, d}, &w_h);
+  auto dx = gpu(DType::BF16, {N, d}), dw = gpu(DType::F32, {V, d}), losses = gpu(DType::F32, {N});
+  auto tg = ints(*gpu_, targets);
+  auto cx = cpu({N, d}, &x_h), cw = cpu({V, d}, &w_h), cdx = cpu({N, d}), cdw = cpu({V, d}, &dw0_h);
+  auto closses = cpu({N});
+  auto ctg = ints(*cpu_, targets);
+  cpu_->lm_head_cross_entropy(closses->t, cdx->t, cdw->t, cx->t, cw->t, ctg->t, grad_scale, ignore);
+  auto loss_ref = down(*closses), dx_ref = down(*cdx), dw_inc_ref = minus(down(*cdw), dw0_h);
+
+  gpu_->set_logits_chunk_budget(c.chunk_budget);
+  std::vector<uint8_t> first_losses, first_dx, first_dw;
+  for (int run = 0; run < 2; run++) {
+    poison(*dx);
+    poison(*losses);
+    gpu_->upload_f32(dw->t, dw0_h.data());
+    gpu_->lm_head_cross_entropy(losses->t, dx->t, dw->t, x->t, w->t, tg->t, grad_scale, ignore);
+    auto loss = down(*losses);
+    EXPECT_LT(rel_error(loss, loss_ref), kLossTol) << "losses, run " << run;
+    for (size_t i = 0; i < targets.size(); i++)
+      if (targets[i] == ignore) ASSERT_EQ(loss[i], 0.0f) << "ignored token " << i << " has a loss";
+    EXPECT_LT(rel_error(down(*dx), dx_ref), kBf16Tol) << "dx, run " << run;
+    EXPECT_LT(rel_error(minus(down(*dw), dw0_h), dw_inc_ref), kBf16Tol) << "dw increment, run " << run;
+    if (run == 0) {
+      first_losses = bytes(*losses), first_dx = bytes(*dx), first_dw = bytes(*dw);
+    } else {
+      EXPECT_EQ(first_losses, bytes(*losses)) << "losses are not deterministic";
+      EXPECT_EQ(first_dx, bytes(*dx)) << "dx is not deterministic";
+      EXPECT_EQ(first_dw, bytes(*dw)) << "dw is not deterministic";
+    }
+  }
+  // Evaluation mode (no gradients) gives the same losses, bit for bit.
+  poison(*losses);
+  gpu_->lm_head_cross_entropy(losses->t, Tensor(), Tensor(), x->t, w->t, tg->t, grad_scale, ignore);
+  EXPECT_EQ(first_losses, bytes(*losses)) << "forward-only losses differ from the training losses";
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabularies, CrossEntropyTest,
+                         ::testing::Values(CeCase{300, 896, 151936, size_t(128) * 151936 * 2},
+                                           CeCase{300, 768, 50257, size_t(256) * 50257 * 2},
+                                           CeCase{1024, 896, 151936, size_t(512) << 20}),
+                         [](const ::testing::TestParamInfo<CeCase>& i) {
+                           return "N" + std::to_string(i.param.N) + "_V" + std::to_string(i.param.V) + "_chunks" +
+                                  std::to_string((i.param.N * i.param.V * 2 + i.param.chunk_budget - 1) /
+                                                 i.param.chunk_budget);
+                         });
+
+}  // namespace
+}  // namespace tk
