@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 mkdir -p .shared/debs && cd .shared/debs
 apt-get download libcli11-dev libfmt-dev libfmt9 libgtest-dev libopenblas-dev libopenblas-pthread-dev \
   libopenblas0-pthread libopenblas0 libgfortran5 libquadmath0 libpcre2-dev libpcre2-8-0 libpcre2-16-0 \
-  libpcre2-32-0 libpcre2-posix3 libzstd-dev libzstd1 nlohmann-json3-dev zlib1g-dev zlib1g
+  libpcre2-32-0 libpcre2-posix3 libzstd-dev libzstd1 nlohmann-json3-dev zlib1g-dev zlib1g libicu-dev libicu72

