@@ -15,10 +15,22 @@ namespace tk {
 // embeddings an lm_head.weight in the file is ignored.
 std::vector<float> load_params(const ModelConfig& cfg, const ParamLayout& layout, const std::string& path);
 
-// config.json (ModelConfig::to_hf_json) + model.safetensors (dtype "BF16" or "F32") into out_dir,
-// written atomically (temporary directory, then rename), plus the tokenizer files found in
-// tokenizer_dir (tokenizer.json, tokenizer_config.json, special_tokens_map.json, encoder.json, vocab.bpe) if given.
+// The config of an HF model directory or a tokamak checkpoint: its config.json through
+// ModelConfig::from_hf_json. A missing or malformed file is a tk::Error naming it.
+ModelConfig load_hf_config(const std::string& dir);
+
+// config.json (ModelConfig::to_hf_json, torch_dtype set) + model.safetensors (dtype "BF16" or "F32",
+// HF names, metadata format "pt"; no lm_head.weight when tied) into out_dir, written atomically
+// (a temporary sibling directory, then rename), plus the tokenizer files found in tokenizer_dir
+// (tokenizer.json, tokenizer_config.json, special_tokens_map.json, vocab.json, merges.txt, encoder.json,
+// vocab.bpe; or tokenizer_dir is itself one file) if given. A non-empty out_dir is replaced only
+// when `overwrite`, else it is a tk::Error and left untouched.
 void export_hf(const ModelConfig& cfg, const ParamLayout& layout, const std::vector<float>& params,
-               const std::string& out_dir, const std::string& dtype, const std::string& tokenizer_dir);
+               const std::string& out_dir, const std::string& dtype, const std::string& tokenizer_dir,
+               bool overwrite = false);
+
+// The tk::Error export_hf would give for out_dir (not a directory; not empty without `overwrite`),
+// so that a caller can refuse before loading a large model.
+void check_export_dir(const std::string& out_dir, bool overwrite);
 
 }  // namespace tk

@@ -32,6 +32,8 @@ class SafeTensorsFile {
   virtual const std::map<std::string, std::string>& metadata() const = 0;
   // The tensor converted to float32 (from F32, BF16, F16 or F64).
   std::vector<float> read_f32(const std::string& name) const;
+  // The same, into dst[t.numel()]: no intermediate copy of a large tensor.
+  void read_f32(const SafeTensorInfo& t, float* dst) const;
   virtual const std::string& path() const = 0;
 };
 
@@ -39,6 +41,10 @@ class SafeTensorsWriter {
  public:
   // Copies the bytes; dtype as in the format ("F32", "BF16", ...).
   void add(const std::string& name, const std::string& dtype, std::vector<int64_t> shape, const void* data, size_t nbytes);
+  // Like add(), without the copy: `data` must stay valid until write() returns (e.g. fp32 weights
+  // of a large model, which a copy would double in memory).
+  void add_borrowed(const std::string& name, const std::string& dtype, std::vector<int64_t> shape, const void* data,
+                    size_t nbytes);
   void add_f32(const std::string& name, std::vector<int64_t> shape, const float* data);
   // float32 data stored as BF16 (round to nearest even).
   void add_f32_as_bf16(const std::string& name, std::vector<int64_t> shape, const float* data);
@@ -47,7 +53,15 @@ class SafeTensorsWriter {
   void write(const std::string& path) const;
 
  private:
-  struct Entry { std::string name, dtype; std::vector<int64_t> shape; std::vector<uint8_t> bytes; };
+  struct Entry {
+    std::string name, dtype;
+    std::vector<int64_t> shape;
+    std::vector<uint8_t> owned;        // the bytes, copied by add()
+    const void* borrowed = nullptr;    // or the caller's bytes (add_borrowed)
+    size_t nbytes = 0;
+    const void* bytes() const { return borrowed ? borrowed : owned.data(); }
+  };
+  Entry& add_entry(const std::string& name, const std::string& dtype, std::vector<int64_t> shape, size_t nbytes);
   std::vector<Entry> entries_;
   std::map<std::string, std::string> metadata_;
 };

@@ -1,0 +1,85 @@
+// `tokamak export`: a checkpoint (or a run directory's latest one, or any HF model directory) to a
+// Hugging Face model directory that transformers' AutoModelForCausalLM loads: config.json,
+// model.safetensors in bf16 or f32, and the tokenizer the model was trained with.
+#include <filesystem>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "io/hf.h"
+#include "train/checkpoint.h"
+
+namespace {
+
+namespace stdfs = std::filesystem;
+
+struct ExportOptions {
+  std::string checkpoint, out, dtype = "bf16", tokenizer;
+  bool overwrite = false;
+};
+
+bool has_tokenizer_files(const std::string& dir) {
+  for (const char* name : {"tokenizer.json", "encoder.json", "vocab.json"})
+    if (stdfs::exists(stdfs::path(dir) / name)) return true;
+  return false;
+}
+
+// A directory with config.json as given; otherwise a run directory, whose latest checkpoint is taken.
+std::string source_dir(const std::string& path) {
+  if (stdfs::exists(stdfs::path(path) / "config.json")) return path;
+  return tk::resolve_checkpoint(path);
+}
+
+// --tokenizer, else the tokenizer the checkpoint's run recorded, else the files of an HF model dir.
+std::string tokenizer_source(const ExportOptions& o, const std::string& dir) {
+  if (!o.tokenizer.empty()) return o.tokenizer;
+  if (tk::is_checkpoint(dir)) {
+    std::string recorded = tk::read_trainer_state(dir).tokenizer_path;
+    if (!recorded.empty() && stdfs::exists(recorded)) return recorded;
+    if (!recorded.empty()) {
+      tk::log::warn("the tokenizer this checkpoint was trained with ({}) is gone: exporting the model without one "
+                    "(--tokenizer DIR adds it)", recorded);
+      return "";
+    }
+  }
+  if (has_tokenizer_files(dir)) return dir;
+  tk::log::warn("no tokenizer found for {}: exporting the model without one (--tokenizer DIR adds it)", dir);
+  return "";
+}
+
+int run_export(const ExportOptions& o) {
+  TK_CHECK(o.dtype == "bf16" || o.dtype == "f32", "--dtype must be bf16 or f32, not \"{}\"", o.dtype);
+  tk::check_export_dir(o.out, o.overwrite);
+  std::string dir = source_dir(o.checkpoint);
+  tk::ModelConfig cfg = tk::load_hf_config(dir);
+  tk::ParamLayout layout = tk::ParamLayout::build(cfg);
+  std::vector<float> params = tk::load_params(cfg, layout, dir);
+  std::string tokenizer = tokenizer_source(o, dir);
+  tk::export_hf(cfg, layout, params, o.out, o.dtype, tokenizer, o.overwrite);
+  tk::log::info("exported {} to {}: {} with {} layers, {:.2f}M parameters as {}{}", dir, o.out,
+                tk::arch_hf_class(cfg.arch), cfg.n_layers, double(layout.total) / 1e6, o.dtype,
+                tokenizer.empty() ? "" : ", and its tokenizer");
+  return 0;
+}
+
+tk::cli::Command export_cmd("export", "Write a checkpoint as a Hugging Face model directory",
+                            [](CLI::App& app) -> tk::cli::Runner {
+                              auto o = std::make_shared<ExportOptions>();
+                              app.add_option("--checkpoint", o->checkpoint,
+                                             "Checkpoint, run directory (its latest checkpoint) or HF model directory")
+                                  ->required();
+                              app.add_option("--out", o->out, "Directory to write the Hugging Face model into")
+                                  ->required();
+                              app.add_option("--dtype", o->dtype, "Weight dtype of model.safetensors")
+                                  ->check(CLI::IsMember({"bf16", "f32"}))
+                                  ->capture_default_str();
+                              app.add_option("--tokenizer", o->tokenizer,
+                                             "Tokenizer directory or file to copy (default: the one the run used)");
+                              app.add_flag("--overwrite", o->overwrite, "Replace a non-empty --out directory");
+                              return [o] { return run_export(*o); };
+                            });
+
+}  // namespace

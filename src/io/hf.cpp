@@ -1,0 +1,274 @@
+// Hugging Face interop: weights found by their HF names in one safetensors file or a sharded index,
+// checked against the config's shapes, into the flat parameter layout; and the reverse, an export
+// directory (config.json, model.safetensors, tokenizer files) that appears whole or not at all.
+#include "io/hf.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "core/log.h"
+#include "io/safetensors.h"
+
+namespace tk {
+namespace {
+
+namespace stdfs = std::filesystem;
+using json = nlohmann::json;
+
+const char* const kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                       "vocab.json",     "merges.txt",            "encoder.json",
+                                       "vocab.bpe"};
+
+std::string shape_str(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+// "a, b, c and 12 more": names in a message, without flooding the terminal.
+std::string some_names(const std::vector<std::string>& names, size_t shown = 5) {
+  std::vector<std::string> head(names.begin(), names.begin() + std::min(shown, names.size()));
+  std::string s = fmt::format("{}", fmt::join(head, ", "));
+  if (names.size() > shown) s += fmt::format(" and {} more", names.size() - shown);
+  return s;
+}
+
+json read_json(const std::string& path) {
+  try {
+    return json::parse(fs::read_file(path));
+  } catch (const json::parse_error& e) {
+    fail("{} is not valid JSON: {}", path, e.what());
+  }
+}
+
+// The safetensors files holding a model and, for each tensor name, the file that holds it: one file,
+// a directory with model.safetensors, or a sharded model.safetensors.index.json (its weight_map).
+class TensorSource {
+ public:
+  explicit TensorSource(const std::string& path) {
+    std::string index = sharded_index(path);
+    if (!index.empty()) {
+      open_shards(index);
+    } else {
+      std::string file = stdfs::is_directory(path) ? (stdfs::path(path) / "model.safetensors").string() : path;
+      TK_CHECK(stdfs::exists(file), "{} holds no model.safetensors nor model.safetensors.index.json", path);
+      add_file(file);
+    }
+  }
+
+  struct Location {
+    const SafeTensorsFile* file;
+    const SafeTensorInfo* info;
+  };
+  const Location* find(const std::string& name) const {
+    auto it = where_.find(name);
+    return it == where_.end() ? nullptr : &it->second;
+  }
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& [name, loc] : where_) out.push_back(name);
+    return out;
+  }
+  const std::string& description() const { return description_; }
+
+ private:
+  static std::string sharded_index(const std::string& path) {
+    if (stdfs::is_directory(path)) {
+      auto index = stdfs::path(path) / "model.safetensors.index.json";
+      return stdfs::exists(index) ? index.string() : "";
+    }
+    return path.ends_with(".index.json") ? path : "";
+  }
+
+  void add_file(const std::string& file) {
+    description_ = file;
+    files_.push_back(SafeTensorsFile::open(file));
+    for (const SafeTensorInfo& t : files_.back()->tensors()) where_[t.name] = {files_.back().get(), &t};
+  }
+
+  // The index's weight_map is the authority: each tensor is taken from the shard it names.
+  void open_shards(const std::string& index_path) {
+    description_ = index_path;
+    json index = read_json(index_path);
+    auto map = index.find("weight_map");
+    TK_CHECK(map != index.end() && map->is_object(), "{} has no \"weight_map\" object", index_path);
+    stdfs::path dir = stdfs::path(index_path).parent_path();
+    std::map<std::string, const SafeTensorsFile*> shards;
+    for (const auto& [name, shard] : map->items()) {
+      TK_CHECK(shard.is_string(), "{}: weight_map entry \"{}\" is not a file name", index_path, name);
+      std::string file = (dir / shard.get<std::string>()).string();
+      if (!shards.count(file)) {
+        files_.push_back(SafeTensorsFile::open(file));
+        shards[file] = files_.back().get();
+      }
+      const SafeTensorInfo* info = shards[file]->find(name);
+      TK_CHECK(info, "{} says tensor \"{}\" is in {}, but that file has no such tensor", index_path, name, file);
+      where_[name] = {shards[file], info};
+    }
+  }
+
+  std::string description_;
+  std::vector<std::unique_ptr<SafeTensorsFile>> files_;
+  std::map<std::string, Location> where_;
+};
+
+void check_all_present(const TensorSource& src, const ParamLayout& layout) {
+  std::vector<std::string> missing;
+  for (const ParamInfo& p : layout.params)
+    if (!src.find(p.name)) missing.push_back(p.name);
+  TK_CHECK(missing.empty(), "{} lacks {} tensor(s) that the model config needs: {}", src.description(),
+           missing.size(), some_names(missing));
+}
+
+// One warning for all tensors the model will not use (rotary inv_freq buffers, a tied lm_head is
+// silently ignored as Hugging Face itself does).
+void warn_unused(const TensorSource& src, const ModelConfig& cfg, const ParamLayout& layout) {
+  std::vector<std::string> unused;
+  for (const std::string& name : src.names()) {
+    bool tied_head = cfg.tied_embeddings && name == "lm_head.weight";
+    if (!tied_head && !layout.find(name)) unused.push_back(name);
+  }
+  if (!unused.empty())
+    log::warn("ignoring {} tensor(s) in {} that the model does not use: {}", unused.size(), src.description(),
+              some_names(unused));
+}
+
+// "BF16" or "F32" from the spellings a user or a config might give.
+std::string safetensors_dtype(const std::string& dtype) {
+  std::string d = dtype;
+  std::transform(d.begin(), d.end(), d.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  if (d == "bf16" || d == "bfloat16") return "BF16";
+  if (d == "f32" || d == "fp32" || d == "float32") return "F32";
+  fail("cannot export weights as \"{}\": choose bf16 or f32", dtype);
+}
+
+// An absolute path without a trailing slash, so that "<dir>.tmp.<pid>" is a sibling of dir.
+stdfs::path directory_path(const std::string& dir) {
+  stdfs::path p = stdfs::absolute(dir).lexically_normal();
+  return p.has_filename() ? p : p.parent_path();
+}
+
+void write_config(const ModelConfig& cfg, const std::string& st_dtype, const stdfs::path& dir) {
+  json j = cfg.to_hf_json();
+  j["torch_dtype"] = st_dtype == "BF16" ? "bfloat16" : "float32";
+  fs::write_file_atomic((dir / "config.json").string(), j.dump(2) + "\n");
+}
+
+// HF names and shapes; no lm_head.weight when tied (save_pretrained leaves it out too).
+void write_weights(const ParamLayout& layout, const std::vector<float>& params, const std::string& st_dtype,
+                   const stdfs::path& dir) {
+  SafeTensorsWriter w;
+  w.set_metadata("format", "pt");
+  for (const ParamInfo& p : layout.params) {
+    const float* src = params.data() + p.offset;
+    if (st_dtype == "BF16")
+      w.add_f32_as_bf16(p.name, p.shape, src);
+    else
+      w.add_borrowed(p.name, "F32", p.shape, src, size_t(p.numel) * sizeof(float));
+  }
+  w.write((dir / "model.safetensors").string());
+}
+
+void copy_tokenizer(const std::string& tokenizer, const stdfs::path& dir) {
+  if (stdfs::is_regular_file(tokenizer)) {
+    fs::write_file_atomic((dir / stdfs::path(tokenizer).filename()).string(), fs::read_file(tokenizer));
+    return;
+  }
+  TK_CHECK(stdfs::is_directory(tokenizer), "tokenizer path {} does not exist", tokenizer);
+  int copied = 0;
+  for (const char* name : kTokenizerFiles) {
+    stdfs::path f = stdfs::path(tokenizer) / name;
+    if (!stdfs::exists(f)) continue;
+    fs::write_file_atomic((dir / name).string(), fs::read_file(f.string()));
+    copied++;
+  }
+  TK_CHECK(copied > 0, "{} holds no tokenizer files (tokenizer.json, or encoder.json + vocab.bpe, ...)", tokenizer);
+}
+
+// Puts the finished temporary directory at `out`, replacing what was there (the caller checked that
+// this is allowed). The old contents are moved aside first, and restored if the rename fails.
+void replace_dir(const stdfs::path& tmp, const stdfs::path& out) {
+  stdfs::path old;
+  if (stdfs::exists(out)) {
+    old = out;
+    old += ".old." + std::to_string(::getpid());
+    stdfs::rename(out, old);
+  }
+  try {
+    stdfs::rename(tmp, out);
+  } catch (...) {
+    if (!old.empty()) stdfs::rename(old, out);
+    throw;
+  }
+  if (!old.empty()) stdfs::remove_all(old);
+}
+
+}  // namespace
+
+std::vector<float> load_params(const ModelConfig& cfg, const ParamLayout& layout, const std::string& path) {
+  TK_CHECK(stdfs::exists(path), "cannot load weights: {} does not exist", path);
+  TensorSource src(path);
+  check_all_present(src, layout);
+  std::vector<float> params(size_t(layout.total));
+  for (const ParamInfo& p : layout.params) {
+    const auto* loc = src.find(p.name);
+    TK_CHECK(loc->info->shape == p.shape, "{}: tensor \"{}\" has shape {} but the model config expects {}",
+             loc->file->path(), p.name, shape_str(loc->info->shape), shape_str(p.shape));
+    loc->file->read_f32(*loc->info, params.data() + p.offset);
+  }
+  warn_unused(src, cfg, layout);
+  return params;
+}
+
+void check_export_dir(const std::string& out_dir, bool overwrite) {
+  stdfs::path out = directory_path(out_dir);
+  if (!stdfs::exists(out)) return;
+  TK_CHECK(stdfs::is_directory(out), "cannot export to {}: it exists and is not a directory", out.string());
+  TK_CHECK(overwrite || stdfs::is_empty(out),
+           "refusing to export to {}: the directory is not empty (--overwrite replaces its contents)", out.string());
+}
+
+ModelConfig load_hf_config(const std::string& dir) {
+  std::string path = (stdfs::path(dir) / "config.json").string();
+  TK_CHECK(stdfs::exists(path), "{} has no config.json: expected a Hugging Face model directory or a tokamak checkpoint",
+           dir);
+  return ModelConfig::from_hf_json(read_json(path), path);
+}
+
+void export_hf(const ModelConfig& cfg, const ParamLayout& layout, const std::vector<float>& params,
+               const std::string& out_dir, const std::string& dtype, const std::string& tokenizer_dir,
+               bool overwrite) {
+  TK_CHECK(int64_t(params.size()) == layout.total, "export: {} parameter values given, the layout holds {}",
+           params.size(), layout.total);
+  std::string st_dtype = safetensors_dtype(dtype);
+  check_export_dir(out_dir, overwrite);
+  stdfs::path out = directory_path(out_dir);
+  stdfs::path tmp = out;
+  tmp += ".tmp." + std::to_string(::getpid());
+  try {
+    stdfs::remove_all(tmp);
+    stdfs::create_directories(tmp);
+    write_config(cfg, st_dtype, tmp);
+    write_weights(layout, params, st_dtype, tmp);
+    if (!tokenizer_dir.empty()) copy_tokenizer(tokenizer_dir, tmp);
+    replace_dir(tmp, out);
+  } catch (const stdfs::filesystem_error& e) {
+    std::error_code ignored;
+    stdfs::remove_all(tmp, ignored);
+    fail("cannot export to {}: {}", out.string(), e.what());
+  } catch (...) {
+    std::error_code ignored;
+    stdfs::remove_all(tmp, ignored);
+    throw;
+  }
+}
+
+}  // namespace tk

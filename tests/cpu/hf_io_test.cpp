@@ -1,0 +1,284 @@
+// Hugging Face interop: weights of tiny Llama, Qwen2 (q/k/v bias) and Qwen3 (q/k norm) models load from
+// one file or a sharded index into the flat layout, bad checkpoints fail naming the tensor and both
+// shapes, and an export loads back to the same parameters.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "io/hf.h"
+#include "io/safetensors.h"
+
+namespace {
+
+namespace stdfs = std::filesystem;
+using json = nlohmann::json;
+
+tk::ModelConfig tiny_config(tk::Arch arch) {
+  tk::ModelConfig c;
+  c.name = "tiny";
+  c.arch = arch;
+  c.vocab_size = 67;
+  c.d_model = 16;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 4;
+  c.ffn_dim = 24;
+  c.max_seq = 64;
+  c.rope_theta = 10000.0;
+  c.norm_eps = 1e-6;
+  c.tied_embeddings = arch == tk::Arch::Qwen2;
+  c.qkv_bias = arch == tk::Arch::Qwen2;
+  c.qk_norm = arch == tk::Arch::Qwen3;
+  return c;
+}
+
+// Random values in every tensor; the alignment padding between tensors stays zero, as loading leaves it.
+std::vector<float> random_params(const tk::ParamLayout& layout, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  std::vector<float> p(size_t(layout.total), 0.f);
+  for (const tk::ParamInfo& t : layout.params)
+    for (int64_t i = 0; i < t.numel; i++) p[size_t(t.offset + i)] = dist(rng);
+  return p;
+}
+
+double rel_err(const std::vector<float>& out, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); i++) {
+    num += (double(out[i]) - ref[i]) * (double(out[i]) - ref[i]);
+    den += double(ref[i]) * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+// The error message of f(), which must throw tk::Error.
+template <class F> std::string error_of(F f) {
+  try {
+    f();
+  } catch (const tk::Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no tk::Error was thrown";
+  return "";
+}
+
+class HfIoTest : public ::testing::TestWithParam<tk::Arch> {
+ protected:
+  void SetUp() override {
+    std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    for (char& c : test) c = c == '/' ? '_' : c;
+    dir_ = stdfs::temp_directory_path() / ("tk_hf_io_" + std::to_string(::getpid()) + "_" + test);
+    stdfs::remove_all(dir_);
+    stdfs::create_directories(dir_ / "model");
+    cfg_ = tiny_config(GetParam());
+    layout_ = tk::ParamLayout::build(cfg_);
+    params_ = random_params(layout_, 1000 + uint32_t(GetParam()));
+  }
+  void TearDown() override { stdfs::remove_all(dir_); }
+
+  std::string model_dir() const { return (dir_ / "model").string(); }
+
+  // The layout's tensors (all but `skip`) in one writer, as an HF checkpoint names them.
+  tk::SafeTensorsWriter writer_for(const std::vector<float>& params, const std::string& skip = "") const {
+    tk::SafeTensorsWriter w;
+    for (const tk::ParamInfo& p : layout_.params)
+      if (p.name != skip) w.add_f32(p.name, p.shape, params.data() + p.offset);
+    return w;
+  }
+
+  // model.safetensors.index.json and `n` shards, tensors dealt round-robin.
+  void write_sharded(int n) const {
+    std::vector<tk::SafeTensorsWriter> shards(static_cast<size_t>(n));
+    json index = {{"metadata", {{"total_size", layout_.total * 4}}}, {"weight_map", json::object()}};
+    for (size_t i = 0; i < layout_.params.size(); i++) {
+      const tk::ParamInfo& p = layout_.params[i];
+      int s = int(i) % n;
+      shards[size_t(s)].add_f32(p.name, p.shape, params_.data() + p.offset);
+      index["weight_map"][p.name] = fmt::format("model-{:05}-of-{:05}.safetensors", s + 1, n);
+    }
+    for (int s = 0; s < n; s++)
+      shards[size_t(s)].write(fmt::format("{}/model-{:05}-of-{:05}.safetensors", model_dir(), s + 1, n));
+    tk::fs::write_file_atomic(model_dir() + "/model.safetensors.index.json", index.dump(2));
+  }
+
+  stdfs::path dir_;
+  tk::ModelConfig cfg_;
+  tk::ParamLayout layout_;
+  std::vector<float> params_;
+};
+
+TEST_P(HfIoTest, LayoutHoldsTheArchitecturesTensors) {
+  bool qwen2 = GetParam() == tk::Arch::Qwen2, qwen3 = GetParam() == tk::Arch::Qwen3;
+  EXPECT_EQ(layout_.find("model.layers.1.self_attn.q_proj.bias") != nullptr, qwen2);
+  EXPECT_EQ(layout_.find("model.layers.1.self_attn.k_norm.weight") != nullptr, qwen3);
+  EXPECT_EQ(layout_.find("lm_head.weight") != nullptr, !cfg_.tied_embeddings);
+}
+
+TEST_P(HfIoTest, LoadsOneFileByDirectoryOrPath) {
+  writer_for(params_).write(model_dir() + "/model.safetensors");
+  EXPECT_EQ(tk::load_params(cfg_, layout_, model_dir()), params_);
+  EXPECT_EQ(tk::load_params(cfg_, layout_, model_dir() + "/model.safetensors"), params_);
+}
+
+TEST_P(HfIoTest, LoadsShardedIndex) {
+  write_sharded(3);
+  EXPECT_EQ(tk::load_params(cfg_, layout_, model_dir()), params_);
+  EXPECT_EQ(tk::load_params(cfg_, layout_, model_dir() + "/model.safetensors.index.json"), params_);
+}
+
+TEST_P(HfIoTest, IndexNamingTheWrongShardIsAnError) {
+  write_sharded(2);
+  json index = json::parse(tk::fs::read_file(model_dir() + "/model.safetensors.index.json"));
+  const std::string name = "model.layers.0.mlp.gate_proj.weight";
+  std::string shard = index["weight_map"][name].get<std::string>();
+  index["weight_map"][name] = shard == "model-00001-of-00002.safetensors" ? "model-00002-of-00002.safetensors"
+                                                                          : "model-00001-of-00002.safetensors";
+  tk::fs::write_file_atomic(model_dir() + "/model.safetensors.index.json", index.dump());
+  std::string msg = error_of([&] { tk::load_params(cfg_, layout_, model_dir()); });
+  EXPECT_NE(msg.find(name), std::string::npos) << msg;
+}
+
+TEST_P(HfIoTest, LoadsBf16Weights) {
+  tk::SafeTensorsWriter w;
+  for (const tk::ParamInfo& p : layout_.params) w.add_f32_as_bf16(p.name, p.shape, params_.data() + p.offset);
+  w.write(model_dir() + "/model.safetensors");
+  auto loaded = tk::load_params(cfg_, layout_, model_dir());
+  double err = rel_err(loaded, params_);
+  EXPECT_GT(err, 0.0);      // the weights went through bf16...
+  EXPECT_LT(err, 4e-3);     // ...and each lost at most half a bf16 ulp (2^-9 relative)
+}
+
+TEST_P(HfIoTest, MissingTensorIsNamed) {
+  const std::string name = "model.layers.1.mlp.up_proj.weight";
+  writer_for(params_, name).write(model_dir() + "/model.safetensors");
+  std::string msg = error_of([&] { tk::load_params(cfg_, layout_, model_dir()); });
+  EXPECT_NE(msg.find(name), std::string::npos) << msg;
+  EXPECT_NE(msg.find("lacks 1 tensor"), std::string::npos) << msg;
+}
+
+TEST_P(HfIoTest, ShapeMismatchNamesTensorAndBothShapes) {
+  // k_proj stored transposed: the same number of elements, the wrong shape.
+  const std::string name = "model.layers.0.self_attn.k_proj.weight";
+  tk::SafeTensorsWriter w = writer_for(params_, name);
+  w.add_f32(name, {16, 8}, params_.data() + layout_.find(name)->offset);
+  w.write(model_dir() + "/model.safetensors");
+  std::string msg = error_of([&] { tk::load_params(cfg_, layout_, model_dir()); });
+  EXPECT_NE(msg.find(name), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[16, 8]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[8, 16]"), std::string::npos) << msg;
+}
+
+TEST_P(HfIoTest, ExtraTensorsAreWarnedOnceAndATiedHeadIgnored) {
+  tk::SafeTensorsWriter w = writer_for(params_);
+  float inv_freq[2] = {1.f, 0.01f};
+  w.add_f32("model.layers.0.self_attn.rotary_emb.inv_freq", {2}, inv_freq);
+  w.add_f32("model.layers.1.self_attn.rotary_emb.inv_freq", {2}, inv_freq);
+  if (cfg_.tied_embeddings) w.add_f32("lm_head.weight", {67, 16}, params_.data() + layout_.embed);
+  w.write(model_dir() + "/model.safetensors");
+
+  ::testing::internal::CaptureStderr();
+  auto loaded = tk::load_params(cfg_, layout_, model_dir());
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(loaded, params_);
+  size_t first = err.find("warning:");
+  ASSERT_NE(first, std::string::npos) << err;
+  EXPECT_EQ(err.find("warning:", first + 1), std::string::npos) << "warned more than once: " << err;
+  EXPECT_NE(err.find("2 tensor(s)"), std::string::npos) << err;
+  EXPECT_NE(err.find("model.layers.1.self_attn.rotary_emb.inv_freq"), std::string::npos) << err;
+  EXPECT_EQ(err.find("lm_head"), std::string::npos) << err;
+}
+
+TEST_P(HfIoTest, ExportF32LoadsBackExactly) {
+  std::string out = (dir_ / "export").string();
+  tk::export_hf(cfg_, layout_, params_, out, "F32", "");
+  EXPECT_EQ(tk::load_params(cfg_, layout_, out), params_);
+
+  auto file = tk::SafeTensorsFile::open(out + "/model.safetensors");
+  EXPECT_EQ(file->metadata().at("format"), "pt");
+  EXPECT_EQ(file->tensors().size(), layout_.params.size());
+  EXPECT_EQ(file->find("lm_head.weight") != nullptr, !cfg_.tied_embeddings);
+
+  json j = json::parse(tk::fs::read_file(out + "/config.json"));
+  EXPECT_EQ(j["torch_dtype"], "float32");
+  tk::ModelConfig back = tk::load_hf_config(out);
+  EXPECT_EQ(back.arch, cfg_.arch);
+  EXPECT_EQ(back.vocab_size, cfg_.vocab_size);
+  EXPECT_EQ(back.d_model, cfg_.d_model);
+  EXPECT_EQ(back.n_layers, cfg_.n_layers);
+  EXPECT_EQ(back.n_kv_heads, cfg_.n_kv_heads);
+  EXPECT_EQ(back.head_dim, cfg_.head_dim);
+  EXPECT_EQ(back.ffn_dim, cfg_.ffn_dim);
+  EXPECT_EQ(back.tied_embeddings, cfg_.tied_embeddings);
+  EXPECT_EQ(back.qkv_bias, cfg_.qkv_bias);
+  EXPECT_EQ(back.qk_norm, cfg_.qk_norm);
+  EXPECT_EQ(back.norm_eps, cfg_.norm_eps);
+}
+
+TEST_P(HfIoTest, ExportBf16RoundsEveryWeight) {
+  std::string out = (dir_ / "export").string();
+  tk::export_hf(cfg_, layout_, params_, out, "bf16", "");
+  EXPECT_EQ(json::parse(tk::fs::read_file(out + "/config.json"))["torch_dtype"], "bfloat16");
+  EXPECT_EQ(tk::SafeTensorsFile::open(out + "/model.safetensors")->tensors()[0].dtype, "BF16");
+  double err = rel_err(tk::load_params(cfg_, layout_, out), params_);
+  EXPECT_GT(err, 0.0);
+  EXPECT_LT(err, 4e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, HfIoTest, ::testing::Values(tk::Arch::Llama, tk::Arch::Qwen2, tk::Arch::Qwen3),
+                         [](const auto& info) { return std::string(tk::arch_name(info.param)); });
+
+class HfExportDirTest : public HfIoTest {};
+
+TEST_P(HfExportDirTest, CopiesTheTokenizerFiles) {
+  stdfs::create_directories(dir_ / "tok");
+  std::string tokenizer_json = R"({"model": {"type": "BPE", "vocab": {"a": 0}}})";
+  tk::fs::write_file_atomic((dir_ / "tok/tokenizer.json").string(), tokenizer_json);
+  tk::fs::write_file_atomic((dir_ / "tok/tokenizer_config.json").string(), "{}");
+  tk::fs::write_file_atomic((dir_ / "tok/unrelated.txt").string(), "not a tokenizer file");
+  std::string out = (dir_ / "export").string();
+  tk::export_hf(cfg_, layout_, params_, out, "f32", (dir_ / "tok").string());
+  EXPECT_EQ(tk::fs::read_file(out + "/tokenizer.json"), tokenizer_json);
+  EXPECT_TRUE(stdfs::exists(out + "/tokenizer_config.json"));
+  EXPECT_FALSE(stdfs::exists(out + "/unrelated.txt"));
+
+  std::string msg = error_of([&] { tk::export_hf(cfg_, layout_, params_, out + "2", "f32", model_dir()); });
+  EXPECT_NE(msg.find("no tokenizer files"), std::string::npos) << msg;
+  EXPECT_FALSE(stdfs::exists(out + "2"));
+}
+
+TEST_P(HfExportDirTest, RefusesANonEmptyDirectoryUnlessOverwriting) {
+  std::string out = (dir_ / "export").string();
+  stdfs::create_directories(out);
+  tk::fs::write_file_atomic(out + "/notes.txt", "precious");
+  std::string msg = error_of([&] { tk::export_hf(cfg_, layout_, params_, out, "f32", ""); });
+  EXPECT_NE(msg.find("not empty"), std::string::npos) << msg;
+  EXPECT_EQ(tk::fs::read_file(out + "/notes.txt"), "precious");
+
+  tk::export_hf(cfg_, layout_, params_, out + "/", "f32", "", /*overwrite=*/true);
+  EXPECT_FALSE(stdfs::exists(out + "/notes.txt"));
+  EXPECT_EQ(tk::load_params(cfg_, layout_, out), params_);
+  int entries = 0;  // the model dir and the export: no temporary or old directory left beside them
+  for ([[maybe_unused]] const auto& e : stdfs::directory_iterator(dir_)) entries++;
+  EXPECT_EQ(entries, 2);
+}
+
+TEST_P(HfExportDirTest, RejectsAnUnknownDtype) {
+  std::string msg = error_of([&] { tk::export_hf(cfg_, layout_, params_, (dir_ / "e").string(), "fp8", ""); });
+  EXPECT_NE(msg.find("fp8"), std::string::npos) << msg;
+  EXPECT_FALSE(stdfs::exists(dir_ / "e"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Llama, HfExportDirTest, ::testing::Values(tk::Arch::Llama),
+                         [](const auto& info) { return std::string(tk::arch_name(info.param)); });
+
+}  // namespace

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Holds tokamak against Hugging Face transformers on small random-init Llama, Qwen2 and Qwen3 models.
+
+For each model: transformers saves it, tokamak loads it (`tokamak grads`) and both compute, on the
+same batch, the mean next-token loss, the gradient of every parameter and the logits at every
+position (tokamak's through its KV-cache generation path); they must agree to --tol (relative). Then the reverse: `tokamak export` of the saved model, loaded by transformers, must hold
+the same weights and give the same loss. Needs python3 with torch, transformers and safetensors;
+no network.
+
+    python3 tests/hf/compare_hf.py --tokamak build-gpu/tokamak                       # CPU backend, fp32
+    python3 tests/hf/compare_hf.py --tokamak build-gpu/tokamak --device cuda --tol 2e-2
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import torch
+import torch.nn.functional as F
+import transformers
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
+
+# initializer_range well above HF's 0.02, so that attention and the softmax are far from uniform.
+SHAPE = dict(vocab_size=512, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+             intermediate_size=160, max_position_embeddings=128, initializer_range=0.1)
+
+# name -> (config class, fields): tied and untied heads, every bias option, Qwen3's free head_dim.
+MODELS = {
+    "llama": (LlamaConfig, dict(num_hidden_layers=2, tie_word_embeddings=False, rope_theta=10000.0,
+                                rms_norm_eps=1e-5)),
+    "llama-tied-bias": (LlamaConfig, dict(num_hidden_layers=3, tie_word_embeddings=True, rope_theta=500000.0,
+                                          rms_norm_eps=1e-5, attention_bias=True)),
+    "qwen2": (Qwen2Config, dict(num_hidden_layers=2, tie_word_embeddings=True, rope_theta=1000000.0,
+                                rms_norm_eps=1e-6)),
+    "qwen2-untied": (Qwen2Config, dict(num_hidden_layers=3, tie_word_embeddings=False, rope_theta=10000.0,
+                                       rms_norm_eps=1e-6)),
+    "qwen3": (Qwen3Config, dict(num_hidden_layers=2, tie_word_embeddings=True, rope_theta=1000000.0,
+                                rms_norm_eps=1e-6, head_dim=32)),
+    "qwen3-untied": (Qwen3Config, dict(num_hidden_layers=3, tie_word_embeddings=False, rope_theta=10000.0,
+                                       rms_norm_eps=1e-6, head_dim=32)),
+}
+
+B, T = 2, 33
+BF16_EXPORT_TOL = 1e-2  # a bf16 export rounds every weight (2^-9 relative): the loss moves a little
+
+
+def rope_theta_of(config):
+    params = getattr(config, "rope_parameters", None)
+    if isinstance(params, dict) and "rope_theta" in params:
+        return params["rope_theta"]
+    return getattr(config, "rope_theta", None)
+
+
+def make_config(cls, fields):
+    """The config, with rope_theta where this transformers version keeps it (5.x: rope_parameters)."""
+    fields = {**SHAPE, **fields}
+    theta = fields["rope_theta"]
+    config = cls(**fields)
+    if rope_theta_of(config) != theta:
+        del fields["rope_theta"]
+        config = cls(**fields, rope_parameters={"rope_type": "default", "rope_theta": theta})
+    if rope_theta_of(config) != theta:
+        raise RuntimeError(f"cannot set rope_theta {theta} in this version's {cls.__name__}")
+    return config
+
+
+def load_model(source):
+    """float32, eager attention: the plain reference computation."""
+    if isinstance(source, str):
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, attn_implementation="eager")
+    else:
+        model = AutoModelForCausalLM.from_config(source, attn_implementation="eager").float()
+    return model.eval()
+
+
+def randomise_norms_and_biases(model, gen):
+    """HF initialises norms to one and biases to zero; values away from those exercise every term."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+            elif "norm" in name:
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+
+
+def hf_loss(model, tokens, backward):
+    """The mean loss over targets tokens[:, 1:] and the logits [B, T, V]."""
+    logits = model(input_ids=tokens[:, :T]).logits.float()
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+    if backward:
+        loss.backward()
+    return loss.item(), logits.detach()
+
+
+def run(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+    return r
+
+
+def rel(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
+
+
+class Report:
+    def __init__(self):
+        self.failures = []
+
+    def check(self, model, what, err, tol):
+        ok = err < tol and err == err  # NaN fails
+        print(f"  {what:<52} {err:10.3e}  {'ok' if ok else 'FAIL'}")
+        if not ok:
+            self.failures.append(f"{model}: {what} rel err {err:.3e} >= {tol:.1e}")
+
+
+def compare_gradients(name, model, tokens, tk_out, tol, report):
+    loss_hf, logits_hf = hf_loss(model, tokens, backward=True)
+    got = load_file(tk_out)
+    loss_tk = got.pop("loss").item()
+    print(f"  loss: transformers {loss_hf:.6f}  tokamak {loss_tk:.6f}")
+    report.check(name, "loss", abs(loss_tk - loss_hf) / abs(loss_hf), tol)
+    report.check(name, "logits (tokamak: KV-cache path)", rel(got.pop("logits"), logits_hf), tol)
+    for pname, p in model.named_parameters():
+        if pname not in got:
+            report.failures.append(f"{name}: tokamak wrote no gradient for {pname}")
+            print(f"  {pname:<52} {'missing':>10}  FAIL")
+            continue
+        g_tk = got.pop(pname)
+        if tuple(g_tk.shape) != tuple(p.grad.shape):
+            report.failures.append(f"{name}: {pname} gradient shape {tuple(g_tk.shape)} vs {tuple(p.grad.shape)}")
+            continue
+        report.check(name, pname, rel(g_tk, p.grad), tol)
+    for extra in got:
+        report.failures.append(f"{name}: tokamak wrote a gradient for {extra}, which transformers does not have")
+    return loss_hf
+
+
+def compare_export(name, args, hf_dir, work, tokens, loss_hf, report):
+    """tokamak export -> transformers: f32 holds the very same weights and loss; bf16 close to them."""
+    reference = load_model(hf_dir).state_dict()
+    for dtype, tol in (("f32", 1e-6), ("bf16", BF16_EXPORT_TOL)):
+        out = os.path.join(work, f"export-{dtype}")
+        run([args.tokamak, "export", "--checkpoint", hf_dir, "--out", out, "--dtype", dtype])
+        exported = load_model(out)
+        with torch.no_grad():
+            loss, _ = hf_loss(exported, tokens, backward=False)
+        report.check(name, f"export {dtype}: loss in transformers", abs(loss - loss_hf) / abs(loss_hf), tol)
+        state = exported.state_dict()
+        worst = max(rel(state[k], v) for k, v in reference.items() if v.norm() > 0)
+        report.check(name, f"export {dtype}: worst weight", worst, 1e-30 if dtype == "f32" else 4e-3)
+
+
+def compare_model(name, args, work, report):
+    cls, fields = MODELS[name]
+    gen = torch.Generator().manual_seed(args.seed)
+    torch.manual_seed(args.seed)
+    model = load_model(make_config(cls, fields))
+    randomise_norms_and_biases(model, gen)
+    hf_dir = os.path.join(work, "hf")
+    model.save_pretrained(hf_dir)
+
+    tokens = torch.randint(0, SHAPE["vocab_size"], (B, T + 1), generator=gen)
+    tokens_json = os.path.join(work, "tokens.json")
+    with open(tokens_json, "w") as f:
+        json.dump({"tokens": tokens.tolist()}, f)
+    tk_out = os.path.join(work, "grads.safetensors")
+    run([args.tokamak, "grads", "--model", hf_dir, "--tokens", tokens_json, "--out", tk_out, "--device", args.device])
+
+    loss_hf = compare_gradients(name, model, tokens, tk_out, args.tol, report)
+    compare_export(name, args, hf_dir, work, tokens, loss_hf, report)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tokamak", default="build-gpu/tokamak", help="path to the tokamak binary")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="tokamak's backend")
+    ap.add_argument("--tol", type=float, default=1e-4, help="relative tolerance for loss and gradients")
+    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of " + ", ".join(MODELS))
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--keep", metavar="DIR", help="keep the models, batches and gradients under DIR")
+    args = ap.parse_args()
+    if not os.access(args.tokamak, os.X_OK):
+        sys.exit(f"error: {args.tokamak} is not an executable tokamak binary (--tokamak PATH)")
+    args.tokamak = os.path.abspath(args.tokamak)
+    names = [m for m in args.models.split(",") if m]
+    unknown = [m for m in names if m not in MODELS]
+    if unknown:
+        sys.exit(f"error: unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}; tokamak {args.tokamak} "
+          f"--device {args.device}; tolerance {args.tol:g}; batch [{B}, {T}+1]")
+    root = args.keep or tempfile.mkdtemp(prefix="tk_compare_hf_")
+    report = Report()
+    try:
+        for name in names:
+            print(f"\n{name}")
+            work = os.path.join(root, name)
+            shutil.rmtree(work, ignore_errors=True)
+            os.makedirs(work)
+            try:
+                compare_model(name, args, work, report)
+            except Exception as e:  # one model's failure is reported, the others still run
+                report.failures.append(f"{name}: {e}")
+                print(f"  FAIL: {e}")
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+    print()
+    for f in report.failures:
+        print(f"FAIL {f}")
+    print(f"{'PASS' if not report.failures else 'FAIL'}: {len(names)} models, "
+          f"{len(report.failures)} failure(s), tolerance {args.tol:g}, device {args.device}")
+    sys.exit(1 if report.failures else 0)
+
+
+if __name__ == "__main__":
+    main()
