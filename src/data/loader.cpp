@@ -114,12 +114,17 @@ class HostBuffer {
     if (pinned) {
       void* p = nullptr;
       const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
-      if (e != cudaSuccess)
+      if (e == cudaSuccess) {
+        data_ = static_cast<int32_t*>(p);
+        pinned_ = true;
+        return;
+      }
+      // A CUDA build on a machine without a usable GPU: nothing will copy to a device, so ordinary
+      // memory serves. Any other failure (out of pinned memory) is the user's to know.
+      if (e != cudaErrorNoDevice && e != cudaErrorInsufficientDriver)
         fail("cannot allocate {} of pinned host memory for batches: cudaHostAlloc: {}", human_bytes(double(bytes)),
              cudaGetErrorString(e));
-      data_ = static_cast<int32_t*>(p);
-      pinned_ = true;
-      return;
+      cudaGetLastError();
     }
 #endif
     data_ = static_cast<int32_t*>(std::aligned_alloc(64, bytes));

@@ -1,0 +1,116 @@
+// `tokamak bench`: the throughput of full training steps (forward, backward, AdamW) of a model
+// shape on random tokens, with no data loading: what the GPU itself reaches, comparable with the
+// PyTorch peer's benchmark (same shapes, same FLOP count, JSON row with the same fields).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli/command.h"
+#include "core/log.h"
+#include "model/model.h"
+#include "train/backend.h"
+#include "train/metrics.h"
+#include "train/optimizer.h"
+
+namespace {
+
+struct BenchOptions {
+  std::string model = "tiny";
+  std::string device = "auto";
+  int batch = 8, seq = 2048, steps = 10, warmup = 3;
+  uint64_t seed = 1;
+  bool json = false;
+};
+
+// Four batches of uniform random tokens, cycled (as the peer does), each row one document.
+std::vector<tk::Batch> random_batches(int B, int T, int vocab, uint64_t seed, std::vector<std::vector<int32_t>>& store) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> tok(0, vocab - 1);
+  std::vector<tk::Batch> batches(4);
+  store.resize(4);
+  for (int i = 0; i < 4; i++) {
+    store[i].resize(size_t(B) * (T + 1));
+    for (auto& t : store[i]) t = tok(rng);
+    batches[i].B = B;
+    batches[i].T = T;
+    batches[i].tokens = store[i].data();
+    batches[i].doc_starts.assign(B, std::vector<int32_t>{0});
+  }
+  return batches;
+}
+
+int run_bench(const BenchOptions& o) {
+  tk::ModelConfig cfg = tk::ModelConfig::resolve(o.model);
+  tk::Backend be = tk::make_backend(o.device);
+  const size_t mem_before = tk::memory_in_use_bytes(be.gpu);
+  tk::Model model(cfg, *be.ops, tk::ModelOptions{o.batch, o.seq, false});
+  model.init_params(o.seed);
+  tk::AdamW opt(model, tk::AdamWOptions{});
+  std::vector<std::vector<int32_t>> store;
+  auto batches = random_batches(o.batch, o.seq, cfg.vocab_size, o.seed + 1, store);
+  const float grad_scale = 1.0f / float(int64_t(o.batch) * o.seq);
+
+  double loss = 0;
+  auto step = [&](int i) {
+    model.zero_grads();
+    loss = model.forward_backward(batches[i % 4], grad_scale).mean();
+    opt.step(1e-4);
+  };
+  using clock = std::chrono::steady_clock;
+  auto t0 = clock::now();
+  for (int i = 0; i < o.warmup; i++) step(i);
+  be.ops->synchronize();
+  const double warm_s = std::chrono::duration<double>(clock::now() - t0).count();
+  size_t mem_peak = tk::memory_in_use_bytes(be.gpu);
+  t0 = clock::now();
+  for (int i = 0; i < o.steps; i++) step(i);
+  be.ops->synchronize();
+  const double secs = std::chrono::duration<double>(clock::now() - t0).count();
+  mem_peak = std::max(mem_peak, tk::memory_in_use_bytes(be.gpu));
+
+  tk::ThroughputModel tm(cfg, o.seq, tk::describe_device(be.gpu, 0), 0);
+  const int64_t tokens = int64_t(o.batch) * o.seq;
+  tk::StepMetrics m = tm.measure(tokens * o.steps, secs, 0);
+  const double mem_gib = double(be.gpu ? mem_peak - mem_before : mem_peak) / double(1ull << 30);
+  nlohmann::json row = {{"config", o.model},
+                        {"engine", "tokamak"},
+                        {"device", tm.device().name},
+                        {"params", cfg.total_params()},
+                        {"tokens_per_step", tokens},
+                        {"step_ms", std::round(secs / o.steps * 1e5) / 100},
+                        {"tok_s", std::llround(m.tokens_per_s)},
+                        {"tflops", std::round(m.achieved_flops / 1e11) / 10},
+                        {"mfu", m.mfu < 0 ? 0.0 : std::round(m.mfu * 1000) / 1000},
+                        {"peak_mem_gib", std::round(mem_gib * 10) / 10},
+                        {"warm_s", std::round(warm_s * 10) / 10},
+                        {"loss", std::round(loss * 1000) / 1000}};
+  if (o.json) {
+    fmt::print("{}\n", row.dump());
+  } else {
+    fmt::print("{} on {}: {:.1f} ms/step, {:.0f} tok/s, {:.1f} TFLOP/s, MFU {}, memory {:.1f} GiB, loss {:.3f}\n",
+               o.model, tm.device().name, secs / o.steps * 1e3, m.tokens_per_s, m.achieved_flops / 1e12,
+               m.mfu < 0 ? std::string("n/a (") + tm.peak_description() + ")" : fmt::format("{:.1f}%", m.mfu * 100), mem_gib,
+               loss);
+  }
+  return 0;
+}
+
+tk::cli::Command bench_cmd("bench", "Time full training steps of a model shape on random tokens (no data loading)",
+                           [](CLI::App& app) -> tk::cli::Runner {
+                             auto o = std::make_shared<BenchOptions>();
+                             app.add_option("--model", o->model, "Preset, config.json or HF model directory");
+                             app.add_option("--device", o->device, "auto, cpu or cuda")->capture_default_str();
+                             app.add_option("--batch", o->batch, "Micro-batch rows")->capture_default_str();
+                             app.add_option("--seq", o->seq, "Sequence length")->capture_default_str();
+                             app.add_option("--steps", o->steps, "Timed steps")->capture_default_str();
+                             app.add_option("--warmup", o->warmup, "Untimed steps first")->capture_default_str();
+                             app.add_option("--seed", o->seed, "Seed of weights and tokens")->capture_default_str();
+                             app.add_flag("--json", o->json, "Print one JSON row (the peer benchmark's fields)");
+                             return [o] { return run_bench(*o); };
+                           });
+
+}  // namespace

@@ -1,0 +1,95 @@
+// `tokamak train`: every TrainConfig field as a flag. With --resume, the checkpoint's saved config is
+// the starting point and only the flags given on the command line change it, so `tokamak train
+// --resume RUN_DIR` alone continues a run exactly.
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+namespace {
+
+using tk::TrainConfig;
+
+void add_options(CLI::App& app, TrainConfig& c, std::string& resume) {
+  app.add_option("--model", c.model, "Preset name, config.json, Hugging Face model directory or checkpoint")
+      ->capture_default_str();
+  app.add_option("--data", c.data, "Directory written by `tokamak prepare`");
+  app.add_option("--out", c.out, "Run directory (default: runs/<model>)");
+  app.add_option("--tokenizer", c.tokenizer, "The data's tokenizer (default: the one recorded in its meta.json)");
+  app.add_option("--device", c.device, "auto, cpu or cuda")->capture_default_str();
+  app.add_option("--batch", c.batch, "Micro-batch rows B")->capture_default_str();
+  app.add_option("--seq", c.seq, "Sequence length T")->capture_default_str();
+  app.add_option("--batch-tokens", c.batch_tokens, "Global batch in tokens, a multiple of B*T (default: B*T)");
+  app.add_flag("--doc-mask", c.doc_mask, "Attend only within each document");
+  app.add_option("--steps", c.steps, "Optimizer steps")->capture_default_str();
+  app.add_option("--lr", c.lr, "Peak learning rate")->capture_default_str();
+  app.add_option("--min-lr-ratio", c.min_lr_ratio, "Final learning rate as a fraction of the peak")->capture_default_str();
+  app.add_option("--warmup", c.warmup, "Linear warmup steps")->capture_default_str();
+  app.add_option("--schedule", c.schedule, "cosine, linear or wsd (warmup-stable-decay)")->capture_default_str();
+  app.add_option("--decay-fraction", c.decay_fraction, "wsd: share of the steps spent decaying")->capture_default_str();
+  app.add_option("--beta1", c.beta1, "AdamW beta1")->capture_default_str();
+  app.add_option("--beta2", c.beta2, "AdamW beta2")->capture_default_str();
+  app.add_option("--adam-eps", c.adam_eps, "AdamW epsilon")->capture_default_str();
+  app.add_option("--weight-decay", c.weight_decay, "AdamW weight decay (matrices only)")->capture_default_str();
+  app.add_option("--grad-clip", c.grad_clip, "Clip the global gradient norm to this (0: off)")->capture_default_str();
+  app.add_option("--seed", c.seed, "Seed of the initial weights and the data order")->capture_default_str();
+  app.add_option("--eval-every", c.eval_every, "Validate every N steps (0: only at the end)")->capture_default_str();
+  app.add_option("--eval-tokens", c.eval_tokens, "Validation tokens (0: no validation)")->capture_default_str();
+  app.add_option("--save-every", c.save_every, "Checkpoint every N steps (0: only at the end)")->capture_default_str();
+  app.add_option("--keep-checkpoints", c.keep_checkpoints, "Keep the newest K checkpoints (0: all)")->capture_default_str();
+  app.add_option("--peak-tflops", c.peak_tflops, "The GPU's dense bf16 peak, for MFU when it is not in the table");
+  app.add_option("--resume", resume, "Continue a run: its directory or a checkpoint (default: the --out directory)")
+      ->expected(0, 1);
+  app.add_flag("--overwrite", c.overwrite,
+               "Replace the run already in --out (with --resume: delete the checkpoints after the one resumed from)");
+}
+
+std::string default_run_dir(const std::string& model) {
+  std::string name = std::filesystem::path(model).filename().string();
+  if (name.empty()) name = std::filesystem::path(model).parent_path().filename().string();
+  return (std::filesystem::path("runs") / name).string();
+}
+
+// The saved recipe of the run being resumed, with the flags given on this command line on top.
+TrainConfig resumed_config(const CLI::App& app, const TrainConfig& given) {
+  const std::string where = !given.resume_from.empty() ? given.resume_from : given.out;
+  TK_CHECK(!where.empty(), "--resume needs to know which run: --resume RUN_DIR or --out RUN_DIR");
+  nlohmann::json merged = tk::read_trainer_state(tk::resolve_checkpoint(where)).train_config;
+  const nlohmann::json cli = given.to_json();
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->count() == 0 || opt->get_lnames().empty()) continue;
+    std::string key = opt->get_lnames().front();
+    std::replace(key.begin(), key.end(), '-', '_');
+    if (cli.contains(key)) merged[key] = cli[key];
+  }
+  TrainConfig c = TrainConfig::from_json(merged);
+  c.resume = true;
+  c.resume_from = given.resume_from;
+  c.out = given.out;  // empty: the directory of the checkpoint resumed from
+  return c;
+}
+
+tk::cli::Command train_cmd("train", "Train a model on prepared data", [](CLI::App& app) -> tk::cli::Runner {
+  auto cfg = std::make_shared<TrainConfig>();
+  auto resume = std::make_shared<std::string>();
+  add_options(app, *cfg, *resume);
+  return [&app, cfg, resume] {
+    TrainConfig c = *cfg;
+    if (app.get_option("--resume")->count() > 0) {
+      c.resume_from = *resume;
+      c = resumed_config(app, c);
+    } else if (c.out.empty()) {
+      c.out = default_run_dir(c.model);
+    }
+    tk::Trainer trainer(c);
+    return trainer.run().exit_code;
+  };
+});
+
+}  // namespace

@@ -1,0 +1,47 @@
+// Backend selection: the CUDA backend when asked for (or when "auto" finds a GPU), else CpuOps<float>.
+#include "train/backend.h"
+
+#include "core/error.h"
+#include "ops/cpu/cpu_ops.h"
+
+#ifdef TK_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "ops/cuda/cuda_ops.h"
+#endif
+
+namespace tk {
+namespace {
+
+int cuda_device_count() {
+#ifdef TK_HAVE_CUDA
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+#else
+  return 0;
+#endif
+}
+
+Backend cuda_backend() {
+#ifdef TK_HAVE_CUDA
+  return {make_cuda_ops(), true};
+#else
+  fail("--device cuda: this build of tokamak has no CUDA backend (it was built without nvcc or cuDNN)");
+#endif
+}
+
+}  // namespace
+
+Backend make_backend(const std::string& device) {
+  TK_CHECK(device == "auto" || device == "cpu" || device == "cuda", "--device must be auto, cpu or cuda, not '{}'",
+           device);
+  if (device == "cpu") return {make_cpu_ops(DType::F32), false};
+  const bool have_gpu = cuda_device_count() > 0;
+  if (device == "cuda") {
+    TK_CHECK(have_gpu, "--device cuda: no CUDA GPU is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)");
+    return cuda_backend();
+  }
+  return have_gpu ? cuda_backend() : Backend{make_cpu_ops(DType::F32), false};
+}
+
+}  // namespace tk

@@ -1,0 +1,19 @@
+// Choosing the compute backend from --device: "cpu", "cuda", or "auto" (CUDA when this build has it
+// and a GPU is present, else the CPU). Shared by train, eval and generate.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "ops/ops.h"
+
+namespace tk {
+
+struct Backend {
+  std::unique_ptr<Ops> ops;
+  bool gpu = false;
+};
+
+// A tk::Error when "cuda" is asked of a build without CUDA or a machine without a GPU.
+Backend make_backend(const std::string& device);
+
+}  // namespace tk

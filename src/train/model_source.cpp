@@ -1,0 +1,62 @@
+// Model sources: preset names first (as ModelConfig::resolve does), then checkpoints and run
+// directories (their config.json is an HF one too), then HF directories, then config.json files.
+#include "train/model_source.h"
+
+#include <filesystem>
+
+#include "io/hf.h"
+#include "train/checkpoint.h"
+
+namespace tk {
+namespace {
+
+namespace stdfs = std::filesystem;
+
+bool has_weights(const stdfs::path& dir) {
+  return stdfs::exists(dir / "model.safetensors") || stdfs::exists(dir / "model.safetensors.index.json");
+}
+
+bool has_tokenizer(const stdfs::path& dir) {
+  return stdfs::exists(dir / "tokenizer.json") || (stdfs::exists(dir / "encoder.json") && stdfs::exists(dir / "vocab.bpe"));
+}
+
+bool is_run_dir(const stdfs::path& p) {
+  stdfs::path run = p.filename() == "latest" ? p.parent_path() : p;
+  return stdfs::is_directory(run) && !list_checkpoints(run.string()).empty();
+}
+
+}  // namespace
+
+bool is_preset_name(const std::string& spec) {
+  for (const std::string& name : ModelConfig::preset_names())
+    if (spec == name) return true;
+  return false;
+}
+
+ModelSource find_model_source(const std::string& spec) {
+  ModelSource s;
+  const stdfs::path p(spec);
+  if (is_preset_name(spec)) {
+    s.config = ModelConfig::preset(spec);
+    return s;
+  }
+  if (is_checkpoint(spec) || is_run_dir(p)) {
+    s.checkpoint_dir = resolve_checkpoint(spec);
+    s.weights_path = s.checkpoint_dir;
+    s.config = load_hf_config(s.checkpoint_dir);
+    std::string recorded = read_trainer_state(s.checkpoint_dir).tokenizer_path;
+    if (!recorded.empty() && stdfs::exists(recorded)) s.tokenizer_path = recorded;
+    return s;
+  }
+  if (stdfs::is_directory(p) && has_weights(p)) {
+    s.config = load_hf_config(spec);
+    s.weights_path = spec;
+    if (has_tokenizer(p)) s.tokenizer_path = spec;
+    return s;
+  }
+  s.config = ModelConfig::resolve(spec);
+  if (stdfs::is_directory(p) && has_tokenizer(p)) s.tokenizer_path = spec;
+  return s;
+}
+
+}  // namespace tk

@@ -1,0 +1,62 @@
+// AdamW for one model: its moment buffers (and fp32 master weights when the backend's weights are
+// bf16) allocated once at start, gradient clipping by the global norm, and the host round trip of
+// that state that checkpoints need.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/model.h"
+#include "ops/ops.h"
+
+namespace tk {
+
+struct AdamWOptions {
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  double max_grad_norm = 1.0;  // clip to this global norm; <= 0 disables clipping
+};
+
+struct OptimizerStep {
+  double grad_norm = 0;   // global L2 norm of the gradients before clipping
+  double clip_scale = 1;  // what the gradients were multiplied by: min(1, max_grad_norm / grad_norm)
+};
+
+class AdamW {
+ public:
+  // Allocates m and v (zeroed) and, when the model's weights are narrower than fp32, master weights
+  // initialised from the current parameters.
+  AdamW(Model& model, const AdamWOptions& opt);
+  ~AdamW();
+  AdamW(const AdamW&) = delete;
+  AdamW& operator=(const AdamW&) = delete;
+
+  // One update from the model's accumulated gradients (which it leaves as they are) at learning rate
+  // lr. A non-finite gradient norm is a tk::Error and leaves every weight untouched.
+  OptimizerStep step(double lr);
+  int64_t steps_taken() const { return steps_taken_; }
+
+  bool has_master_weights() const { return !master_.empty(); }
+  size_t state_bytes() const;  // m, v and master weights
+
+  // Weights at full precision: the master weights when held, else the parameters (layout order).
+  std::vector<float> weights_f32() const;
+  // Sets the parameters (and the master weights when held) from fp32 values, e.g. loaded weights.
+  void set_weights_f32(const std::vector<float>& weights);
+  std::vector<float> exp_avg_f32() const;     // m
+  std::vector<float> exp_avg_sq_f32() const;  // v
+  // Restores m, v and the step count saved by a checkpoint.
+  void set_state_f32(const std::vector<float>& exp_avg, const std::vector<float>& exp_avg_sq, int64_t steps_taken);
+
+ private:
+  Tensor allocate(DType dtype);
+  std::vector<float> download(const Tensor& t) const;
+  void upload(const Tensor& t, const std::vector<float>& host, const char* what);
+
+  Model& model_;
+  Ops& ops_;
+  AdamWOptions opt_;
+  std::vector<ParamSegment> segments_;
+  Tensor m_, v_, master_;
+  int64_t steps_taken_ = 0;
+};
+
+}  // namespace tk

@@ -1,0 +1,590 @@
+// The trainer: sets up a run (directory, backend, data, model, optimizer, resume), prints its plan,
+// then loops over steps: accumulate gradients, clip and update, log, validate, checkpoint, and stop
+// cleanly on SIGINT/SIGTERM.
+#include "train/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "core/log.h"
+#include "io/hf.h"
+#include "train/backend.h"
+#include "train/checkpoint.h"
+#include "train/dataset.h"
+#include "train/evaluate.h"
+#include "train/lr_schedule.h"
+#include "train/model_source.h"
+#include "train/optimizer.h"
+
+namespace tk {
+
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, model, data, out, tokenizer, device, batch, seq,
+                                                batch_tokens, doc_mask, steps, lr, min_lr_ratio, warmup, schedule,
+                                                decay_fraction, beta1, beta2, adam_eps, weight_decay, grad_clip, seed,
+                                                eval_every, eval_tokens, save_every, keep_checkpoints, peak_tflops)
+
+nlohmann::json TrainConfig::to_json() const { return *this; }
+TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
+  try {
+    return j.get<TrainConfig>();
+  } catch (const nlohmann::json::exception& e) {
+    fail("the saved train config is not valid: {}", e.what());
+  }
+}
+
+LossSum accumulate_gradients(Model& model, DataLoader& loader, int micro_steps, int64_t step) {
+  const ModelOptions& o = model.options();
+  const float grad_scale = float(1.0 / (double(micro_steps) * o.B * o.T));
+  LossSum total;
+  for (int micro = 0; micro < micro_steps; micro++) {
+    LossSum l = model.forward_backward(loader.next(), grad_scale);
+    TK_CHECK(std::isfinite(l.sum),
+             "training stopped: the loss is {} at step {} (micro-batch {} of {}). The weights have diverged: "
+             "lower --lr or lengthen --warmup",
+             l.sum, step, micro + 1, micro_steps);
+    total.sum += l.sum;
+    total.count += l.count;
+  }
+  return total;
+}
+
+namespace {
+
+namespace stdfs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// Flags whose change makes a resumed run differ from the one it continues.
+const char* const kRecipeKeys[] = {"model", "data", "batch", "seq", "batch_tokens", "doc_mask", "steps",
+                                   "lr", "min_lr_ratio", "warmup", "schedule", "decay_fraction", "beta1",
+                                   "beta2", "adam_eps", "weight_decay", "grad_clip", "seed"};
+
+// ---- stopping on SIGINT / SIGTERM -------------------------------------------------------------
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop_signal != 0) {  // a second signal: the user wants out now
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  g_stop_signal = sig;
+  static const char msg[] = "\ntokamak: stopping after this step and saving a checkpoint (signal again to quit at once)\n";
+  ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+  (void)ignored;
+}
+
+// Installs the handlers for the run's lifetime and restores the previous ones after it.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignals() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+    g_stop_signal = 0;
+  }
+  int received() const { return g_stop_signal; }
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+// ---- the run directory ------------------------------------------------------------------------
+
+bool is_run_entry(const std::string& name) {
+  return name == "config.json" || name == "log.jsonl" || name.rfind("step_", 0) == 0 || name.rfind(".tmp-step_", 0) == 0;
+}
+
+std::vector<stdfs::path> run_entries(const std::string& run_dir) {
+  std::vector<stdfs::path> out;
+  std::error_code ec;
+  for (const auto& e : stdfs::directory_iterator(run_dir, ec))
+    if (is_run_entry(e.path().filename().string())) out.push_back(e.path());
+  return out;
+}
+
+// A fresh run needs a directory holding no other run, unless --overwrite allows replacing it.
+void check_run_dir_free(const std::string& run_dir, bool overwrite) {
+  if (overwrite || run_entries(run_dir).empty()) return;
+  fail("{} already holds a run ({} checkpoint(s), {}): pass --resume to continue it, --overwrite to replace it, "
+       "or choose another --out",
+       run_dir, list_checkpoints(run_dir).size(),
+       stdfs::exists(stdfs::path(run_dir) / "log.jsonl") ? "a log" : "no log");
+}
+
+// Removes the old run's files (only those: other files in the directory stay) and creates the directory.
+void clear_run_dir(const std::string& run_dir) {
+  for (const stdfs::path& p : run_entries(run_dir)) {
+    std::error_code ec;
+    stdfs::remove_all(p, ec);
+    if (ec) fail("cannot remove {} from the old run: {}", p.string(), ec.message());
+  }
+  std::error_code ec;
+  stdfs::create_directories(run_dir, ec);
+  if (ec) fail("cannot create the run directory {}: {}", run_dir, ec.message());
+}
+
+// Drops the log lines of steps after `step`: what a resumed run will log again.
+void truncate_log(const std::string& path, int64_t step) {
+  if (!stdfs::exists(path)) return;
+  std::istringstream in(fs::read_file(path));
+  std::string kept;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    json j = json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.value("step", int64_t(0)) <= step) kept += line + "\n";
+  }
+  fs::write_file_atomic(path, kept);
+}
+
+// ---- the log --------------------------------------------------------------------------------
+
+double unix_time() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+json number_or_null(double v) { return v >= 0 && std::isfinite(v) ? json(v) : json(nullptr); }
+
+class RunLog {
+ public:
+  explicit RunLog(const std::string& path) : path_(path), file_(std::fopen(path.c_str(), "a")) {
+    TK_CHECK(file_, "cannot open {} for writing", path);
+  }
+  ~RunLog() { std::fclose(file_); }
+  RunLog(const RunLog&) = delete;
+  RunLog& operator=(const RunLog&) = delete;
+
+  void write(const nlohmann::ordered_json& j) {
+    std::string line = j.dump() + "\n";
+    TK_CHECK(std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0,
+             "cannot write to {} (is the disk full?)", path_);
+  }
+
+ private:
+  std::string path_;
+  std::FILE* file_;
+};
+
+std::string format_count(double n) {
+  if (n >= 1e9) return fmt::format("{:.2f}B", n / 1e9);
+  if (n >= 1e6) return fmt::format("{:.2f}M", n / 1e6);
+  if (n >= 1e3) return fmt::format("{:.1f}K", n / 1e3);
+  return fmt::format("{:.0f}", n);
+}
+
+std::string format_throughput(const StepMetrics& m, bool gpu) {
+  if (m.mfu >= 0) return fmt::format("MFU {:5.1f}% HFU {:5.1f}%", 100 * m.mfu, 100 * m.hfu);
+  if (gpu) return fmt::format("{:.1f} TFLOP/s", m.achieved_flops / 1e12);
+  return fmt::format("{:.2f} GFLOP/s", m.achieved_flops / 1e9);
+}
+
+// ---- one training run -----------------------------------------------------------------------
+
+class TrainingRun {
+ public:
+  TrainingRun(TrainConfig cfg, const std::function<void(const StepRecord&)>& on_step)
+      : cfg_(std::move(cfg)), on_step_(on_step) {}
+
+  TrainResult run();
+
+ private:
+  void set_up();
+  TrainResult train_loop();
+  void resolve_config();
+  std::string find_resume_checkpoint() const;
+  void open_data();
+  void check_tokenizer();
+  void build_model();
+  void resume_from(const std::string& checkpoint);
+  void drop_later_checkpoints(int64_t step) const;
+  void warn_recipe_changes(const json& saved) const;
+  void print_plan() const;
+  void write_run_config() const;
+  StepRecord train_step(int64_t step);
+  void log_step(const StepRecord& r);
+  void validate(int64_t step);
+  void save();
+  bool due(int64_t every, int64_t step) const { return step == cfg_.steps || (every > 0 && step % every == 0); }
+
+  TrainConfig cfg_;
+  const std::function<void(const StepRecord&)>& on_step_;
+  std::string run_dir_;
+  int accum_steps_ = 1;
+  int64_t global_batch_tokens_ = 0;
+
+  DatasetMeta meta_;
+  std::unique_ptr<DataLoader> train_data_, val_data_;
+  json val_start_;              // the validation loader's initial state: every validation reads the same windows
+  int64_t val_batches_ = 0;
+  std::string tokenizer_path_;
+
+  Backend backend_;
+  ModelSource source_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<AdamW> optimizer_;
+  LrSchedule schedule_;
+  std::optional<ThroughputModel> throughput_;
+  std::unique_ptr<RunLog> log_;
+
+  TrainerState state_;
+  TrainResult result_;
+  int64_t saved_step_ = -1;  // the step of the last checkpoint written
+  double unigram_nats_ = 0;  // the training split's unigram entropy: the bar the loss must go below
+  Clock::time_point started_;
+};
+
+std::string absolute_if_exists(const std::string& p) {
+  return !p.empty() && stdfs::exists(p) ? stdfs::absolute(p).lexically_normal().string() : p;
+}
+
+void TrainingRun::resolve_config() {
+  TK_CHECK(!cfg_.data.empty(), "no dataset given: pass --data DIR (a directory written by `tokamak prepare`)");
+  TK_CHECK(cfg_.batch >= 1 && cfg_.seq >= 1, "--batch and --seq must be positive, got {} and {}", cfg_.batch, cfg_.seq);
+  // Paths are stored absolute so that a resume from another working directory finds the same files.
+  cfg_.data = absolute_if_exists(cfg_.data);
+  if (!is_preset_name(cfg_.model)) cfg_.model = absolute_if_exists(cfg_.model);
+  cfg_.tokenizer = absolute_if_exists(cfg_.tokenizer);
+
+  const int64_t micro_tokens = int64_t(cfg_.batch) * cfg_.seq;
+  if (cfg_.batch_tokens == 0) cfg_.batch_tokens = micro_tokens;
+  TK_CHECK(cfg_.batch_tokens > 0 && cfg_.batch_tokens % micro_tokens == 0,
+           "--batch-tokens {} is not a multiple of the micro-batch's {} tokens (--batch {} x --seq {})",
+           cfg_.batch_tokens, micro_tokens, cfg_.batch, cfg_.seq);
+  accum_steps_ = int(cfg_.batch_tokens / micro_tokens);
+  global_batch_tokens_ = cfg_.batch_tokens;
+
+  schedule_.peak_lr = cfg_.lr;
+  schedule_.warmup_steps = cfg_.warmup;
+  schedule_.total_steps = cfg_.steps;
+  schedule_.decay = parse_lr_decay(cfg_.schedule);
+  schedule_.min_lr_ratio = cfg_.min_lr_ratio;
+  schedule_.decay_fraction = cfg_.decay_fraction;
+  schedule_.validate();
+  TK_CHECK(cfg_.eval_every >= 0 && cfg_.eval_tokens >= 0 && cfg_.save_every >= 0,
+           "--eval-every, --eval-tokens and --save-every must not be negative");
+
+  if (cfg_.out.empty() && cfg_.resume && !cfg_.resume_from.empty()) {
+    stdfs::path ckpt = resolve_checkpoint(cfg_.resume_from);
+    cfg_.out = ckpt.parent_path().string();
+  }
+  TK_CHECK(!cfg_.out.empty(), "no run directory given: pass --out RUN_DIR");
+  run_dir_ = cfg_.out;
+}
+
+std::string TrainingRun::find_resume_checkpoint() const {
+  const std::string where = cfg_.resume_from.empty() ? run_dir_ : cfg_.resume_from;
+  TK_CHECK(stdfs::exists(where), "cannot resume: {} does not exist, so there is no checkpoint to continue from", where);
+  return resolve_checkpoint(where);
+}
+
+void TrainingRun::open_data() {
+  meta_ = read_dataset_meta(cfg_.data);
+  LoaderOptions o;
+  o.data_dir = cfg_.data;
+  o.B = cfg_.batch;
+  o.T = cfg_.seq;
+  o.seed = cfg_.seed;
+  o.pinned = backend_.gpu;
+  o.split = "train";
+  train_data_ = DataLoader::open(o);
+  if (cfg_.eval_tokens > 0) {
+    if (meta_.val_shards.empty()) {
+      log::warn("{} has no validation split: validation is skipped", cfg_.data);
+      return;
+    }
+    o.split = "val";
+    o.shuffle = false;
+    try {
+      val_data_ = DataLoader::open(o);
+    } catch (const Error& e) {
+      fail("{} (validation reads the val split; --eval-tokens 0 trains without validation)", e.what());
+    }
+    val_start_ = val_data_->state();
+    // The same first windows every time, never more than the split holds.
+    const int64_t batch_tokens = int64_t(cfg_.batch) * cfg_.seq;
+    val_batches_ = std::min(std::max<int64_t>(1, cfg_.eval_tokens / batch_tokens), val_data_->batches_per_epoch());
+  }
+}
+
+// The data must fit the model's vocabulary and, where the model's tokenizer is known, come from it.
+// --tokenizer names it when the model source does not (a preset or a bare config.json).
+void TrainingRun::check_tokenizer() {
+  tokenizer_path_ = !source_.tokenizer_path.empty() ? source_.tokenizer_path : cfg_.tokenizer;
+  check_dataset_fits_model(cfg_.data, meta_, source_.config, tokenizer_path_);
+  if (tokenizer_path_.empty()) tokenizer_path_ = meta_.tokenizer_path;
+}
+
+void TrainingRun::build_model() {
+  ModelOptions mo;
+  mo.B = cfg_.batch;
+  mo.T = cfg_.seq;
+  mo.doc_mask = cfg_.doc_mask;
+  TK_CHECK(cfg_.seq <= source_.config.max_seq || source_.config.max_seq <= 0,
+           "--seq {} is longer than the model's max_position_embeddings {}", cfg_.seq, source_.config.max_seq);
+  model_ = std::make_unique<Model>(source_.config, *backend_.ops, mo);
+  model_->init_params(cfg_.seed);
+  AdamWOptions ao;
+  ao.beta1 = cfg_.beta1;
+  ao.beta2 = cfg_.beta2;
+  ao.eps = cfg_.adam_eps;
+  ao.weight_decay = cfg_.weight_decay;
+  ao.max_grad_norm = cfg_.grad_clip;
+  optimizer_ = std::make_unique<AdamW>(*model_, ao);
+  if (!source_.weights_path.empty()) {
+    log::info("loading weights from {}", source_.weights_path);
+    optimizer_->set_weights_f32(load_params(model_->config(), model_->layout(), source_.weights_path));
+  }
+  throughput_.emplace(model_->config(), cfg_.seq, describe_device(backend_.gpu, cfg_.peak_tflops * 1e12));
+}
+
+void TrainingRun::warn_recipe_changes(const json& saved) const {
+  const json now = cfg_.to_json();
+  for (const char* key : kRecipeKeys)
+    if (saved.contains(key) && saved[key] != now[key])
+      log::warn("resuming with {} = {} where the checkpoint was trained with {}: the run will not continue bitwise",
+                key, now[key].dump(), saved[key].dump());
+}
+
+// Checkpoints of this run directory newer than the one resumed from belong to another history, which
+// the resumed run would mix with its own (and `latest` would point into): --overwrite deletes them.
+void TrainingRun::drop_later_checkpoints(int64_t step) const {
+  std::vector<std::string> later;
+  for (const std::string& c : list_checkpoints(run_dir_))
+    if (read_trainer_state(c).step > step) later.push_back(c);
+  if (later.empty()) return;
+  TK_CHECK(cfg_.overwrite,
+           "{} holds {} checkpoint(s) after step {} (the newest: {}): resuming from step {} would mix two histories; "
+           "pass --overwrite to delete the later ones, or resume into another --out",
+           run_dir_, later.size(), step, later.back(), step);
+  for (const std::string& c : later) {
+    log::warn("deleting {}: it comes after step {}, which the run continues from", c, step);
+    std::error_code ec;
+    stdfs::remove_all(c, ec);
+    if (ec) fail("cannot remove {}: {}", c, ec.message());
+  }
+}
+
+void TrainingRun::resume_from(const std::string& checkpoint) {
+  log::info("resuming from {}", checkpoint);
+  state_ = load_checkpoint(checkpoint, *model_, *optimizer_);
+  drop_later_checkpoints(state_.step);
+  TK_CHECK(state_.tokenizer_fingerprint == train_data_->tokenizer_fingerprint(),
+           "{} was trained on data of another tokenizer (fingerprint {:016x}) than {} ({:016x})", checkpoint,
+           state_.tokenizer_fingerprint, cfg_.data, train_data_->tokenizer_fingerprint());
+  warn_recipe_changes(state_.train_config);
+  train_data_->restore(state_.loader);
+  saved_step_ = state_.step;
+  result_.checkpoint = checkpoint;
+  truncate_log((stdfs::path(run_dir_) / "log.jsonl").string(), state_.step);
+}
+
+void TrainingRun::print_plan() const {
+  const ModelConfig& c = model_->config();
+  const ParamLayout& layout = model_->layout();
+  const Ops& ops = *backend_.ops;
+  const double params = double(layout.total) * double(dtype_size(ops.act_dtype()));
+  const double grads = double(layout.total) * double(dtype_size(ops.grad_dtype()));
+  const double opt = double(optimizer_->state_bytes());
+  const double acts = double(model_->activation_bytes());
+  fmt::print("model {} ({}): {} parameters, {} layers, d_model {}, {} heads ({} kv) x {}, ffn {}, vocab {}\n", c.name,
+             arch_name(c.arch), format_count(double(layout.total)), c.n_layers, c.d_model, c.n_heads, c.n_kv_heads,
+             c.head_dim, c.ffn_dim, c.vocab_size);
+  fmt::print("batch: {} x {} tokens per micro-batch, {} micro-batch(es) per step = {} tokens per step; {} steps = {} tokens\n",
+             cfg_.batch, cfg_.seq, accum_steps_, global_batch_tokens_, cfg_.steps,
+             format_count(double(global_batch_tokens_) * double(cfg_.steps)));
+  fmt::print("backend {} on {}; {:.3g} GFLOP per token; {}\n", ops.name(), throughput_->device().name,
+             throughput_->model_flops_per_token() / 1e9, throughput_->peak_description());
+  fmt::print("memory plan: parameters {} ({}), gradients {} ({}), optimizer {} (m, v{}), activations {}; total {}\n",
+             format_bytes(params), dtype_name(ops.act_dtype()), format_bytes(grads), dtype_name(ops.grad_dtype()),
+             format_bytes(opt), optimizer_->has_master_weights() ? ", fp32 master weights" : "", format_bytes(acts),
+             format_bytes(params + grads + opt + acts));
+  std::fflush(stdout);
+}
+
+void TrainingRun::write_run_config() const {
+  nlohmann::ordered_json j;
+  j["train"] = cfg_.to_json();
+  j["model"] = model_->config().to_hf_json();
+  j["model_name"] = model_->config().name;
+  j["parameters"] = model_->layout().total;
+  j["accumulation_steps"] = accum_steps_;
+  j["backend"] = backend_.ops->name();
+  j["device"] = throughput_->device().name;
+  j["peak_flops"] = throughput_->device().peak_flops;
+  j["flops_per_token"] = throughput_->model_flops_per_token();
+  j["tokenizer"] = tokenizer_path_;
+  j["unigram_entropy_nats"] = unigram_nats_;
+  j["memory"] = {{"activation_bytes", model_->activation_bytes()}, {"optimizer_bytes", optimizer_->state_bytes()}};
+  fs::write_file_atomic((stdfs::path(run_dir_) / "config.json").string(), j.dump(2) + "\n");
+}
+
+StepRecord TrainingRun::train_step(int64_t step) {
+  const Clock::time_point t0 = Clock::now();
+  StepRecord r;
+  r.step = step;
+  LossSum loss = accumulate_gradients(*model_, *train_data_, accum_steps_, step);
+  r.lr = schedule_.at(step);
+  OptimizerStep os = optimizer_->step(r.lr);
+  model_->zero_grads();
+  backend_.ops->synchronize();
+  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.loss = loss.mean();
+  r.grad_norm = os.grad_norm;
+  r.clip_scale = os.clip_scale;
+  state_.step = step;
+  state_.tokens_seen += global_batch_tokens_;
+  r.tokens_seen = state_.tokens_seen;
+  r.metrics = throughput_->measure(global_batch_tokens_, r.seconds, train_data_->take_wait_seconds());
+  return r;
+}
+
+void TrainingRun::log_step(const StepRecord& r) {
+  const StepMetrics& m = r.metrics;
+  fmt::print("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {:>9} tok/s | {} | data {:.2f}s | mem {}\n",
+             r.step, int(std::to_string(cfg_.steps).size()), cfg_.steps, r.loss, r.lr, r.grad_norm,
+             format_count(m.tokens_per_s), format_throughput(m, backend_.gpu), m.data_wait_s,
+             format_bytes(double(m.memory_bytes)));
+  std::fflush(stdout);
+  nlohmann::ordered_json j;
+  j["step"] = r.step;
+  j["loss"] = r.loss;
+  j["lr"] = r.lr;
+  j["grad_norm"] = r.grad_norm;
+  j["clip_scale"] = r.clip_scale;
+  j["tokens"] = r.tokens_seen;
+  j["step_time_s"] = r.seconds;
+  j["tokens_per_s"] = m.tokens_per_s;
+  j["flops_per_s"] = m.achieved_flops;
+  j["mfu"] = number_or_null(m.mfu);
+  j["hfu"] = number_or_null(m.hfu);
+  j["data_wait_s"] = m.data_wait_s;
+  j["memory_bytes"] = m.memory_bytes;
+  j["time"] = unix_time();
+  j["elapsed_s"] = std::chrono::duration<double>(Clock::now() - started_).count();
+  log_->write(j);
+}
+
+void TrainingRun::validate(int64_t step) {
+  if (!val_data_) return;
+  const Clock::time_point t0 = Clock::now();
+  val_data_->restore(val_start_);
+  LossSum l = evaluate(*model_, *val_data_, val_batches_);
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  result_.val_loss = l.mean();
+  fmt::print("step {} | val loss {:.4f} | val ppl {:.2f} | {} tokens in {:.1f}s\n", step, l.mean(),
+             std::exp(l.mean()), l.count, seconds);
+  std::fflush(stdout);
+  nlohmann::ordered_json j;
+  j["step"] = step;
+  j["val_loss"] = l.mean();
+  j["val_tokens"] = l.count;
+  j["val_time_s"] = seconds;
+  j["time"] = unix_time();
+  log_->write(j);
+}
+
+void TrainingRun::save() {
+  state_.loader = train_data_->state();
+  state_.train_config = cfg_.to_json();
+  result_.checkpoint = save_checkpoint(run_dir_, *model_, *optimizer_, state_, cfg_.keep_checkpoints);
+  saved_step_ = state_.step;
+  fmt::print("saved checkpoint {}\n", result_.checkpoint);
+  std::fflush(stdout);
+}
+
+// Everything before the first step: every check that can fail runs before an old run's files go.
+void TrainingRun::set_up() {
+  started_ = Clock::now();
+  resolve_config();
+  const std::string resume_checkpoint = cfg_.resume ? find_resume_checkpoint() : "";
+  // Resuming into another directory (--out elsewhere) starts a new run directory there.
+  std::error_code ec;
+  const bool in_place = cfg_.resume && stdfs::equivalent(stdfs::path(resume_checkpoint).parent_path(), run_dir_, ec);
+  if (!in_place) check_run_dir_free(run_dir_, cfg_.overwrite);
+  result_.run_dir = run_dir_;
+
+  backend_ = make_backend(cfg_.device);
+  source_ = find_model_source(cfg_.model);
+  open_data();
+  check_tokenizer();
+  build_model();
+  if (!in_place) clear_run_dir(run_dir_);
+  state_.rng = {{"init_seed", cfg_.seed}, {"data_seed", cfg_.seed}};
+  state_.tokenizer_path = tokenizer_path_;
+  state_.tokenizer_fingerprint = train_data_->tokenizer_fingerprint();
+  if (cfg_.resume) resume_from(resume_checkpoint);
+
+  print_plan();
+  UnigramEntropy ue = unigram_entropy(meta_.train_shards, train_data_->vocab_size(), 100'000'000);
+  unigram_nats_ = ue.nats;
+  fmt::print("unigram entropy of the training split: {:.4f} nats{}\n", ue.nats,
+             ue.whole_split ? "" : fmt::format(" (over its first {} tokens)", format_count(double(ue.tokens))));
+  write_run_config();
+  log_ = std::make_unique<RunLog>((stdfs::path(run_dir_) / "log.jsonl").string());
+}
+
+TrainResult TrainingRun::train_loop() {
+  StopSignals signals;
+  for (int64_t step = state_.step + 1; step <= cfg_.steps; step++) {
+    StepRecord r;
+    try {
+      r = train_step(step);
+    } catch (const Error& e) {
+      fail("{}\nThe last good checkpoint is {}; nothing was saved after it.", e.what(),
+           result_.checkpoint.empty() ? "none (no checkpoint was written)" : result_.checkpoint);
+    }
+    log_step(r);
+    result_.step = step;
+    result_.loss = r.loss;
+    if (on_step_) on_step_(r);
+    if (cfg_.eval_tokens > 0 && due(cfg_.eval_every, step)) validate(step);
+    if (due(cfg_.save_every, step)) save();
+    if (int sig = signals.received()) {
+      if (saved_step_ != step) save();
+      fmt::print("stopped by {} after step {}; continue with: tokamak train --resume {}\n",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM", step, run_dir_);
+      result_.exit_code = 128 + sig;
+      return result_;
+    }
+  }
+  fmt::print("done: {} steps, loss {:.4f}{} (unigram entropy {:.4f}); run directory {}\n", result_.step, result_.loss,
+             result_.val_loss >= 0 ? fmt::format(", val loss {:.4f}", result_.val_loss) : "", unigram_nats_, run_dir_);
+  return result_;
+}
+
+TrainResult TrainingRun::run() {
+  set_up();
+  if (state_.step >= cfg_.steps) {
+    fmt::print("{} is already at step {} of {}: nothing to do (raise --steps to train further)\n", run_dir_,
+               state_.step, cfg_.steps);
+    result_.step = state_.step;
+    return result_;
+  }
+  return train_loop();
+}
+
+}  // namespace
+
+TrainResult Trainer::run() { return TrainingRun(cfg_, on_step).run(); }
+
+}  // namespace tk

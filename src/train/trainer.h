@@ -1,0 +1,91 @@
+// The training loop: backend, model, data, AdamW and the LR schedule put together; gradient
+// accumulation to a global batch given in tokens; a log line per step on the terminal and in
+// RUN_DIR/log.jsonl; periodic validation; checkpoints, bitwise resume, and a clean stop on a signal.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "data/loader.h"
+#include "model/model.h"
+#include "train/metrics.h"
+
+namespace tk {
+
+// Every `tokamak train` flag; the JSON keys are the flag names with '_' for '-'.
+struct TrainConfig {
+  std::string model = "tiny";  // preset, config.json, HF model directory, checkpoint or run directory
+  std::string data;            // a directory written by `tokamak prepare`
+  std::string out;             // the run directory
+  std::string tokenizer;       // the data's tokenizer; "" takes the one recorded in the data's meta.json
+  std::string device = "auto";
+  int batch = 8;               // micro-batch rows B
+  int seq = 256;               // sequence length T
+  int64_t batch_tokens = 0;    // global batch in tokens (0: batch * seq); a multiple of batch * seq
+  bool doc_mask = false;       // attention stays within documents
+  int64_t steps = 1000;
+  double lr = 3e-4;
+  double min_lr_ratio = 0.1;
+  int64_t warmup = 100;
+  std::string schedule = "cosine";  // cosine, linear or wsd
+  double decay_fraction = 0.2;      // wsd: the share of the steps spent decaying
+  double beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8, weight_decay = 0.1;
+  double grad_clip = 1.0;      // global gradient norm limit; <= 0 disables clipping
+  uint64_t seed = 1234;        // initial weights and data order
+  int64_t eval_every = 0;      // validate every N steps (0: only at the end)
+  int64_t eval_tokens = 65536; // tokens per validation (0: never validate)
+  int64_t save_every = 0;      // checkpoint every N steps (0: only at the end)
+  int keep_checkpoints = 3;    // keep the newest K checkpoints (0: all)
+  double peak_tflops = 0;      // the GPU's peak for MFU when it is not in the table
+
+  // What to do with the run directory; not part of the recipe, so not saved with it.
+  bool resume = false;
+  std::string resume_from;     // checkpoint or run directory; "" = the latest checkpoint in `out`
+  bool overwrite = false;      // replace the run in `out`; with resume: delete checkpoints after the one resumed from
+
+  nlohmann::json to_json() const;
+  // Keys absent from j keep their defaults.
+  static TrainConfig from_json(const nlohmann::json& j);
+};
+
+struct StepRecord {
+  int64_t step = 0;
+  double loss = 0;          // mean over the global batch (nats per token)
+  double lr = 0;
+  double grad_norm = 0;     // before clipping
+  double clip_scale = 1;
+  int64_t tokens_seen = 0;  // after this step
+  double seconds = 0;       // wall time of the step
+  StepMetrics metrics;
+};
+
+struct TrainResult {
+  std::string run_dir;
+  std::string checkpoint;   // the last one written
+  int64_t step = 0;         // the last step completed
+  double loss = 0;          // its training loss
+  double val_loss = -1;     // the last validation loss (-1: none)
+  int exit_code = 0;        // 0, or 128 + the signal that stopped the run (after its checkpoint was saved)
+};
+
+class Trainer {
+ public:
+  explicit Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {}
+  // Called after each step is logged (tests and tools watch the run with it).
+  std::function<void(const StepRecord&)> on_step;
+  // Trains to cfg.steps, or until SIGINT/SIGTERM (then saves and returns 130/143 as exit_code).
+  // A non-finite loss or gradient is a tk::Error that leaves the last checkpoint as it was.
+  TrainResult run();
+
+ private:
+  TrainConfig cfg_;
+};
+
+// One optimizer step's gradients: `micro_steps` batches from the loader, each backpropagated with
+// grad_scale = 1 / (tokens in the global batch), so the gradients accumulated are those of the mean
+// loss over the global batch. A non-finite loss is a tk::Error naming the step and micro-batch.
+LossSum accumulate_gradients(Model& model, DataLoader& loader, int micro_steps, int64_t step);
+
+}  // namespace tk

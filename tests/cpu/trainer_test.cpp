@@ -1,0 +1,387 @@
+// The trainer on a tiny model and a tiny dataset made here (byte-level tokens): bitwise resume, the
+// NaN stop that keeps the last checkpoint, run-directory refusal, checkpoint pruning and validation,
+// the LR schedules, and gradient accumulation against a larger micro-batch.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <random>
+
+#include "core/fs.h"
+#include "data/prepare.h"
+#include "data_testing.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "ops/cpu/cpu_ops.h"
+#include "data/shard.h"
+#include "train/checkpoint.h"
+#include "train/dataset.h"
+#include "train/evaluate.h"
+#include "train/lr_schedule.h"
+#include "train/metrics.h"
+#include "train/trainer.h"
+
+namespace tk {
+namespace {
+
+namespace stdfs = std::filesystem;
+using testing::error_of;
+using testing::TempDir;
+
+// Documents of random words from a small vocabulary: enough structure for a loss to fall, and random
+// (seeded) so no test depends on a particular text.
+std::string random_document(std::mt19937_64& rng, int words) {
+  static const char* const kWords[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to",
+                                       "big", "red", "house", "by", "sea", "when", "it", "was", "cold", "night"};
+  std::string s;
+  for (int i = 0; i < words; i++) {
+    s += kWords[rng() % std::size(kWords)];
+    s += (i % 9 == 8) ? ". " : " ";
+  }
+  return s;
+}
+
+// A prepared dataset (train and val splits) of byte tokens, vocab 257.
+std::string make_dataset(const TempDir& dir) {
+  std::mt19937_64 rng(7);
+  for (int d = 0; d < 24; d++) testing::write_text(dir.path("text/doc" + std::to_string(d) + ".txt"), random_document(rng, 120));
+  PrepareOptions o;
+  o.inputs = {dir.path("text")};
+  o.out_dir = dir.path("data");
+  o.val_fraction = 0.2;
+  o.threads = 1;
+  o.progress = false;
+  prepare(testing::ByteTokenizer(), o);
+  return o.out_dir;
+}
+
+ModelConfig tiny_config(int vocab = 257) {
+  ModelConfig c;
+  c.name = "test-tiny";
+  c.arch = Arch::Llama;
+  c.vocab_size = vocab;
+  c.d_model = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 8;
+  c.ffn_dim = 64;
+  c.max_seq = 64;
+  c.tied_embeddings = true;
+  return c;
+}
+
+std::string write_config(const TempDir& dir, const ModelConfig& c, const std::string& name = "model.json") {
+  std::string path = dir.path(name);
+  fs::write_file_atomic(path, c.to_hf_json().dump(2));
+  return path;
+}
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    data_ = make_dataset(dir_);
+    model_ = write_config(dir_, tiny_config());
+  }
+
+  TrainConfig config(const std::string& run) const {
+    TrainConfig c;
+    c.model = model_;
+    c.data = data_;
+    c.out = dir_.path(run);
+    c.device = "cpu";
+    c.batch = 2;
+    c.seq = 16;
+    c.steps = 6;
+    c.lr = 3e-3;
+    c.warmup = 2;
+    c.eval_tokens = 64;
+    c.eval_every = 3;
+    c.keep_checkpoints = 0;
+    return c;
+  }
+
+  // Runs the trainer and returns each step's loss.
+  static std::vector<double> train(const TrainConfig& c, int interrupt_at = -1, TrainResult* result = nullptr) {
+    std::vector<double> losses;
+    Trainer t(c);
+    t.on_step = [&](const StepRecord& r) {
+      losses.push_back(r.loss);
+      if (r.step == interrupt_at) std::raise(SIGINT);
+    };
+    TrainResult res = t.run();
+    if (result) *result = res;
+    return losses;
+  }
+
+  TempDir dir_;
+  std::string data_, model_;
+};
+
+TEST(LrSchedule, WarmupThenEachDecayToTheFloor) {
+  LrSchedule s;
+  s.peak_lr = 1.0;
+  s.warmup_steps = 10;
+  s.total_steps = 110;
+  s.min_lr_ratio = 0.1;
+  EXPECT_DOUBLE_EQ(s.at(1), 0.1);
+  EXPECT_DOUBLE_EQ(s.at(5), 0.5);
+  EXPECT_DOUBLE_EQ(s.at(10), 1.0);
+  EXPECT_DOUBLE_EQ(s.at(60), 0.55);  // cosine halfway: the middle of peak and floor
+  EXPECT_NEAR(s.at(35), 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 0.25)), 1e-12);
+  EXPECT_DOUBLE_EQ(s.at(110), 0.1);
+  EXPECT_DOUBLE_EQ(s.at(500), 0.1);
+
+  s.decay = LrDecay::Linear;
+  EXPECT_DOUBLE_EQ(s.at(35), 1.0 - 0.9 * 0.25);
+  EXPECT_DOUBLE_EQ(s.at(110), 0.1);
+
+  s.decay = LrDecay::WarmupStableDecay;
+  s.decay_fraction = 0.2;  // decays over the last 22 steps: 88 -> 110
+  EXPECT_DOUBLE_EQ(s.at(50), 1.0);
+  EXPECT_DOUBLE_EQ(s.at(88), 1.0);
+  EXPECT_DOUBLE_EQ(s.at(99), 1.0 - 0.9 * 0.5);
+  EXPECT_DOUBLE_EQ(s.at(110), 0.1);
+}
+
+TEST(LrSchedule, RejectsBadSettings) {
+  LrSchedule s;
+  s.total_steps = 10;
+  s.warmup_steps = 11;
+  EXPECT_NE(error_of([&] { s.validate(); }).find("--warmup"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_lr_decay("exponential"); }).find("cosine, linear or wsd"), std::string::npos);
+}
+
+TEST(Metrics, PeakTableMatchesWholeNames) {
+  EXPECT_EQ(gpu_peak_flops("NVIDIA H100 80GB HBM3"), 989e12);
+  EXPECT_EQ(gpu_peak_flops("NVIDIA H100 PCIe"), 756e12);
+  EXPECT_EQ(gpu_peak_flops("NVIDIA A100-SXM4-80GB"), 312e12);
+  EXPECT_EQ(gpu_peak_flops("NVIDIA A10"), 125e12);
+  EXPECT_EQ(gpu_peak_flops("NVIDIA L40S"), 362e12);
+  EXPECT_EQ(gpu_peak_flops("NVIDIA GeForce RTX 4090"), 165.2e12);
+  EXPECT_EQ(gpu_peak_flops("Some Future GPU"), 0);
+
+  DeviceInfo h200{"NVIDIA H200", true, 989e12};
+  ThroughputModel tm(tiny_config(), 16, h200);
+  StepMetrics m = tm.measure(1000, 0.5, 0.1);
+  EXPECT_DOUBLE_EQ(m.tokens_per_s, 2000);
+  EXPECT_DOUBLE_EQ(m.achieved_flops, 2000 * tiny_config().flops_per_token(16));
+  EXPECT_DOUBLE_EQ(m.mfu, m.achieved_flops / 989e12);
+  EXPECT_DOUBLE_EQ(m.hfu, m.mfu);  // no recompute yet
+}
+
+TEST_F(TrainerTest, ResumeContinuesBitwise) {
+  std::vector<double> whole = train(config("whole"));
+  ASSERT_EQ(whole.size(), 6u);
+  EXPECT_LT(whole.back(), whole.front());
+
+  TrainResult stopped;
+  std::vector<double> first = train(config("split"), 3, &stopped);
+  EXPECT_EQ(stopped.exit_code, 128 + SIGINT);
+  EXPECT_EQ(stopped.step, 3);
+  ASSERT_TRUE(is_checkpoint(dir_.path("split/step_000003")));
+
+  TrainConfig resume = config("split");
+  resume.resume = true;
+  std::vector<double> rest = train(resume);
+  first.insert(first.end(), rest.begin(), rest.end());
+  ASSERT_EQ(first.size(), whole.size());
+  for (size_t i = 0; i < whole.size(); i++) EXPECT_EQ(first[i], whole[i]) << "step " << i + 1;
+
+  // The weights and optimizer state at the end are the same bytes.
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+    EXPECT_EQ(fs::read_file(dir_.path(std::string("whole/step_000006/") + file)),
+              fs::read_file(dir_.path(std::string("split/step_000006/") + file)))
+        << file;
+  // The log has every step once, and the validations at steps 3 and 6.
+  std::string log = fs::read_file(dir_.path("split/log.jsonl"));
+  int steps = 0, vals = 0;
+  for (size_t at = 0; (at = log.find("\"loss\"", at)) != std::string::npos; at++) steps++;
+  for (size_t at = 0; (at = log.find("\"val_loss\"", at)) != std::string::npos; at++) vals++;
+  EXPECT_EQ(steps, 6);
+  EXPECT_EQ(vals, 2);
+}
+
+// Resuming from an older checkpoint would mix two histories in one directory: refused unless
+// --overwrite, which deletes the later checkpoints; the retrained steps repeat the first run's losses.
+TEST_F(TrainerTest, ResumingFromAnOlderCheckpointReplacesTheLaterOnes) {
+  TrainConfig c = config("rewind");
+  c.steps = 4;
+  c.save_every = 2;
+  c.eval_tokens = 0;
+  std::vector<double> first = train(c);
+  TrainConfig rewind = c;
+  rewind.resume = true;
+  rewind.resume_from = dir_.path("rewind/step_000002");
+  std::string msg = error_of([&] { train(rewind); });
+  EXPECT_NE(msg.find("step_000004"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--overwrite"), std::string::npos) << msg;
+
+  rewind.overwrite = true;
+  std::vector<double> again = train(rewind);
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again[0], first[2]);
+  EXPECT_EQ(again[1], first[3]);
+}
+
+TEST_F(TrainerTest, NonFiniteLossStopsAndKeepsTheLastCheckpoint) {
+  TrainConfig c = config("nan");
+  c.lr = 1e30;  // the first update throws the weights far past what float32 activations can hold
+  c.warmup = 0;
+  c.grad_clip = 0;
+  c.save_every = 1;
+  std::string msg = error_of([&] { train(c); });
+  EXPECT_NE(msg.find("at step 2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("step_000001"), std::string::npos) << msg;
+  EXPECT_TRUE(is_checkpoint(dir_.path("nan/step_000001")));
+  EXPECT_EQ(list_checkpoints(dir_.path("nan")).size(), 1u);
+  for (const auto& e : stdfs::directory_iterator(dir_.path("nan")))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+}
+
+TEST_F(TrainerTest, RefusesARunDirectoryHoldingAnotherRun) {
+  TrainConfig c = config("taken");
+  c.steps = 1;
+  c.warmup = 0;
+  train(c);
+  std::string msg = error_of([&] { train(c); });
+  EXPECT_NE(msg.find("already holds a run"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--overwrite"), std::string::npos) << msg;
+  c.overwrite = true;
+  EXPECT_EQ(train(c).size(), 1u);
+
+  TrainConfig fresh = config("empty");
+  fresh.resume = true;
+  EXPECT_NE(error_of([&] { train(fresh); }).find("no checkpoint"), std::string::npos);
+}
+
+TEST_F(TrainerTest, KeepsTheNewestCheckpoints) {
+  TrainConfig c = config("keep");
+  c.steps = 5;
+  c.save_every = 1;
+  c.keep_checkpoints = 2;
+  c.eval_tokens = 0;
+  train(c);
+  std::vector<std::string> kept = list_checkpoints(dir_.path("keep"));
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(stdfs::path(kept[0]).filename(), "step_000004");
+  EXPECT_EQ(stdfs::path(kept[1]).filename(), "step_000005");
+  EXPECT_EQ(resolve_checkpoint(dir_.path("keep/latest")), kept[1]);
+}
+
+TEST_F(TrainerTest, CheckpointOfAnotherModelIsRefusedByName) {
+  TrainConfig c = config("other");
+  c.steps = 1;
+  c.warmup = 0;
+  c.eval_tokens = 0;
+  train(c);
+  ModelConfig deeper = tiny_config();
+  deeper.n_layers = 3;
+  TrainConfig resume = c;
+  resume.model = write_config(dir_, deeper, "deeper.json");
+  resume.resume = true;
+  resume.steps = 2;
+  std::string msg = error_of([&] { train(resume); });
+  EXPECT_NE(msg.find("num_hidden_layers = 2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("num_hidden_layers = 3"), std::string::npos) << msg;
+
+  stdfs::remove(dir_.path("other/step_000001/optimizer.safetensors"));
+  c.resume = true;
+  c.steps = 2;
+  EXPECT_NE(error_of([&] { train(c); }).find("optimizer.safetensors"), std::string::npos);
+}
+
+TEST_F(TrainerTest, RefusesDataOfALargerVocabulary) {
+  TrainConfig c = config("vocab");
+  c.model = write_config(dir_, tiny_config(200), "small-vocab.json");
+  std::string msg = error_of([&] { train(c); });
+  EXPECT_NE(msg.find("(vocab 257) but the model has vocab 200"), std::string::npos) << msg;
+}
+
+TEST_F(TrainerTest, GlobalBatchMustBeWholeMicroBatches) {
+  TrainConfig c = config("accum");
+  c.batch_tokens = 48;  // micro-batches are 2 x 16 = 32 tokens
+  EXPECT_NE(error_of([&] { train(c); }).find("not a multiple"), std::string::npos);
+}
+
+// B=2 in one micro-batch and B=1 accumulated over two give the same mean-loss gradients.
+TEST_F(TrainerTest, AccumulationMatchesOneLargerMicroBatch) {
+  auto grads_of = [&](int B, int micro_steps, double* loss) {
+    auto ops = make_cpu_ops(DType::F32);
+    Model model(tiny_config(), *ops, ModelOptions{B, 16, false});
+    model.init_params(11);
+    LoaderOptions lo;
+    lo.data_dir = data_;
+    lo.B = B;
+    lo.T = 16;
+    lo.shuffle = false;  // B=2's batch is windows 0 and 1, as are B=1's first two batches
+    auto loader = DataLoader::open(lo);
+    *loss = accumulate_gradients(model, *loader, micro_steps, 1).mean();
+    return model.grads_f32();
+  };
+  double loss_big = 0, loss_accum = 0;
+  std::vector<float> big = grads_of(2, 1, &loss_big), accum = grads_of(1, 2, &loss_accum);
+  ASSERT_EQ(big.size(), accum.size());
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < big.size(); i++) {
+    diff += (double(big[i]) - accum[i]) * (double(big[i]) - accum[i]);
+    norm += double(big[i]) * big[i];
+  }
+  ASSERT_GT(norm, 0);
+  EXPECT_LT(std::sqrt(diff / norm), 1e-6);
+  EXPECT_NEAR(loss_big, loss_accum, 1e-6 * loss_big);
+}
+
+// tokamak eval's number is docs/eval.md's definition, computed here window by window from the shard
+// tokens, and it does not depend on how many windows share a forward pass.
+TEST_F(TrainerTest, SplitEvaluationFollowsTheDocumentedWindows) {
+  const int T = 16;
+  const ModelConfig cfg = tiny_config();
+  auto ops = make_cpu_ops(DType::F32);
+  std::vector<float> weights;
+  {
+    Model m(cfg, *ops, ModelOptions{1, T, false});
+    m.init_params(5);
+    weights = m.params_f32();
+  }
+  const DatasetMeta meta = read_dataset_meta(data_);
+  std::vector<int32_t> stream;
+  for (const std::string& path : meta.val_shards) {
+    ShardReader r(path);
+    std::vector<int32_t> tokens(r.tokens());
+    r.read(0, r.tokens(), tokens.data());
+    stream.insert(stream.end(), tokens.begin(), tokens.end());
+  }
+  const int64_t windows = 7;  // not a multiple of B = 3: the last window runs alone
+  ASSERT_GE(int64_t(stream.size()), windows * T + 1);
+
+  Model one(cfg, *ops, ModelOptions{1, T, false});
+  one.set_params_f32(weights);
+  double sum = 0;
+  for (int64_t w = 0; w < windows; w++) {
+    Batch b;
+    b.B = 1;
+    b.T = T;
+    b.tokens = stream.data() + w * T;
+    b.doc_starts = {{0}};
+    sum += one.forward(b).sum;
+  }
+  const double expected = sum / double(windows * T);
+
+  SplitEvalOptions o;
+  o.data_dir = data_;
+  o.T = T;
+  o.max_tokens = windows * T + T - 1;  // rounds down to whole windows
+  for (int B : {1, 3}) {
+    o.B = B;
+    SplitEval r = evaluate_split(cfg, weights, *ops, o);
+    EXPECT_EQ(r.windows, windows);
+    EXPECT_EQ(r.tokens, windows * T);
+    EXPECT_NEAR(r.loss, expected, 1e-6 * expected) << "B=" << B;
+    EXPECT_NEAR(r.perplexity, std::exp(expected), 1e-5 * std::exp(expected));
+  }
+}
+
+}  // namespace
+}  // namespace tk
