@@ -8,8 +8,6 @@
 
 #include <fmt/format.h>
 
-#include "core/error.h"
-
 #ifdef TK_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif

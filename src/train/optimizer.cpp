@@ -2,7 +2,6 @@
 // layout's segments (weight decay on matrices only), and the state's host round trip.
 #include "train/optimizer.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"

@@ -273,6 +273,10 @@ void TrainingRun::resolve_config() {
   accum_steps_ = int(cfg_.batch_tokens / micro_tokens);
   global_batch_tokens_ = cfg_.batch_tokens;
 
+  if (cfg_.warmup > cfg_.steps && cfg_.steps > 0) {
+    log::warn("--warmup {} is longer than the run: warming up over all {} steps", cfg_.warmup, cfg_.steps);
+    cfg_.warmup = cfg_.steps;
+  }
   schedule_.peak_lr = cfg_.lr;
   schedule_.warmup_steps = cfg_.warmup;
   schedule_.total_steps = cfg_.steps;
