@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "ops/cpu/checks.h"
+#include "ops/op_checks.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/parallel.h"
 
@@ -14,7 +14,7 @@ template <class T>
 double CpuOps<T>::grad_norm(const Tensor& grads) {
   const char* op = "grad_norm";
   const int64_t P = grads.numel();
-  cpu::expect(grads, kDType, {P}, op, "grads");
+  expect(grads, kDType, {P}, op, "grads");
   // Fixed-size blocks summed in parallel, then the block sums added in order: the same bits whatever
   // the thread count.
   constexpr int64_t kBlock = 1 << 16;
@@ -37,11 +37,11 @@ void CpuOps<T>::adamw_update(const Tensor& params, const Tensor& master, const T
                              const Tensor& v, const std::vector<ParamSegment>& segments, const AdamWConfig& c) {
   const char* op = "adamw_update";
   const int64_t P = params.numel();
-  cpu::expect(params, kDType, {P}, op, "params");
-  cpu::expect_optional(master, kDType, {P}, op, "master");
-  cpu::expect(grads, kDType, {P}, op, "grads");
-  cpu::expect(m, kDType, {P}, op, "m");
-  cpu::expect(v, kDType, {P}, op, "v");
+  expect(params, kDType, {P}, op, "params");
+  expect_optional(master, kDType, {P}, op, "master");
+  expect(grads, kDType, {P}, op, "grads");
+  expect(m, kDType, {P}, op, "m");
+  expect(v, kDType, {P}, op, "v");
   TK_CHECK(c.step >= 1, "{}: the step is {} but counts from 1 (bias correction divides by 1 - beta^step)", op,
            c.step);
   for (const ParamSegment& seg : segments)

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "ops/cpu/blas.h"
-#include "ops/cpu/checks.h"
+#include "ops/op_checks.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/vec_exp.h"
 
@@ -63,11 +63,11 @@ template <class T>
 void check_attention_inputs(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& segment_ids,
                             const AttnShape& s, const char* op) {
   constexpr DType dt = CpuOps<T>::kDType;
-  cpu::check_attn_shape(s, op);
-  cpu::expect(qkv, dt, {s.B, s.T, s.n_heads + 2 * s.n_kv_heads, s.head_dim}, op, "qkv");
-  cpu::expect(out, dt, {s.B, s.T, s.n_heads, s.head_dim}, op, "out");
-  cpu::expect(lse, dt, {s.B, s.n_heads, s.T}, op, "lse");
-  cpu::expect_optional(segment_ids, DType::I32, {s.B, s.T}, op, "segment_ids");
+  check_attn_shape(s, op);
+  expect(qkv, dt, {s.B, s.T, s.n_heads + 2 * s.n_kv_heads, s.head_dim}, op, "qkv");
+  expect(out, dt, {s.B, s.T, s.n_heads, s.head_dim}, op, "out");
+  expect(lse, dt, {s.B, s.n_heads, s.T}, op, "lse");
+  expect_optional(segment_ids, DType::I32, {s.B, s.T}, op, "segment_ids");
 }
 
 }  // namespace
@@ -107,8 +107,8 @@ void CpuOps<T>::attention_backward(const Tensor& dqkv, const Tensor& dout, const
                                    const Tensor& lse, const Tensor& segment_ids, const AttnShape& s) {
   const char* op = "attention_backward";
   check_attention_inputs<T>(qkv, out, lse, segment_ids, s, op);
-  cpu::expect(dout, kDType, {s.B, s.T, s.n_heads, s.head_dim}, op, "dout");
-  cpu::expect(dqkv, kDType, {s.B, s.T, s.n_heads + 2 * s.n_kv_heads, s.head_dim}, op, "dqkv");
+  expect(dout, kDType, {s.B, s.T, s.n_heads, s.head_dim}, op, "dout");
+  expect(dqkv, kDType, {s.B, s.T, s.n_heads + 2 * s.n_kv_heads, s.head_dim}, op, "dqkv");
   const AttnIndex ix{s};
   const int Tn = s.T, hd = s.head_dim, group = s.n_heads / s.n_kv_heads;
   const T scale = T(1.0 / std::sqrt(double(hd)));

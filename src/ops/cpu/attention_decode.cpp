@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "ops/cpu/checks.h"
+#include "ops/op_checks.h"
 #include "ops/cpu/cpu_ops.h"
 
 namespace tk {
@@ -15,16 +15,16 @@ template <class T>
 void CpuOps<T>::attention_decode(const Tensor& out, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv,
                                  int pos, const AttnShape& s) {
   const char* op = "attention_decode";
-  cpu::check_attn_shape(s, op);
+  check_attn_shape(s, op);
   TK_CHECK(s.B == 1, "{}: the KV cache holds one sequence, but B is {}", op, s.B);
   const int Hq = s.n_heads, Hkv = s.n_kv_heads, hd = s.head_dim, n_new = s.T;
   TK_CHECK(k_cache.ndim == 3 && k_cache.shape[0] > 0, "{}: k_cache is {} but must be [max_len, {}, {}]", op,
            k_cache.describe(), Hkv, hd);
   const int64_t max_len = k_cache.shape[0];
-  cpu::expect(k_cache, kDType, {max_len, Hkv, hd}, op, "k_cache");
-  cpu::expect(v_cache, kDType, {max_len, Hkv, hd}, op, "v_cache");
-  cpu::expect(qkv, kDType, {n_new, Hq + 2 * Hkv, hd}, op, "qkv");
-  cpu::expect(out, kDType, {n_new, Hq, hd}, op, "out");
+  expect(k_cache, kDType, {max_len, Hkv, hd}, op, "k_cache");
+  expect(v_cache, kDType, {max_len, Hkv, hd}, op, "v_cache");
+  expect(qkv, kDType, {n_new, Hq + 2 * Hkv, hd}, op, "qkv");
+  expect(out, kDType, {n_new, Hq, hd}, op, "out");
   TK_CHECK(pos >= 0 && pos + n_new <= max_len, "{}: tokens [{}, {}) do not fit a cache of {} positions", op, pos,
            pos + n_new, max_len);
 

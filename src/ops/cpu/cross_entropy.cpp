@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "ops/cpu/blas.h"
-#include "ops/cpu/checks.h"
+#include "ops/op_checks.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/parallel.h"
 #include "ops/cpu/vec_exp.h"
@@ -55,12 +55,12 @@ void CpuOps<T>::lm_head_cross_entropy(const Tensor& losses, const Tensor& dx, co
   TK_CHECK(w.ndim == 2, "{}: w is {} but must be [V, d]", op, w.describe());
   const int64_t V = w.dim(0), d = w.dim(1), N = targets.numel();
   TK_CHECK(V > 0 && d > 0, "{}: w is {}, an empty LM head", op, w.describe());
-  cpu::expect(w, kDType, {V, d}, op, "w");
-  cpu::expect(x, kDType, {N, d}, op, "x");
-  cpu::expect(targets, DType::I32, {N}, op, "targets");
-  cpu::expect(losses, kDType, {N}, op, "losses");
-  cpu::expect_optional(dx, kDType, {N, d}, op, "dx");
-  cpu::expect_optional(dw, kDType, {V, d}, op, "dw");
+  expect(w, kDType, {V, d}, op, "w");
+  expect(x, kDType, {N, d}, op, "x");
+  expect(targets, DType::I32, {N}, op, "targets");
+  expect(losses, kDType, {N}, op, "losses");
+  expect_optional(dx, kDType, {N, d}, op, "dx");
+  expect_optional(dw, kDType, {V, d}, op, "dw");
   const int32_t* tgt = targets.as<int32_t>();
   for (int64_t n = 0; n < N; n++)
     TK_CHECK(tgt[n] == ignore_index || (tgt[n] >= 0 && tgt[n] < V),

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "ops/cpu/checks.h"
+#include "ops/op_checks.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/parallel.h"
 
@@ -25,9 +25,9 @@ void CpuOps<T>::embedding_forward(const Tensor& out, const Tensor& tokens, const
   const char* op = "embedding_forward";
   TK_CHECK(table.ndim == 2, "{}: table is {} but must be [V, d]", op, table.describe());
   const int64_t V = table.dim(0), d = table.dim(1), N = tokens.numel();
-  cpu::expect(table, kDType, {V, d}, op, "table");
-  cpu::expect(tokens, DType::I32, {N}, op, "tokens");
-  cpu::expect(out, kDType, {N, d}, op, "out");
+  expect(table, kDType, {V, d}, op, "table");
+  expect(tokens, DType::I32, {N}, op, "tokens");
+  expect(out, kDType, {N, d}, op, "out");
   const int32_t* ids = tokens.as<int32_t>();
   check_token_ids(ids, N, V, op);
   const T* tab = table.as<T>();
@@ -41,9 +41,9 @@ void CpuOps<T>::embedding_backward(const Tensor& dtable, const Tensor& tokens, c
   const char* op = "embedding_backward";
   TK_CHECK(dtable.ndim == 2, "{}: dtable is {} but must be [V, d]", op, dtable.describe());
   const int64_t V = dtable.dim(0), d = dtable.dim(1), N = tokens.numel();
-  cpu::expect(dtable, kDType, {V, d}, op, "dtable");
-  cpu::expect(tokens, DType::I32, {N}, op, "tokens");
-  cpu::expect(dout, kDType, {N, d}, op, "dout");
+  expect(dtable, kDType, {V, d}, op, "dtable");
+  expect(tokens, DType::I32, {N}, op, "tokens");
+  expect(dout, kDType, {N, d}, op, "dout");
   const int32_t* ids = tokens.as<int32_t>();
   check_token_ids(ids, N, V, op);
   const T* g = dout.as<T>();

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "ops/cpu/blas.h"
-#include "ops/cpu/checks.h"
+#include "ops/op_checks.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/parallel.h"
 
@@ -30,10 +30,10 @@ template <class T>
 void CpuOps<T>::linear_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) {
   const char* op = "linear_forward";
   const auto [N, in, out] = linear_dims(x, w, op);
-  cpu::expect(x, kDType, {N, in}, op, "x");
-  cpu::expect(w, kDType, {out, in}, op, "w");
-  cpu::expect(y, kDType, {N, out}, op, "y");
-  cpu::expect_optional(bias, kDType, {out}, op, "bias");
+  expect(x, kDType, {N, in}, op, "x");
+  expect(w, kDType, {out, in}, op, "w");
+  expect(y, kDType, {N, out}, op, "y");
+  expect_optional(bias, kDType, {out}, op, "bias");
   T* ys = y.as<T>();
   T beta = 0;
   if (!bias.empty()) {  // y starts as the bias on every row, and the GEMM adds to it.
@@ -50,12 +50,12 @@ void CpuOps<T>::linear_backward(const Tensor& dx, const Tensor& dw, const Tensor
                                 const Tensor& x, const Tensor& w) {
   const char* op = "linear_backward";
   const auto [N, in, out] = linear_dims(x, w, op);
-  cpu::expect(x, kDType, {N, in}, op, "x");
-  cpu::expect(w, kDType, {out, in}, op, "w");
-  cpu::expect(dy, kDType, {N, out}, op, "dy");
-  cpu::expect_optional(dx, kDType, {N, in}, op, "dx");
-  cpu::expect_optional(dw, kDType, {out, in}, op, "dw");
-  cpu::expect_optional(dbias, kDType, {out}, op, "dbias");
+  expect(x, kDType, {N, in}, op, "x");
+  expect(w, kDType, {out, in}, op, "w");
+  expect(dy, kDType, {N, out}, op, "dy");
+  expect_optional(dx, kDType, {N, in}, op, "dx");
+  expect_optional(dw, kDType, {out, in}, op, "dw");
+  expect_optional(dbias, kDType, {out}, op, "dbias");
   const T* g = dy.as<T>();
   if (!dx.empty())  // dx[N,in] = dy[N,out] @ w[out,in]
     cpu::gemm(false, false, int(N), int(in), int(out), T(1), g, int(out), w.as<T>(), int(in), T(0), dx.as<T>(),

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ops/cpu/checks.h"
+#include "ops/op_checks.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/parallel.h"
 
@@ -30,10 +30,10 @@ void CpuOps<T>::rmsnorm_forward(const Tensor& y, const Tensor& rstd, const Tenso
   const char* op = "rmsnorm_forward";
   TK_CHECK(x.ndim >= 1, "{}: x is {} but must be [N, d]", op, x.describe());
   const int64_t d = x.dim(-1), N = x.numel() / std::max<int64_t>(d, 1);
-  cpu::expect(x, kDType, {N, d}, op, "x");
-  cpu::expect(w, kDType, {d}, op, "w");
-  cpu::expect(y, kDType, {N, d}, op, "y");
-  cpu::expect(rstd, kDType, {N}, op, "rstd");
+  expect(x, kDType, {N, d}, op, "x");
+  expect(w, kDType, {d}, op, "w");
+  expect(y, kDType, {N, d}, op, "y");
+  expect(rstd, kDType, {N}, op, "rstd");
   const T *xs = x.as<T>(), *ws = w.as<T>();
   T *ys = y.as<T>(), *rs = rstd.as<T>();
 #pragma omp parallel for schedule(static) if (N * d >= cpu::kParallelMinWork)
@@ -46,12 +46,12 @@ void CpuOps<T>::residual_rmsnorm_forward(const Tensor& h_out, const Tensor& y, c
   const char* op = "residual_rmsnorm_forward";
   TK_CHECK(h_in.ndim >= 1, "{}: h_in is {} but must be [N, d]", op, h_in.describe());
   const int64_t d = h_in.dim(-1), N = h_in.numel() / std::max<int64_t>(d, 1);
-  cpu::expect(h_in, kDType, {N, d}, op, "h_in");
-  cpu::expect(x, kDType, {N, d}, op, "x");
-  cpu::expect(h_out, kDType, {N, d}, op, "h_out");
-  cpu::expect(w, kDType, {d}, op, "w");
-  cpu::expect(y, kDType, {N, d}, op, "y");
-  cpu::expect(rstd, kDType, {N}, op, "rstd");
+  expect(h_in, kDType, {N, d}, op, "h_in");
+  expect(x, kDType, {N, d}, op, "x");
+  expect(h_out, kDType, {N, d}, op, "h_out");
+  expect(w, kDType, {d}, op, "w");
+  expect(y, kDType, {N, d}, op, "y");
+  expect(rstd, kDType, {N}, op, "rstd");
   const T *hi = h_in.as<T>(), *xs = x.as<T>(), *ws = w.as<T>();
   T *ho = h_out.as<T>(), *ys = y.as<T>(), *rs = rstd.as<T>();
 #pragma omp parallel for schedule(static) if (N * d >= cpu::kParallelMinWork)
@@ -70,13 +70,13 @@ void CpuOps<T>::rmsnorm_backward(const Tensor& dh, const Tensor& dw, const Tenso
   const char* op = "rmsnorm_backward";
   TK_CHECK(h.ndim >= 1, "{}: h is {} but must be [N, d]", op, h.describe());
   const int64_t d = h.dim(-1), N = h.numel() / std::max<int64_t>(d, 1);
-  cpu::expect(h, kDType, {N, d}, op, "h");
-  cpu::expect(dy, kDType, {N, d}, op, "dy");
-  cpu::expect(dh, kDType, {N, d}, op, "dh");
-  cpu::expect_optional(dresidual, kDType, {N, d}, op, "dresidual");
-  cpu::expect(rstd, kDType, {N}, op, "rstd");
-  cpu::expect(w, kDType, {d}, op, "w");
-  cpu::expect(dw, kDType, {d}, op, "dw");
+  expect(h, kDType, {N, d}, op, "h");
+  expect(dy, kDType, {N, d}, op, "dy");
+  expect(dh, kDType, {N, d}, op, "dh");
+  expect_optional(dresidual, kDType, {N, d}, op, "dresidual");
+  expect(rstd, kDType, {N}, op, "rstd");
+  expect(w, kDType, {d}, op, "w");
+  expect(dw, kDType, {d}, op, "dw");
   const T *dys = dy.as<T>(), *hs = h.as<T>(), *rs = rstd.as<T>(), *ws = w.as<T>(), *dres = dresidual.as<T>();
   T *dhs = dh.as<T>(), *dws = dw.as<T>();
 

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "ops/cpu/checks.h"
+#include "ops/op_checks.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/parallel.h"
 
@@ -14,7 +14,7 @@ namespace tk {
 namespace {
 
 void check_rope_shape(const AttnShape& s, const char* op) {
-  cpu::check_attn_shape(s, op);
+  check_attn_shape(s, op);
   TK_CHECK(s.head_dim % 2 == 0, "{}: RoPE needs an even head_dim, not {}", op, s.head_dim);
 }
 
@@ -56,11 +56,11 @@ int64_t check_qk_inputs(const Tensor& qk_rstd, const Tensor& q_norm_w, const Ten
   check_rope_shape(s, op);
   const int64_t N = int64_t(s.B) * s.T;
   TK_CHECK(q_norm_w.empty() == k_norm_w.empty(), "{}: q_norm_w and k_norm_w must be given together", op);
-  cpu::expect(positions, DType::I32, {N}, op, "positions");
+  expect(positions, DType::I32, {N}, op, "positions");
   if (!q_norm_w.empty()) {
-    cpu::expect(q_norm_w, dt, {s.head_dim}, op, "q_norm_w");
-    cpu::expect(k_norm_w, dt, {s.head_dim}, op, "k_norm_w");
-    cpu::expect(qk_rstd, dt, {N, s.n_heads + s.n_kv_heads}, op, "qk_rstd");
+    expect(q_norm_w, dt, {s.head_dim}, op, "q_norm_w");
+    expect(k_norm_w, dt, {s.head_dim}, op, "k_norm_w");
+    expect(qk_rstd, dt, {N, s.n_heads + s.n_kv_heads}, op, "qk_rstd");
   }
   return N;
 }
@@ -74,8 +74,8 @@ void CpuOps<T>::qk_norm_rope_forward(const Tensor& qkv_out, const Tensor& qk_rst
   const char* op = "qk_norm_rope_forward";
   const int64_t N = check_qk_inputs<T>(qk_rstd, q_norm_w, k_norm_w, positions, s, op);
   const int64_t W = s.qkv_width();
-  cpu::expect(qkv_in, kDType, {N, W}, op, "qkv_in");
-  cpu::expect(qkv_out, kDType, {N, W}, op, "qkv_out");
+  expect(qkv_in, kDType, {N, W}, op, "qkv_in");
+  expect(qkv_out, kDType, {N, W}, op, "qkv_out");
   const int hd = s.head_dim, n_rot_heads = s.n_heads + s.n_kv_heads;
   const bool norm = !q_norm_w.empty();
   const T *in = qkv_in.as<T>(), *qw = q_norm_w.as<T>(), *kw = k_norm_w.as<T>();
@@ -117,14 +117,14 @@ void CpuOps<T>::qk_norm_rope_backward(const Tensor& dqkv_in, const Tensor& dq_no
   const char* op = "qk_norm_rope_backward";
   const int64_t N = check_qk_inputs<T>(qk_rstd, q_norm_w, k_norm_w, positions, s, op);
   const int64_t W = s.qkv_width();
-  cpu::expect(dqkv_out, kDType, {N, W}, op, "dqkv_out");
-  cpu::expect(dqkv_in, kDType, {N, W}, op, "dqkv_in");
+  expect(dqkv_out, kDType, {N, W}, op, "dqkv_out");
+  expect(dqkv_in, kDType, {N, W}, op, "dqkv_in");
   const int hd = s.head_dim, n_rot_heads = s.n_heads + s.n_kv_heads;
   const bool norm = !q_norm_w.empty();
   if (norm) {
-    cpu::expect(qkv_in, kDType, {N, W}, op, "qkv_in");
-    cpu::expect(dq_norm_w, kDType, {hd}, op, "dq_norm_w");
-    cpu::expect(dk_norm_w, kDType, {hd}, op, "dk_norm_w");
+    expect(qkv_in, kDType, {N, W}, op, "qkv_in");
+    expect(dq_norm_w, kDType, {hd}, op, "dq_norm_w");
+    expect(dk_norm_w, kDType, {hd}, op, "dk_norm_w");
   }
   const T *dout = dqkv_out.as<T>(), *x = qkv_in.as<T>(), *rs = qk_rstd.as<T>();
   const T *qw = q_norm_w.as<T>(), *kw = k_norm_w.as<T>();

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <utility>
 
-#include "ops/cpu/checks.h"
+#include "ops/op_checks.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/parallel.h"
 #include "ops/cpu/vec_exp.h"
@@ -31,8 +31,8 @@ template <class T>
 void CpuOps<T>::swiglu_forward(const Tensor& out, const Tensor& gate_up) {
   const char* op = "swiglu_forward";
   const auto [N, f] = swiglu_dims(out, op, "out");
-  cpu::expect(out, kDType, {N, f}, op, "out");
-  cpu::expect(gate_up, kDType, {N, 2 * f}, op, "gate_up");
+  expect(out, kDType, {N, f}, op, "out");
+  expect(gate_up, kDType, {N, 2 * f}, op, "gate_up");
   const T* gu = gate_up.as<T>();
   T* o = out.as<T>();
 #pragma omp parallel for schedule(static) if (N * f >= cpu::kParallelMinWork)
@@ -48,9 +48,9 @@ template <class T>
 void CpuOps<T>::swiglu_backward(const Tensor& dgate_up, const Tensor& dout, const Tensor& gate_up) {
   const char* op = "swiglu_backward";
   const auto [N, f] = swiglu_dims(dout, op, "dout");
-  cpu::expect(dout, kDType, {N, f}, op, "dout");
-  cpu::expect(gate_up, kDType, {N, 2 * f}, op, "gate_up");
-  cpu::expect(dgate_up, kDType, {N, 2 * f}, op, "dgate_up");
+  expect(dout, kDType, {N, f}, op, "dout");
+  expect(gate_up, kDType, {N, 2 * f}, op, "gate_up");
+  expect(dgate_up, kDType, {N, 2 * f}, op, "dgate_up");
   const T *gu = gate_up.as<T>(), *go = dout.as<T>();
   T* dgu = dgate_up.as<T>();
 #pragma omp parallel for schedule(static) if (N * f >= cpu::kParallelMinWork)

@@ -20,6 +20,7 @@
 #include "ops/cuda/device_alloc.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/matmul_cublaslt.h"
+#include "ops/op_checks.h"
 
 namespace tk {
 
@@ -30,34 +31,6 @@ namespace {
 // Host <-> device f32 conversions go through a staging buffer of this many floats at a time.
 constexpr int64_t kStagingFloats = int64_t(16) << 20;  // 64 MiB
 
-std::string shape_string(DType dt, std::initializer_list<int64_t> dims) {
-  std::string s = fmt::format("{}[", dtype_name(dt));
-  int i = 0;
-  for (int64_t d : dims) s += fmt::format("{}{}", i++ ? ", " : "", d);
-  return s + "]";
-}
-
-// `t` must be present with dtype `dt` and `dims` elements; a view of the same elements in another rank is
-// accepted (qkv as [N, W] or [B, T, H, hd]), a view of the same rank must match exactly.
-void expect(const Tensor& t, DType dt, std::initializer_list<int64_t> dims, const char* op, const char* what) {
-  TK_CHECK(!t.empty(), "{}: the tensor {} is required but was not given", op, what);
-  int64_t numel = 1;
-  bool same_shape = t.ndim == int(dims.size());
-  int i = 0;
-  for (int64_t d : dims) {
-    numel *= d;
-    if (same_shape && t.shape[i] != d) same_shape = false;
-    i++;
-  }
-  bool ok = t.dtype == dt && t.numel() == numel && (t.ndim != int(dims.size()) || same_shape);
-  TK_CHECK(ok, "{}: {} is {} but must be {}", op, what, t.describe(), shape_string(dt, dims));
-}
-
-void expect_optional(const Tensor& t, DType dt, std::initializer_list<int64_t> dims, const char* op,
-                     const char* what) {
-  if (!t.empty()) expect(t, dt, dims, op, what);
-}
-
 template <class T>
 T* ptr(const Tensor& t) {
   return static_cast<T*>(t.data);
@@ -67,13 +40,6 @@ T* ptr(const Tensor& t) {
 int64_t rows_of(const Tensor& x, int64_t d, const char* op) {
   TK_CHECK(d > 0 && x.numel() % d == 0, "{}: {} is not rows of width {}", op, x.describe(), d);
   return x.numel() / d;
-}
-
-void check_attn_shape(const AttnShape& s, const char* op) {
-  TK_CHECK(s.B > 0 && s.T > 0 && s.n_heads > 0 && s.n_kv_heads > 0 && s.head_dim > 0 &&
-               s.n_heads % s.n_kv_heads == 0,
-           "{}: the attention shape B={} T={} heads={} kv_heads={} head_dim={} is not valid", op, s.B, s.T,
-           s.n_heads, s.n_kv_heads, s.head_dim);
 }
 
 void reject_segment_ids(const Tensor& segment_ids, const char* op) {

@@ -1,4 +1,4 @@
-// Shape and dtype checks shared by the CPU ops. A violation is a tk::Error that names the op, the
+// Shape and dtype checks shared by the backends' ops. A violation is a tk::Error that names the op, the
 // tensor, what it is and what it should be, so a schedule bug reads as a sentence, not a crash.
 #pragma once
 #include <cstdint>
@@ -11,7 +11,7 @@
 #include "core/tensor.h"
 #include "ops/ops.h"
 
-namespace tk::cpu {
+namespace tk {
 
 inline std::string shape_string(DType dt, std::initializer_list<int64_t> dims) {
   std::string s = fmt::format("{}[", dtype_name(dt));
@@ -51,4 +51,4 @@ inline void check_attn_shape(const AttnShape& s, const char* op) {
            s.n_heads, s.n_kv_heads);
 }
 
-}  // namespace tk::cpu
+}  // namespace tk
