@@ -42,7 +42,7 @@ class DeviceWeights {
  public:
   DeviceWeights(tk::Ops& ops, const std::vector<float>& host) : ops_(ops) {
     const int64_t n = int64_t(host.size());
-    tensor_ = tk::Tensor(ops.allocate(size_t(n) * tk::dtype_size(ops.act_dtype())), ops.act_dtype(), {n});
+    tensor_ = tk::Tensor(ops.allocate(size_t(n) * tk::dtype_size(ops.act_dtype()), "weights"), ops.act_dtype(), {n});
     ops.upload_f32(tensor_, host.data());
   }
   ~DeviceWeights() { ops_.release(tensor_.data); }

@@ -87,7 +87,7 @@ struct Generator::Impl {
              dtype_name(ops.act_dtype()), params.describe());
     BufferCarver measure;
     plan(measure);
-    memory = ops.allocate(measure.used());
+    memory = ops.allocate(measure.used(), "KV cache and decoding buffers");
     BufferCarver carve(static_cast<char*>(memory));
     plan(carve);
   }

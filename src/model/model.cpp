@@ -50,7 +50,9 @@ struct Buffers {
   Tensor tokens, targets, positions, segments;  // i32 [N]
 };
 
-Buffers plan_buffers(BufferCarver& c, const ModelConfig& cfg, const ModelOptions& opt, DType act, DType stat) {
+// `c` carves what the forward keeps for the backward; `s` the gradient scratch, the branch and the ids.
+Buffers plan_buffers(BufferCarver& c, BufferCarver& s, const ModelConfig& cfg, const ModelOptions& opt, DType act,
+                     DType stat) {
   const int64_t N = int64_t(opt.B) * opt.T, d = cfg.d_model, f = cfg.ffn_dim;
   const int64_t heads = cfg.n_heads, qk_heads = cfg.n_heads + cfg.n_kv_heads;
   Buffers b;
@@ -76,18 +78,18 @@ Buffers plan_buffers(BufferCarver& c, const ModelConfig& cfg, const ModelOptions
   b.h_out = c.take(act, N * d);
   b.x_final = c.take(act, N * d);
   b.rstd_final = c.take(stat, N);
-  b.branch = c.take(act, N * d);
-  b.losses = c.take(stat, N);
-  b.dh = c.take(act, N * d);
-  b.dx = c.take(act, N * d);
-  b.dact = c.take(act, N * f);
-  b.dgate_up = c.take(act, N * 2 * f);
-  b.datt = c.take(act, N * cfg.q_dim());
-  b.dqkv = c.take(act, N * cfg.qkv_dim());
-  b.tokens = c.take(DType::I32, N);
-  b.targets = c.take(DType::I32, N);
-  b.positions = c.take(DType::I32, N);
-  b.segments = c.take(DType::I32, N);
+  b.branch = s.take(act, N * d);
+  b.losses = s.take(stat, N);
+  b.dh = s.take(act, N * d);
+  b.dx = s.take(act, N * d);
+  b.dact = s.take(act, N * f);
+  b.dgate_up = s.take(act, N * 2 * f);
+  b.datt = s.take(act, N * cfg.q_dim());
+  b.dqkv = s.take(act, N * cfg.qkv_dim());
+  b.tokens = s.take(DType::I32, N);
+  b.targets = s.take(DType::I32, N);
+  b.positions = s.take(DType::I32, N);
+  b.segments = s.take(DType::I32, N);
   return b;
 }
 
@@ -122,7 +124,7 @@ struct Model::Impl {
   Ops& ops;
   ParamLayout layout;
   DType act, stat;  // stat: the "f32" tensors of ops.h (rstd, lse, losses): f64 only on the f64 CPU backend
-  void *param_mem = nullptr, *grad_mem = nullptr, *buffer_mem = nullptr;
+  void *param_mem = nullptr, *grad_mem = nullptr, *kept_mem = nullptr, *scratch_mem = nullptr;
   size_t buffer_bytes = 0;
   Tensor params, grads;
   ModelWeights w, g;  // views of params and of grads
@@ -136,8 +138,8 @@ struct Model::Impl {
              opt.B, opt.T);
     TK_CHECK(opt.T <= cfg.max_seq, "model {}: sequence length {} exceeds max_position_embeddings {}", cfg.name, opt.T,
              cfg.max_seq);
-    param_mem = ops.allocate(size_t(layout.total) * dtype_size(act));
-    grad_mem = ops.allocate(size_t(layout.total) * dtype_size(ops.grad_dtype()));
+    param_mem = ops.allocate(size_t(layout.total) * dtype_size(act), "parameters");
+    grad_mem = ops.allocate(size_t(layout.total) * dtype_size(ops.grad_dtype()), "parameter gradients");
     params = Tensor(param_mem, act, {layout.total});
     grads = Tensor(grad_mem, ops.grad_dtype(), {layout.total});
     ops.zero(params);
@@ -145,16 +147,18 @@ struct Model::Impl {
     w = weight_views(cfg, layout, param_mem, act);
     g = weight_views(cfg, layout, grad_mem, ops.grad_dtype());
 
-    BufferCarver measure;
-    plan_buffers(measure, cfg, opt, act, stat);
-    buffer_bytes = measure.used();
-    buffer_mem = ops.allocate(buffer_bytes);
-    BufferCarver carve(static_cast<char*>(buffer_mem));
-    buf = plan_buffers(carve, cfg, opt, act, stat);
+    BufferCarver measure_kept, measure_scratch;
+    plan_buffers(measure_kept, measure_scratch, cfg, opt, act, stat);
+    buffer_bytes = measure_kept.used() + measure_scratch.used();
+    kept_mem = ops.allocate(measure_kept.used(), "activations kept for the backward");
+    scratch_mem = ops.allocate(measure_scratch.used(), "activation gradients and step scratch");
+    BufferCarver kept(static_cast<char*>(kept_mem)), scratch(static_cast<char*>(scratch_mem));
+    buf = plan_buffers(kept, scratch, cfg, opt, act, stat);
   }
 
   ~Impl() {
-    ops.release(buffer_mem);
+    ops.release(scratch_mem);
+    ops.release(kept_mem);
     ops.release(grad_mem);
     ops.release(param_mem);
   }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/memory_ledger.h"
 
 namespace tk {
 
@@ -50,8 +51,13 @@ class Ops {
 
   // ---- memory ---------------------------------------------------------------------------------
   // Device memory for planned buffers (allocated once at start, never inside a step). 256-byte aligned.
-  virtual void* allocate(size_t bytes) = 0;
+  // `label` names the buffer in the memory plan's table.
+  virtual void* allocate(size_t bytes, const char* label = "unlabelled") = 0;
   virtual void release(void* p) = 0;
+  // What this backend holds now, by label, largest first: the memory plan.
+  virtual std::vector<MemoryRow> memory_rows() const = 0;
+  // Ends planning: an allocation after this is reported as one the plan missed.
+  virtual void seal_memory() = 0;
   virtual void zero(const Tensor& t) = 0;
   // Host float32 <-> tensor of any float dtype (converting; rounds to nearest even for bf16).
   virtual void upload_f32(const Tensor& dst, const float* src) = 0;

@@ -68,7 +68,10 @@ DeviceInfo describe_device(bool gpu, double peak_override) {
   if (gpu) {
     int dev = 0;
     cudaDeviceProp prop{};
-    if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess) d.name = prop.name;
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess) {
+      d.name = prop.name;
+      d.memory_bytes = prop.totalGlobalMem;
+    }
     d.peak_flops = gpu_peak_flops(d.name);
   }
 #endif

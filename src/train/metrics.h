@@ -18,6 +18,7 @@ struct DeviceInfo {
   std::string name;
   bool gpu = false;
   double peak_flops = 0;  // 0: unknown, so no MFU
+  size_t memory_bytes = 0;  // the GPU's memory (0 on the CPU)
 };
 // The current CUDA device when `gpu`, else the CPU. peak_override > 0 replaces the table's value.
 DeviceInfo describe_device(bool gpu, double peak_override);

@@ -20,13 +20,13 @@ AdamW::AdamW(Model& model, const AdamWOptions& opt)
   TK_CHECK(opt.beta2 >= 0 && opt.beta2 < 1, "--beta2 must be in [0, 1), got {}", opt.beta2);
   TK_CHECK(opt.eps > 0, "--adam-eps must be positive, got {}", opt.eps);
   TK_CHECK(opt.weight_decay >= 0, "--weight-decay must not be negative, got {}", opt.weight_decay);
-  m_ = allocate(state_dtype(ops_));
-  v_ = allocate(state_dtype(ops_));
+  m_ = allocate(state_dtype(ops_), "AdamW first moments");
+  v_ = allocate(state_dtype(ops_), "AdamW second moments");
   ops_.zero(m_);
   ops_.zero(v_);
   // bf16 weights cannot absorb updates smaller than their rounding step: keep an fp32 copy to update.
   if (dtype_size(ops_.act_dtype()) < 4) {
-    master_ = allocate(DType::F32);
+    master_ = allocate(DType::F32, "fp32 master weights");
     upload(master_, model_.params_f32(), "weights");
   }
 }
@@ -36,9 +36,9 @@ AdamW::~AdamW() {
     if (!t->empty()) ops_.release(t->data);
 }
 
-Tensor AdamW::allocate(DType dtype) {
+Tensor AdamW::allocate(DType dtype, const char* label) {
   const int64_t n = model_.layout().total;
-  return Tensor(ops_.allocate(size_t(n) * dtype_size(dtype)), dtype, {n});
+  return Tensor(ops_.allocate(size_t(n) * dtype_size(dtype), label), dtype, {n});
 }
 
 size_t AdamW::state_bytes() const { return m_.nbytes() + v_.nbytes() + master_.nbytes(); }

@@ -47,7 +47,7 @@ class AdamW {
   void set_state_f32(const std::vector<float>& exp_avg, const std::vector<float>& exp_avg_sq, int64_t steps_taken);
 
  private:
-  Tensor allocate(DType dtype);
+  Tensor allocate(DType dtype, const char* label);
   std::vector<float> download(const Tensor& t) const;
   void upload(const Tensor& t, const std::vector<float>& host, const char* what);
 

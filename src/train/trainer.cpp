@@ -222,6 +222,7 @@ class TrainingRun {
   void write_run_config() const;
   StepRecord train_step(int64_t step);
   void log_step(const StepRecord& r);
+  void report_memory() const;
   void validate(int64_t step);
   void save();
   bool due(int64_t every, int64_t step) const { return step == cfg_.steps || (every > 0 && step % every == 0); }
@@ -425,6 +426,31 @@ void TrainingRun::print_plan() const {
   std::fflush(stdout);
 }
 
+// After the first step every buffer exists (the fixed ones from the start, the scratch sized by the
+// first step's shapes): the memory plan is printed as a table, written to memory.json, and sealed, so
+// that a later allocation is reported as one the plan missed.
+void TrainingRun::report_memory() const {
+  Ops& ops = *backend_.ops;
+  const std::vector<MemoryRow> rows = ops.memory_rows();
+  size_t total = 0;
+  for (const MemoryRow& r : rows) total += r.bytes;
+  nlohmann::ordered_json j;
+  j["device"] = throughput_->device().name;
+  j["total_bytes"] = total;
+  j["capacity_bytes"] = throughput_->device().memory_bytes;
+  j["rows"] = nlohmann::ordered_json::array();
+  fmt::print("memory held by tokamak after the first step (nothing is allocated after it):\n");
+  for (const MemoryRow& r : rows) {
+    fmt::print("  {:>10}  {:>5.1f}%  {}{}\n", format_bytes(double(r.bytes)), 100.0 * double(r.bytes) / double(total),
+               r.label, r.count > 1 ? fmt::format(" (x{})", r.count) : "");
+    j["rows"].push_back({{"component", r.label}, {"bytes", r.bytes}, {"count", r.count}});
+  }
+  fmt::print("  {:>10}  total on {}\n", format_bytes(double(total)), throughput_->device().name);
+  std::fflush(stdout);
+  fs::write_file_atomic((stdfs::path(run_dir_) / "memory.json").string(), j.dump(2) + "\n");
+  ops.seal_memory();
+}
+
 void TrainingRun::write_run_config() const {
   nlohmann::ordered_json j;
   j["train"] = cfg_.to_json();
@@ -549,7 +575,8 @@ void TrainingRun::set_up() {
 
 TrainResult TrainingRun::train_loop() {
   StopSignals signals;
-  for (int64_t step = state_.step + 1; step <= cfg_.steps; step++) {
+  const int64_t first_step = state_.step + 1;
+  for (int64_t step = first_step; step <= cfg_.steps; step++) {
     StepRecord r;
     try {
       r = train_step(step);
@@ -558,6 +585,7 @@ TrainResult TrainingRun::train_loop() {
            result_.checkpoint.empty() ? "none (no checkpoint was written)" : result_.checkpoint);
     }
     log_step(r);
+    if (step == first_step) report_memory();
     result_.step = step;
     result_.loss = r.loss;
     if (on_step_) on_step_(r);

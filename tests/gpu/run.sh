@@ -7,7 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 export OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-STEPS=${1:-tests,hf,kernels,fixtures,bench}
+STEPS=${1:-tests,hf,kernels,curve,ncu,fixtures,bench}
 REGEX=${2:-.}
 source tests/gpu/env.sh
 BUILD=build-gpu
@@ -26,7 +26,10 @@ if has tests; then
 fi
 if has hf; then
   PYTHONUNBUFFERED=1 python3 tests/hf/compare_hf.py --tokamak $BUILD/tokamak > "$OUT/hf.log" 2>&1
-  tail -25 "$OUT/hf.log"
+  tail -3 "$OUT/hf.log"
+  PYTHONUNBUFFERED=1 python3 tests/hf/compare_hf.py --tokamak $BUILD/tokamak --device cuda --tol 2e-2 \
+    > "$OUT/hf-cuda.log" 2>&1
+  grep -E "FAIL|PASS" "$OUT/hf-cuda.log" | tail -8
   echo "hf: $(( $(date +%s) - start ))s"
 fi
 if has fixtures && [ -f tests/fixtures/tokenizer/make_fixtures_py.py ]; then
@@ -36,6 +39,26 @@ fi
 if has kernels && [ -x $BUILD/bench/kernels_bench ]; then
   $BUILD/bench/kernels_bench > "$OUT/kernels_bench.log" 2>&1; tail -30 "$OUT/kernels_bench.log"
   echo "kernels: $(( $(date +%s) - start ))s"
+fi
+if has curve && [ -f data/brown/meta.json ]; then
+  # 300 steps of the tiny model on Brown: CUDA bf16 against the CPU fp32 reference, and CUDA twice.
+  CURVE=(train --data data/brown --model tiny --batch 4 --seq 128 --steps 300 --lr 3e-3 --warmup 10
+         --eval-every 0 --eval-tokens 0 --save-every 0 --seed 7 --overwrite)
+  $BUILD/tokamak "${CURVE[@]}" --device cpu --out "$OUT/curve-cpu" > "$OUT/curve-cpu.log" 2>&1 &
+  $BUILD/tokamak "${CURVE[@]}" --device cuda --out "$OUT/curve-cuda" > "$OUT/curve-cuda.log" 2>&1
+  $BUILD/tokamak "${CURVE[@]}" --device cuda --out "$OUT/curve-cuda2" > "$OUT/curve-cuda2.log" 2>&1
+  wait
+  python3 tests/gpu/curve.py "$OUT/curve-cpu" "$OUT/curve-cuda" "$OUT/curve-cuda2" | tee "$OUT/curve.txt" | tail -6
+  echo "curve: $(( $(date +%s) - start ))s"
+fi
+if has ncu && command -v ncu >/dev/null; then
+  # Every kernel of one Qwen2.5-0.5B step (after one warm-up step), timed by Nsight Compute.
+  timeout 240 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+    $BUILD/tokamak bench --model qwen2.5-0.5b --batch 8 --seq 2048 --steps 1 --warmup 1 --device cuda \
+    > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
+  python3 bench/kernel_breakdown.py "$OUT/ncu.csv" --skip "${NCU_SKIP:-half}" > "$OUT/ncu-breakdown.txt" 2>&1
+  head -30 "$OUT/ncu-breakdown.txt"
+  echo "ncu: $(( $(date +%s) - start ))s"
 fi
 if has bench; then
   bash bench/run.sh "${BENCH_CONFIGS:-qwen2.5-0.5b,llama3.2-1b,qwen2.5-1.5b}"

@@ -3,7 +3,8 @@
 
 For each model: transformers saves it, tokamak loads it (`tokamak grads`) and both compute, on the
 same batch, the mean next-token loss, the gradient of every parameter and the logits at every
-position (tokamak's through its KV-cache generation path); they must agree to --tol (relative). Then the reverse: `tokamak export` of the saved model, loaded by transformers, must hold
+position (tokamak's through its KV-cache generation path); they must agree to --tol (relative). With
+--device cuda each error is printed beside the error of transformers itself run in bf16 on the GPU. Then the reverse: `tokamak export` of the saved model, loaded by transformers, must hold
 the same weights and give the same loss. Needs python3 with torch, transformers and safetensors;
 no network.
 
@@ -11,6 +12,7 @@ no network.
     python3 tests/hf/compare_hf.py --tokamak build-gpu/tokamak --device cuda --tol 2e-2
 """
 import argparse
+import copy
 import json
 import os
 import shutil
@@ -111,20 +113,35 @@ class Report:
     def __init__(self):
         self.failures = []
 
-    def check(self, model, what, err, tol):
+    def check(self, model, what, err, tol, peer=None):
         ok = err < tol and err == err  # NaN fails
-        print(f"  {what:<52} {err:10.3e}  {'ok' if ok else 'FAIL'}")
+        extra = f"   transformers bf16: {peer:10.3e}" if peer is not None else ""
+        print(f"  {what:<52} {err:10.3e}  {'ok' if ok else 'FAIL'}{extra}")
         if not ok:
             self.failures.append(f"{model}: {what} rel err {err:.3e} >= {tol:.1e}")
 
 
-def compare_gradients(name, model, tokens, tk_out, tol, report):
+def bf16_reference(model, tokens):
+    """transformers itself in bf16 on the GPU (SDPA attention): how far a bf16 run of the same model
+    lands from the fp32 reference, the scale against which tokamak's bf16 errors are read."""
+    m = copy.deepcopy(model).to("cuda", torch.bfloat16)
+    m.config._attn_implementation = "sdpa"
+    loss, logits = hf_loss(m, tokens.cuda(), backward=True)
+    grads = {n: p.grad.float().cpu() for n, p in m.named_parameters()}
+    return loss, logits.cpu(), grads
+
+
+def compare_gradients(name, model, tokens, tk_out, tol, report, bf16_peer=False):
     loss_hf, logits_hf = hf_loss(model, tokens, backward=True)
+    peer = bf16_reference(model, tokens) if bf16_peer else None
     got = load_file(tk_out)
     loss_tk = got.pop("loss").item()
-    print(f"  loss: transformers {loss_hf:.6f}  tokamak {loss_tk:.6f}")
-    report.check(name, "loss", abs(loss_tk - loss_hf) / abs(loss_hf), tol)
-    report.check(name, "logits (tokamak: KV-cache path)", rel(got.pop("logits"), logits_hf), tol)
+    print(f"  loss: transformers {loss_hf:.6f}  tokamak {loss_tk:.6f}"
+          + (f"  transformers bf16 {peer[0]:.6f}" if peer else ""))
+    report.check(name, "loss", abs(loss_tk - loss_hf) / abs(loss_hf), tol,
+                 abs(peer[0] - loss_hf) / abs(loss_hf) if peer else None)
+    report.check(name, "logits (tokamak: KV-cache path)", rel(got.pop("logits"), logits_hf), tol,
+                 rel(peer[1], logits_hf) if peer else None)
     for pname, p in model.named_parameters():
         if pname not in got:
             report.failures.append(f"{name}: tokamak wrote no gradient for {pname}")
@@ -134,7 +151,7 @@ def compare_gradients(name, model, tokens, tk_out, tol, report):
         if tuple(g_tk.shape) != tuple(p.grad.shape):
             report.failures.append(f"{name}: {pname} gradient shape {tuple(g_tk.shape)} vs {tuple(p.grad.shape)}")
             continue
-        report.check(name, pname, rel(g_tk, p.grad), tol)
+        report.check(name, pname, rel(g_tk, p.grad), tol, rel(peer[2][pname], p.grad) if peer else None)
     for extra in got:
         report.failures.append(f"{name}: tokamak wrote a gradient for {extra}, which transformers does not have")
     return loss_hf
@@ -171,7 +188,8 @@ def compare_model(name, args, work, report):
     tk_out = os.path.join(work, "grads.safetensors")
     run([args.tokamak, "grads", "--model", hf_dir, "--tokens", tokens_json, "--out", tk_out, "--device", args.device])
 
-    loss_hf = compare_gradients(name, model, tokens, tk_out, args.tol, report)
+    bf16_peer = args.device == "cuda" and torch.cuda.is_available()
+    loss_hf = compare_gradients(name, model, tokens, tk_out, args.tol, report, bf16_peer)
     compare_export(name, args, hf_dir, work, tokens, loss_hf, report)
 
 

@@ -19,8 +19,10 @@ class CpuOps final : public Ops {
   DType grad_dtype() const override { return kDType; }
 
   // memory.cpp
-  void* allocate(size_t bytes) override;
+  void* allocate(size_t bytes, const char* label = "unlabelled") override;
   void release(void* p) override;
+  std::vector<MemoryRow> memory_rows() const override { return ledger_.rows(); }
+  void seal_memory() override { ledger_.seal(); }
   void zero(const Tensor& t) override;
   void upload_f32(const Tensor& dst, const float* src) override;
   void download_f32(float* dst, const Tensor& src) override;
@@ -75,6 +77,9 @@ class CpuOps final : public Ops {
   double grad_norm(const Tensor& grads) override;
   void adamw_update(const Tensor& params, const Tensor& master, const Tensor& grads, const Tensor& m,
                     const Tensor& v, const std::vector<ParamSegment>& segments, const AdamWConfig& c) override;
+
+ private:
+  MemoryLedger ledger_;
 };
 
 extern template class CpuOps<float>;

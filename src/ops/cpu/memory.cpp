@@ -36,16 +36,18 @@ void check_float_tensor(const Tensor& t, const char* op) {
 }  // namespace
 
 template <class T>
-void* CpuOps<T>::allocate(size_t bytes) {
+void* CpuOps<T>::allocate(size_t bytes, const char* label) {
   // aligned_alloc wants a size that is a multiple of the alignment.
   size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   void* p = std::aligned_alloc(kAlignment, rounded ? rounded : kAlignment);
-  TK_CHECK(p != nullptr, "out of host memory: could not allocate {} bytes", bytes);
+  TK_CHECK(p != nullptr, "out of host memory: could not allocate {} bytes for {}", bytes, label);
+  ledger_.add(p, bytes, label);
   return p;
 }
 
 template <class T>
 void CpuOps<T>::release(void* p) {
+  ledger_.remove(p);
   std::free(p);
 }
 
@@ -95,7 +97,7 @@ void CpuOps<T>::download(void* dst, const void* src, size_t bytes) {
 }
 
 #define TK_INSTANTIATE_MEMORY(T)                                             \
-  template void* CpuOps<T>::allocate(size_t);                                \
+  template void* CpuOps<T>::allocate(size_t, const char*);                              \
   template void CpuOps<T>::release(void*);                                   \
   template void CpuOps<T>::zero(const Tensor&);                              \
   template void CpuOps<T>::upload_f32(const Tensor&, const float*);          \

@@ -60,12 +60,7 @@ std::string human_bytes(size_t b) {
 struct CudaOps::Impl {
   int device = 0;
   cudaStream_t stream = nullptr;
-  struct Allocation {
-    size_t bytes;
-    std::string label;
-  };
-  std::map<void*, Allocation> allocations;
-  size_t allocated = 0;
+  MemoryLedger ledger;
   cuda::DeviceAlloc alloc;  // hands CudaOps::allocate / release to the building blocks
 
   std::unique_ptr<cuda::Matmul> matmul;
@@ -110,7 +105,7 @@ CudaOps::~CudaOps() {
   cudaStreamSynchronize(impl_->stream);
   impl_->attention.reset();
   impl_->matmul.reset();
-  for (auto& [p, a] : impl_->allocations) cudaFree(p);
+  for (void* p : impl_->ledger.pointers()) cudaFree(p);
   cudaStreamDestroy(impl_->stream);
 }
 
@@ -127,22 +122,19 @@ void* CudaOps::allocate(size_t bytes, const char* label) {
     cudaMemGetInfo(&free_b, &total_b);
     fail("out of GPU memory: {} for '{}' did not fit ({} already held by tokamak, {} free of {}); lower the "
          "micro-batch or the sequence length ({})",
-         human_bytes(bytes), label, human_bytes(impl_->allocated), human_bytes(free_b), human_bytes(total_b),
+         human_bytes(bytes), label, human_bytes(impl_->ledger.total()), human_bytes(free_b), human_bytes(total_b),
          cudaGetErrorString(err));
   }
-  impl_->allocations[p] = {bytes, label};
-  impl_->allocated += bytes;
+  impl_->ledger.add(p, bytes, label);
   log::debug("cuda: allocated {} for {}", human_bytes(bytes), label);
   return p;
 }
 
 void CudaOps::release(void* p) {
   if (!p) return;
-  auto it = impl_->allocations.find(p);
-  TK_CHECK(it != impl_->allocations.end(), "release: {} was not allocated by this CUDA backend", p);
+  TK_CHECK(impl_->ledger.contains(p), "release: {} was not allocated by this CUDA backend", p);
   TK_CUDA_CHECK(cudaFree(p));
-  impl_->allocated -= it->second.bytes;
-  impl_->allocations.erase(it);
+  impl_->ledger.remove(p);
 }
 
 void CudaOps::zero(const Tensor& t) {
@@ -201,24 +193,18 @@ void CudaOps::synchronize() { TK_CUDA_CHECK(cudaStreamSynchronize(impl_->stream)
 
 cudaStream_t CudaOps::stream() const { return impl_->stream; }
 int CudaOps::device() const { return impl_->device; }
-size_t CudaOps::allocated_bytes() const { return impl_->allocated; }
+size_t CudaOps::allocated_bytes() const { return impl_->ledger.total(); }
+std::vector<MemoryRow> CudaOps::memory_rows() const { return impl_->ledger.rows(); }
+void CudaOps::seal_memory() { impl_->ledger.seal(); }
 void CudaOps::set_logits_chunk_budget(size_t bytes) { impl_->logits_budget = bytes; }
 
 std::string CudaOps::memory_report() const {
-  std::map<std::string, std::pair<size_t, int>> by_label;  // bytes, count
-  for (const auto& [p, a] : impl_->allocations) {
-    by_label[a.label].first += a.bytes;
-    by_label[a.label].second++;
-  }
-  std::vector<std::pair<std::string, std::pair<size_t, int>>> rows(by_label.begin(), by_label.end());
-  std::stable_sort(rows.begin(), rows.end(),
-                   [](const auto& x, const auto& y) { return x.second.first > y.second.first; });
   std::string out;
-  for (const auto& [label, v] : rows) {
-    std::string count = v.second > 1 ? fmt::format(" (x{})", v.second) : "";
-    out += fmt::format("  {:>12}  {}{}\n", human_bytes(v.first), label, count);
+  for (const MemoryRow& r : impl_->ledger.rows()) {
+    std::string count = r.count > 1 ? fmt::format(" (x{})", r.count) : "";
+    out += fmt::format("  {:>12}  {}{}\n", human_bytes(r.bytes), r.label, count);
   }
-  out += fmt::format("  {:>12}  total on {}\n", human_bytes(impl_->allocated), cuda_device_name(impl_->device));
+  out += fmt::format("  {:>12}  total on {}\n", human_bytes(impl_->ledger.total()), cuda_device_name(impl_->device));
   return out;
 }
 

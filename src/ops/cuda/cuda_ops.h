@@ -26,10 +26,11 @@ class CudaOps final : public Ops {
   DType grad_dtype() const override { return DType::F32; }
 
   // ---- memory (cuda_ops.cpp) ----
-  void* allocate(size_t bytes) override { return allocate(bytes, "unlabelled"); }
-  // cudaMalloc (256-byte aligned), recorded under `label` in the memory report.
-  void* allocate(size_t bytes, const char* label);
+  // cudaMalloc (256-byte aligned), recorded under `label` in the memory plan.
+  void* allocate(size_t bytes, const char* label = "unlabelled") override;
   void release(void* p) override;
+  std::vector<MemoryRow> memory_rows() const override;
+  void seal_memory() override;
   void zero(const Tensor& t) override;
   void upload_f32(const Tensor& dst, const float* src) override;
   void download_f32(float* dst, const Tensor& src) override;
