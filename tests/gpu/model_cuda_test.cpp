@@ -41,10 +41,10 @@ ModelConfig config_for(Arch arch, int head_dim, int heads, int kv_heads) {
   c.head_dim = head_dim;
   c.n_heads = heads;
   c.n_kv_heads = kv_heads;
-  c.d_model = 256;
+  c.d_model = arch == Arch::Qwen3 ? 256 : heads * head_dim;  // Qwen3's head_dim is free of the width
   c.n_layers = 3;
   c.ffn_dim = 704;
-  c.max_seq = 512;
+  c.max_seq = 1024;
   c.tied_embeddings = arch != Arch::Llama;
   c.qkv_bias = arch == Arch::Qwen2;
   c.qk_norm = arch == Arch::Qwen3;

@@ -4,7 +4,8 @@
 For each model: transformers saves it, tokamak loads it (`tokamak grads`) and both compute, on the
 same batch, the mean next-token loss, the gradient of every parameter and the logits at every
 position (tokamak's through its KV-cache generation path); they must agree to --tol (relative). With
---device cuda each error is printed beside the error of transformers itself run in bf16 on the GPU. Then the reverse: `tokamak export` of the saved model, loaded by transformers, must hold
+--device cuda each error is printed beside the error of transformers itself run in bf16 on the GPU, and
+passes when under --tol or at most 1.5x transformers' own bf16 error. Then the reverse: `tokamak export` of the saved model, loaded by transformers, must hold
 the same weights and give the same loss. Needs python3 with torch, transformers and safetensors;
 no network.
 
@@ -114,7 +115,10 @@ class Report:
         self.failures = []
 
     def check(self, model, what, err, tol, peer=None):
-        ok = err < tol and err == err  # NaN fails
+        # Against fp32: within tol, or (bf16 on the GPU) no worse than transformers' own bf16 run, with a
+        # margin for the different but equally valid rounding order of fused kernels.
+        bound = max(tol, 1.5 * peer) if peer is not None else tol
+        ok = err < bound and err == err  # NaN fails
         extra = f"   transformers bf16: {peer:10.3e}" if peer is not None else ""
         print(f"  {what:<52} {err:10.3e}  {'ok' if ok else 'FAIL'}{extra}")
         if not ok:
@@ -210,6 +214,9 @@ def main():
     if unknown:
         sys.exit(f"error: unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
 
+    if args.device == "cuda":
+        # CUDA attention wants head_dim >= 32 (cuDNN, and the decode kernel of the logits path).
+        SHAPE.update(hidden_size=128, intermediate_size=320)
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     print(f"torch {torch.__version__}, transformers {transformers.__version__}; tokamak {args.tokamak} "
