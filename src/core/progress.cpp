@@ -44,33 +44,40 @@ std::string human_duration(double seconds) {
 }
 
 std::string ProgressBar::line(const std::string& label, uint64_t done_bytes, uint64_t total_bytes, uint64_t items,
-                              const std::string& item_name, double seconds) {
+                              const std::string& item_name, double seconds, ProgressUnit unit) {
+  const bool bytes = unit == ProgressUnit::Bytes;
+  auto amount = [&](uint64_t n) { return bytes ? human_bytes(double(n)) : human_count(double(n)); };
   std::string s = label;
   if (total_bytes > 0) {
     double frac = std::min(1.0, double(done_bytes) / double(total_bytes));
     int filled = int(frac * kBarWidth);
     s += fmt::format(" [{}{}] {:5.1f}%  {} / {}", std::string(filled, '#'), std::string(kBarWidth - filled, '.'),
-                     100.0 * frac, human_bytes(double(done_bytes)), human_bytes(double(total_bytes)));
+                     100.0 * frac, amount(done_bytes), amount(total_bytes));
   } else {
-    s += fmt::format("  {}", human_bytes(double(done_bytes)));
+    s += fmt::format("  {}", amount(done_bytes));
   }
-  if (seconds > 0) {
+  if (!bytes) s += " " + item_name;
+  if (seconds > 0 && bytes) {
     s += fmt::format("  {}/s  {} {}/s", human_bytes(done_bytes / seconds), human_count(items / seconds), item_name);
+  } else if (seconds > 0) {
+    s += fmt::format("  {} {}/s", human_count(done_bytes / seconds), item_name);
   }
   if (total_bytes > 0 && done_bytes >= total_bytes) {
     s += fmt::format("  done in {}", human_duration(seconds));
   } else if (total_bytes > 0 && done_bytes > 0) {
-    // Assumes the remaining bytes go at the average rate so far: steady for tokenizing, which this serves.
+    // Assumes the remaining amount goes at the average rate so far: steady for tokenizing, which this serves.
     s += fmt::format("  ETA {}", human_duration(seconds * double(total_bytes - done_bytes) / double(done_bytes)));
   }
   return s;
 }
 
-ProgressBar::ProgressBar(std::string label, uint64_t total_bytes, std::string item_name, std::FILE* out)
+ProgressBar::ProgressBar(std::string label, uint64_t total_bytes, std::string item_name, std::FILE* out,
+                         ProgressUnit unit)
     : label_(std::move(label)),
       item_name_(std::move(item_name)),
       total_bytes_(total_bytes),
       out_(out),
+      unit_(unit),
       tty_(::isatty(::fileno(out)) == 1),
       start_(Clock::now()),
       last_draw_(start_) {}
@@ -98,7 +105,8 @@ void ProgressBar::finish() {
 void ProgressBar::draw(bool final) {
   drawn_ = true;
   last_draw_ = Clock::now();
-  std::string text = line(label_, done_bytes_, total_bytes_, items_, item_name_, seconds_between(start_, last_draw_));
+  std::string text =
+      line(label_, done_bytes_, total_bytes_, items_, item_name_, seconds_between(start_, last_draw_), unit_);
   // On a terminal: return to the line start, draw, erase what a longer previous line left behind.
   if (tty_) {
     std::fprintf(out_, "\r%s\x1b[K%s", text.c_str(), final ? "\n" : "");

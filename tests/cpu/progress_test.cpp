@@ -34,6 +34,15 @@ TEST(Progress, UnknownTotalShowsOnlyRates) {
   EXPECT_NE(s.find("1.0 MB/s"), std::string::npos) << s;
 }
 
+TEST(Progress, ItemsUnitCountsItemsNotBytes) {
+  const std::string s = ProgressBar::line("merge", 1'500, 3'000, 0, "merges", 2.0, ProgressUnit::Items);
+  EXPECT_NE(s.find(" 50.0%"), std::string::npos) << s;
+  EXPECT_NE(s.find("1.5K / 3.0K merges"), std::string::npos) << s;
+  EXPECT_NE(s.find("750 merges/s"), std::string::npos) << s;
+  EXPECT_NE(s.find("ETA 2s"), std::string::npos) << s;
+  EXPECT_EQ(s.find("B/s"), std::string::npos) << s;
+}
+
 TEST(Progress, HumanUnits) {
   EXPECT_EQ(human_bytes(999), "999 B");
   EXPECT_EQ(human_bytes(6.5e6), "6.5 MB");

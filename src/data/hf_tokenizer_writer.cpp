@@ -1,0 +1,88 @@
+// tokenizer.json and tokenizer_config.json for a trained BPE (see hf_tokenizer_writer.h), laid out as
+// Hugging Face tokenizers saves a ByteLevel BPE, with the special tokens after the BPE tokens, as
+// GPT-2's <|endoftext|> is.
+#include "data/hf_tokenizer_writer.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "data/byte_level.h"
+
+namespace tk {
+namespace {
+
+using nlohmann::ordered_json;
+
+ordered_json byte_level_step(const char* type, bool trim_offsets) {
+  return {{"type", type}, {"add_prefix_space", false}, {"trim_offsets", trim_offsets}, {"use_regex", true}};
+}
+
+ordered_json model(const TrainedBpe& bpe) {
+  ordered_json vocab = ordered_json::object();
+  for (size_t id = 0; id < bpe.tokens.size(); id++) vocab[byte_level::spell(bpe.tokens[id])] = id;
+  for (size_t i = 0; i < bpe.special_tokens.size(); i++) vocab[bpe.special_tokens[i]] = bpe.tokens.size() + i;
+  ordered_json merges = ordered_json::array();
+  for (auto [left, right] : bpe.merges)
+    merges.push_back(byte_level::spell(bpe.tokens[left]) + " " + byte_level::spell(bpe.tokens[right]));
+  return {{"type", "BPE"},
+          {"dropout", nullptr},
+          {"unk_token", nullptr},
+          {"continuing_subword_prefix", nullptr},
+          {"end_of_word_suffix", nullptr},
+          {"fuse_unk", false},
+          {"byte_fallback", false},
+          {"ignore_merges", false},
+          {"vocab", std::move(vocab)},
+          {"merges", std::move(merges)}};
+}
+
+}  // namespace
+
+std::string hf_tokenizer_json(const TrainedBpe& bpe) {
+  ordered_json added = ordered_json::array();
+  for (size_t i = 0; i < bpe.special_tokens.size(); i++)
+    added.push_back({{"id", bpe.tokens.size() + i},
+                     {"content", bpe.special_tokens[i]},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
+  ordered_json j = {{"version", "1.0"},
+                    {"truncation", nullptr},
+                    {"padding", nullptr},
+                    {"added_tokens", std::move(added)},
+                    {"normalizer", nullptr},
+                    {"pre_tokenizer", byte_level_step("ByteLevel", true)},
+                    {"post_processor", byte_level_step("ByteLevel", false)},
+                    {"decoder", byte_level_step("ByteLevel", true)},
+                    {"model", model(bpe)}};
+  return j.dump(2) + "\n";
+}
+
+std::string hf_tokenizer_config_json(const TrainedBpe& bpe, int64_t model_max_length) {
+  TK_CHECK(!bpe.special_tokens.empty(), "the tokenizer needs a special token to end documents");
+  const std::string& eot = bpe.special_tokens[0];
+  ordered_json j = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                    {"model_max_length", model_max_length},
+                    {"bos_token", eot},
+                    {"eos_token", eot},
+                    {"add_prefix_space", false},
+                    {"clean_up_tokenization_spaces", false}};
+  return j.dump(2) + "\n";
+}
+
+void write_hf_tokenizer(const TrainedBpe& bpe, const std::string& dir, int64_t model_max_length) {
+  namespace stdfs = std::filesystem;
+  std::error_code ec;
+  TK_CHECK(!stdfs::exists(dir, ec) || stdfs::is_directory(dir, ec), "{} exists and is not a directory", dir);
+  stdfs::create_directories(dir, ec);
+  if (ec) fail("cannot create the output directory {}: {}", dir, ec.message());
+  const std::string config = hf_tokenizer_config_json(bpe, model_max_length), json = hf_tokenizer_json(bpe);
+  fs::write_file_atomic((stdfs::path(dir) / "tokenizer_config.json").string(), config);
+  fs::write_file_atomic((stdfs::path(dir) / "tokenizer.json").string(), json);
+}
+
+}  // namespace tk
