@@ -1,0 +1,378 @@
+// The report page: the summary cards, the charts drawn from log.jsonl, and the page around the
+// sections (report_sections.cpp holds the tables from profile.json, memory.json and config.json).
+#include "report/report.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "core/fs.h"
+#include "report/page_style.h"
+#include "report/report_sections.h"
+#include "report/svg_chart.h"
+
+namespace tk::report {
+namespace {
+
+using json = nlohmann::json;
+
+// Step-to-step noise hides the trend of a long run: its raw values are drawn faint under an EMA.
+constexpr size_t kSmoothFrom = 30;
+
+struct Steady {
+  double tokens_per_s = kMissing, mfu = kMissing, hfu = kMissing, flops_per_s = kMissing;
+  int64_t first_step = 0, last_step = 0;
+};
+
+// Time-weighted means over the logged steps, leaving out the first when there are others: it pays
+// for warming up (allocation, first touches of memory, kernel selection).
+Steady steady_throughput(const std::vector<StepLine>& steps) {
+  Steady s;
+  const size_t from = steps.size() > 1 ? 1 : 0;
+  double time = 0, tokens = 0, mfu_time = 0, mfu = 0, hfu = 0, flops = 0;
+  for (size_t i = from; i < steps.size(); i++) {
+    const StepLine& l = steps[i];
+    if (!std::isfinite(l.step_time_s) || !std::isfinite(l.tokens_per_s) || l.step_time_s <= 0) continue;
+    time += l.step_time_s;
+    tokens += l.tokens_per_s * l.step_time_s;
+    if (std::isfinite(l.flops_per_s)) flops += l.flops_per_s * l.step_time_s;
+    if (std::isfinite(l.mfu)) {
+      mfu_time += l.step_time_s;
+      mfu += l.mfu * l.step_time_s;
+      if (std::isfinite(l.hfu)) hfu += l.hfu * l.step_time_s;
+    }
+  }
+  if (time > 0) {
+    s.tokens_per_s = tokens / time;
+    s.flops_per_s = flops / time;
+    s.first_step = steps[from].step;
+    s.last_step = steps.back().step;
+  }
+  if (mfu_time > 0) {
+    s.mfu = mfu / mfu_time;
+    s.hfu = hfu / mfu_time;
+  }
+  return s;
+}
+
+// An exponential moving average, debiased at the start; missing values stay missing.
+std::vector<double> smoothed(const std::vector<double>& y) {
+  const double span = std::max(5.0, double(y.size()) / 40);
+  const double alpha = 2 / (span + 1);
+  std::vector<double> out;
+  double avg = 0, weight = 0;
+  for (double v : y) {
+    if (!std::isfinite(v)) {
+      out.push_back(kMissing);
+      continue;
+    }
+    avg = (1 - alpha) * avg + alpha * v;
+    weight = (1 - alpha) * weight + alpha;
+    out.push_back(avg / weight);
+  }
+  return out;
+}
+
+template <class F> std::vector<double> column(const std::vector<StepLine>& steps, F f) {
+  std::vector<double> v;
+  v.reserve(steps.size());
+  for (const StepLine& s : steps) v.push_back(f(s));
+  return v;
+}
+
+// A step series, with its EMA in front of it when the run is long enough to need one.
+void add_step_series(LineChart& chart, const std::string& name, const std::vector<double>& x,
+                     const std::vector<double>& y, const std::string& color) {
+  const bool smooth = y.size() >= kSmoothFrom;
+  chart.series.push_back({name, x, y, color, smooth});
+  if (smooth) chart.series.push_back({name + " (EMA)", x, smoothed(y), color});
+}
+
+ChartSeries flat_line(const std::string& name, double lo, double hi, double y, const std::string& color) {
+  ChartSeries s{name, {lo, hi}, {y, y}, color};
+  s.dashed = true;
+  return s;
+}
+
+std::string figure(const std::string& caption, const std::string& svg, const std::string& note = "") {
+  return fmt::format("<figure><figcaption>{}</figcaption>{}{}</figure>", html_escape(caption), svg,
+                     note.empty() ? "" : "<p class=\"hint\">" + html_escape(note) + "</p>");
+}
+
+// ---- the summary --------------------------------------------------------------------------------
+
+std::string card(const std::string& label, const std::string& value, const std::string& detail) {
+  return fmt::format("<div class=\"card\"><div class=\"label\">{}</div><div class=\"value\">{}</div><div class=\"detail\">{}</div></div>",
+                     html_escape(label), html_escape(value), html_escape(detail));
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s)) return "–";
+  if (s < 60) return fmt::format("{:.1f} s", s);
+  const int64_t t = int64_t(s);
+  if (t < 3600) return fmt::format("{}m {:02}s", t / 60, t % 60);
+  return fmt::format("{}h {:02}m", t / 3600, (t % 3600) / 60);
+}
+
+std::string format_utc(double unix_seconds) {
+  if (!std::isfinite(unix_seconds)) return "";
+  const std::time_t t = std::time_t(unix_seconds);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", &tm);
+  return buf;
+}
+
+std::string loss_text(double v) { return std::isfinite(v) ? fmt::format("{:.4f}", v) : format_number(v); }
+
+double last_finite(const std::vector<double>& v) {
+  for (auto it = v.rbegin(); it != v.rend(); ++it)
+    if (std::isfinite(*it)) return *it;
+  return kMissing;
+}
+
+std::string model_card(const json& config) {
+  const json& m = child(config, "model");
+  std::string detail;
+  if (m.is_object())
+    detail = fmt::format("{} · {} layers · d {} · vocab {}", text(m, "model_type"), format_number(number(m, "num_hidden_layers")),
+                         format_number(number(m, "hidden_size")), format_number(number(m, "vocab_size")));
+  // A model given as a path is named by its last component: the whole path is in the config section.
+  std::string name = text(config, "model_name", "unknown");
+  if (const size_t slash = name.find_last_of('/'); slash != std::string::npos && slash + 1 < name.size())
+    name = name.substr(slash + 1);
+  const double params = number(config, "parameters");
+  return card("Model", name, detail) +
+         card("Parameters", std::isfinite(params) ? format_number(params) : "–",
+              std::isfinite(number(config, "flops_per_token"))
+                  ? fmt::format("{} FLOP per token", format_number(number(config, "flops_per_token")))
+                  : "");
+}
+
+std::string progress_card(const RunFiles& run) {
+  const auto& steps = run.history.steps;
+  const double planned = number(child(run.config, "train"), "steps");
+  if (steps.empty()) return card("Tokens trained", "0", "no step logged yet");
+  const StepLine& last = steps.back();
+  return card("Tokens trained", format_number(last.tokens),
+              std::isfinite(planned) ? fmt::format("step {} of {}", last.step, int64_t(planned))
+                                     : fmt::format("step {}", last.step));
+}
+
+std::string loss_cards(const RunFiles& run) {
+  const auto& h = run.history;
+  const double train = last_finite(column(h.steps, [](const StepLine& s) { return s.loss; }));
+  const double unigram = number(run.config, "unigram_entropy_nats");
+  std::string out = card("Final train loss", h.steps.empty() ? "–" : loss_text(h.steps.back().loss),
+                         std::isfinite(unigram) && unigram > 0 ? fmt::format("unigram entropy {:.4f}", unigram)
+                         : std::isfinite(train)                ? fmt::format("last finite {:.4f}", train)
+                                                               : "");
+  if (h.vals.empty()) return out + card("Final val loss", "–", "no validation yet");
+  const ValLine& v = h.vals.back();
+  return out + card("Final val loss", loss_text(v.val_loss),
+                    fmt::format("perplexity {} at step {}", format_number(std::exp(v.val_loss)), v.step));
+}
+
+std::string throughput_cards(const RunFiles& run) {
+  const Steady s = steady_throughput(run.history.steps);
+  const std::string over = s.first_step == s.last_step ? fmt::format("step {}", s.first_step)
+                                                       : fmt::format("mean over steps {}–{}", s.first_step, s.last_step);
+  std::string out = card("Tokens/s", std::isfinite(s.tokens_per_s) ? format_number(s.tokens_per_s) : "–",
+                         std::isfinite(s.tokens_per_s) ? over : "");
+  if (std::isfinite(s.mfu)) {
+    const double peak = number(run.config, "peak_flops");
+    out += card("MFU", fmt::format("{:.1f}%", 100 * s.mfu),
+                fmt::format("HFU {:.1f}%{}", 100 * s.hfu,
+                            std::isfinite(peak) && peak > 0 ? fmt::format(" of {:.0f} TFLOP/s", peak / 1e12) : ""));
+  } else {
+    out += card("MFU", "n/a",
+                std::isfinite(s.flops_per_s) ? fmt::format("{} GFLOP/s achieved; no peak known for this device",
+                                                           format_number(s.flops_per_s / 1e9))
+                                             : "no peak known for this device");
+  }
+  return out;
+}
+
+// The training time over every session of the run: elapsed_s restarts from 0 when a run is resumed.
+struct WallTime {
+  double seconds = kMissing;
+  int sessions = 0;
+};
+
+WallTime wall_time(const std::vector<StepLine>& steps) {
+  WallTime w;
+  double done = 0, last = kMissing;
+  for (const StepLine& s : steps) {
+    if (!std::isfinite(s.elapsed_s)) continue;
+    if (!std::isfinite(last) || s.elapsed_s < last) {
+      done += std::isfinite(last) ? last : 0;
+      w.sessions++;
+    }
+    last = s.elapsed_s;
+  }
+  if (std::isfinite(last)) w.seconds = done + last;
+  return w;
+}
+
+std::string device_cards(const RunFiles& run) {
+  const auto& steps = run.history.steps;
+  const WallTime wall = wall_time(steps);
+  const double started = steps.empty() ? kMissing : steps.front().time;
+  std::string detail = std::isfinite(started) ? "first step " + format_utc(started) : "";
+  if (wall.sessions > 1) detail += fmt::format(" · {} sessions (resumed)", wall.sessions);
+  return card("Device", text(run.config, "device", "unknown"), "backend " + text(run.config, "backend", "unknown")) +
+         card("Wall time", format_duration(wall.seconds), detail);
+}
+
+std::string summary_section(const RunFiles& run) {
+  return "<section id=\"summary\"><div class=\"cards\">" + model_card(run.config) + progress_card(run) +
+         loss_cards(run) + throughput_cards(run) + device_cards(run) + "</div></section>";
+}
+
+// ---- the charts ---------------------------------------------------------------------------------
+
+struct StepColumns {
+  std::vector<double> step, tokens;
+};
+
+StepColumns step_columns(const std::vector<StepLine>& steps) {
+  return {column(steps, [](const StepLine& s) { return double(s.step); }),
+          column(steps, [](const StepLine& s) { return s.tokens; })};
+}
+
+// The loss against `x` (steps or tokens): train loss, validation loss, and the unigram entropy the
+// loss must fall below to have learnt more than token frequencies.
+LineChart loss_chart(const RunFiles& run, bool by_tokens) {
+  const auto& h = run.history;
+  const StepColumns c = step_columns(h.steps);
+  const std::vector<double>& x = by_tokens ? c.tokens : c.step;
+  LineChart chart{by_tokens ? "chart-loss-tokens" : "chart-loss-step", by_tokens ? "tokens" : "step", "loss (nats/token)"};
+  add_step_series(chart, "train loss", x, column(h.steps, [](const StepLine& s) { return s.loss; }), "#2563eb");
+
+  std::map<int64_t, double> tokens_at;
+  for (const StepLine& s : h.steps) tokens_at[s.step] = s.tokens;
+  ChartSeries val{"val loss", {}, {}, "#dc2626"};
+  val.markers = true;
+  for (const ValLine& v : h.vals) {
+    auto it = tokens_at.find(v.step);
+    val.x.push_back(by_tokens ? (it == tokens_at.end() ? kMissing : it->second) : double(v.step));
+    val.y.push_back(v.val_loss);
+  }
+  if (!val.x.empty()) chart.series.push_back(val);
+
+  const double unigram = number(run.config, "unigram_entropy_nats");
+  if (std::isfinite(unigram) && unigram > 0 && !x.empty())
+    chart.series.push_back(flat_line("unigram entropy", x.front(), x.back(), unigram, "#9ca3af"));
+  return chart;
+}
+
+std::string loss_section(const RunFiles& run) {
+  return "<section id=\"loss\"><h2>Loss</h2><div class=\"charts\">" +
+         figure("Loss vs step", render_line_chart(loss_chart(run, false))) +
+         figure("Loss vs tokens", render_line_chart(loss_chart(run, true))) + "</div></section>";
+}
+
+std::string throughput_section(const RunFiles& run) {
+  const auto& steps = run.history.steps;
+  const StepColumns c = step_columns(steps);
+  LineChart tps{"chart-tokens-per-s", "step", "tokens/s"};
+  tps.y_from_zero = true;
+  add_step_series(tps, "tokens/s", c.step, column(steps, [](const StepLine& s) { return s.tokens_per_s; }), "#16a34a");
+
+  const bool has_mfu = std::any_of(steps.begin(), steps.end(), [](const StepLine& s) { return std::isfinite(s.mfu); });
+  LineChart util{"chart-mfu", "step", has_mfu ? "% of peak" : "GFLOP/s"};
+  util.y_from_zero = true;
+  std::string caption = "MFU and HFU vs step", note;
+  if (has_mfu) {
+    add_step_series(util, "MFU", c.step, column(steps, [](const StepLine& s) { return 100 * s.mfu; }), "#9333ea");
+    add_step_series(util, "HFU", c.step, column(steps, [](const StepLine& s) { return 100 * s.hfu; }), "#ea580c");
+  } else {
+    caption = "Achieved model FLOP/s vs step";
+    note = "No MFU: the device's peak rate is not known (on a GPU, give it with --peak-tflops).";
+    add_step_series(util, "model GFLOP/s", c.step, column(steps, [](const StepLine& s) { return s.flops_per_s / 1e9; }),
+                    "#9333ea");
+  }
+  return "<section id=\"throughput\"><h2>Throughput</h2><div class=\"charts\">" +
+         figure("Tokens/s vs step", render_line_chart(tps)) + figure(caption, render_line_chart(util), note) +
+         "</div></section>";
+}
+
+std::string optimizer_section(const RunFiles& run) {
+  const auto& steps = run.history.steps;
+  const StepColumns c = step_columns(steps);
+  LineChart lr{"chart-lr", "step", "learning rate"};
+  lr.y_from_zero = true;
+  lr.series.push_back({"learning rate", c.step, column(steps, [](const StepLine& s) { return s.lr; }), "#0891b2"});
+
+  LineChart grad{"chart-grad-norm", "step", "gradient norm"};
+  grad.log_y = true;
+  add_step_series(grad, "grad norm", c.step, column(steps, [](const StepLine& s) { return s.grad_norm; }), "#ea580c");
+  const double clip = number(child(run.config, "train"), "grad_clip");
+  if (std::isfinite(clip) && clip > 0 && !steps.empty())
+    grad.series.push_back(flat_line("clip limit", c.step.front(), c.step.back(), clip, "#6b7280"));
+  return "<section id=\"optimizer\"><h2>Optimizer</h2><div class=\"charts\">" +
+         figure("Learning rate vs step", render_line_chart(lr)) +
+         figure("Gradient norm (before clipping) vs step", render_line_chart(grad)) + "</div></section>";
+}
+
+// ---- the page -----------------------------------------------------------------------------------
+
+std::string run_status_note(const RunFiles& run) {
+  if (run.history.steps.empty()) return "";
+  const double planned = number(child(run.config, "train"), "steps");
+  const int64_t last = run.history.steps.back().step;
+  if (!std::isfinite(planned) || double(last) >= planned) return "";
+  return fmt::format("The log ends at step {} of {}: the run is still going, or it was stopped "
+                     "(tokamak train --resume {} continues it).",
+                     last, int64_t(planned), run.dir);
+}
+
+std::string notes_block(const RunFiles& run) {
+  std::vector<std::string> notes = run.notes;
+  if (std::string s = run_status_note(run); !s.empty()) notes.insert(notes.begin(), s);
+  std::string out;
+  for (const std::string& n : notes) out += "<div class=\"note\">" + html_escape(n) + "</div>";
+  return out.empty() ? "" : "<div class=\"notes\">" + out + "</div>";
+}
+
+std::string now_utc() {
+  return format_utc(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+}
+
+}  // namespace
+
+std::string render_report(const RunFiles& run) {
+  const std::string name = std::filesystem::path(run.dir).lexically_normal().filename().string();
+  std::string page = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                     "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">";
+  page += "<title>tokamak report: " + html_escape(name.empty() ? run.dir : name) + "</title>";
+  page += "<style>" + std::string(kPageStyle) + "</style></head><body><main>";
+  page += fmt::format("<header><h1>tokamak run report</h1><p class=\"sub\">{} · generated {}</p></header>",
+                      html_escape(run.dir), now_utc());
+  page += notes_block(run);
+  page += summary_section(run);
+  page += loss_section(run);
+  page += throughput_section(run);
+  page += optimizer_section(run);
+  page += time_section(run);
+  page += memory_section(run);
+  page += config_section(run);
+  page += "<footer>Made by <code>tokamak report</code> from the files in the run directory; it needs no network.</footer>";
+  page += "</main></body></html>\n";
+  return page;
+}
+
+std::string write_report(const std::string& run_dir, const std::string& out) {
+  const RunFiles run = read_run_files(run_dir);
+  const std::string path = out.empty() ? (std::filesystem::path(run_dir) / "report.html").string() : out;
+  fs::write_file_atomic(path, render_report(run));
+  return path;
+}
+
+}  // namespace tk::report
