@@ -27,6 +27,9 @@ void add_options(CLI::App& app, TrainConfig& c, std::string& resume) {
   app.add_option("--seq", c.seq, "Sequence length T")->capture_default_str();
   app.add_option("--batch-tokens", c.batch_tokens, "Global batch in tokens, a multiple of B*T (default: B*T)");
   app.add_flag("--doc-mask", c.doc_mask, "Attend only within each document");
+  app.add_option("--vocab-size", c.vocab_size,
+                 "Vocabulary of a model trained from scratch, e.g. that of a tokenizer made by train-tokenizer "
+                 "(default: the preset's or config's)");
   app.add_option("--steps", c.steps, "Optimizer steps")->capture_default_str();
   app.add_option("--lr", c.lr, "Peak learning rate")->capture_default_str();
   app.add_option("--min-lr-ratio", c.min_lr_ratio, "Final learning rate as a fraction of the peak")->capture_default_str();

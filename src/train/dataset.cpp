@@ -34,6 +34,7 @@ DatasetMeta read_dataset_meta(const std::string& data_dir) {
     m.tokenizer_path = j.at("tokenizer").at("path").get<std::string>();
     m.tokenizer_kind = j.at("tokenizer").at("kind").get<std::string>();
     m.vocab_size = j.at("tokenizer").at("vocab_size").get<int64_t>();
+    m.eot_id = j.at("tokenizer").value("eot_id", int64_t(-1));
     m.tokenizer_fingerprint = std::stoull(j.at("tokenizer").at("fingerprint").get<std::string>(), nullptr, 16);
     m.train_shards = shard_paths(data_dir, j.at("splits").at("train"));
     m.val_shards = shard_paths(data_dir, j.at("splits").at("val"));

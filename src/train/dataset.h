@@ -15,6 +15,7 @@ struct DatasetMeta {
   std::string tokenizer_kind;
   uint64_t tokenizer_fingerprint = 0;
   int64_t vocab_size = 0;
+  int64_t eot_id = -1;  // the document separator the data was prepared with (-1: none recorded)
   std::vector<std::string> train_shards, val_shards;  // full paths, in split order
 };
 

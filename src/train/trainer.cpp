@@ -31,7 +31,7 @@
 namespace tk {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, model, data, out, tokenizer, device, batch, seq,
-                                                batch_tokens, doc_mask, steps, lr, min_lr_ratio, warmup, schedule,
+                                                batch_tokens, doc_mask, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
                                                 decay_fraction, beta1, beta2, adam_eps, weight_decay, grad_clip, seed,
                                                 eval_every, eval_tokens, save_every, keep_checkpoints, peak_tflops)
 
@@ -67,7 +67,7 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 // Flags whose change makes a resumed run differ from the one it continues.
-const char* const kRecipeKeys[] = {"model", "data", "batch", "seq", "batch_tokens", "doc_mask", "steps",
+const char* const kRecipeKeys[] = {"model", "data", "batch", "seq", "batch_tokens", "doc_mask", "vocab_size", "steps",
                                    "lr", "min_lr_ratio", "warmup", "schedule", "decay_fraction", "beta1",
                                    "beta2", "adam_eps", "weight_decay", "grad_clip", "seed"};
 
@@ -214,6 +214,7 @@ class TrainingRun {
   std::string find_resume_checkpoint() const;
   void open_data();
   void check_tokenizer();
+  void resize_vocab();
   void build_model();
   void resume_from(const std::string& checkpoint);
   void drop_later_checkpoints(int64_t step) const;
@@ -300,6 +301,21 @@ std::string TrainingRun::find_resume_checkpoint() const {
   const std::string where = cfg_.resume_from.empty() ? run_dir_ : cfg_.resume_from;
   TK_CHECK(stdfs::exists(where), "cannot resume: {} does not exist, so there is no checkpoint to continue from", where);
   return resolve_checkpoint(where);
+}
+
+// --vocab-size: a model trained from scratch takes the vocabulary of its data's tokenizer (for example one
+// made by `tokamak train-tokenizer`); its end-of-text id becomes the data's document separator.
+void TrainingRun::resize_vocab() {
+  TK_CHECK(source_.weights_path.empty() && source_.checkpoint_dir.empty(),
+           "--vocab-size applies to a model trained from scratch (a preset or a config.json), but {} has weights; "
+           "its vocabulary is {}", cfg_.model, source_.config.vocab_size);
+  TK_CHECK(cfg_.vocab_size >= meta_.vocab_size, "--vocab-size {} is smaller than the vocabulary of the data in {} ({})",
+           cfg_.vocab_size, cfg_.data, meta_.vocab_size);
+  ModelConfig& c = source_.config;
+  c.vocab_size = cfg_.vocab_size;
+  const int eot = meta_.eot_id >= 0 && meta_.eot_id < cfg_.vocab_size ? int(meta_.eot_id) : -1;
+  if (c.bos_id >= c.vocab_size) c.bos_id = eot;
+  if (c.eos_id >= c.vocab_size) c.eos_id = eot;
 }
 
 void TrainingRun::open_data() {
@@ -556,6 +572,7 @@ void TrainingRun::set_up() {
   backend_ = make_backend(cfg_.device);
   source_ = find_model_source(cfg_.model);
   open_data();
+  if (cfg_.vocab_size > 0) resize_vocab();
   check_tokenizer();
   build_model();
   if (!in_place) clear_run_dir(run_dir_);
