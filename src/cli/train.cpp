@@ -8,19 +8,17 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
+#include "cli/train_options.h"
 #include "core/error.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
-namespace {
+namespace tk::cli {
 
-using tk::TrainConfig;
-
-void add_options(CLI::App& app, TrainConfig& c, std::string& resume) {
+void add_recipe_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--model", c.model, "Preset name, config.json, Hugging Face model directory or checkpoint")
       ->capture_default_str();
   app.add_option("--data", c.data, "Directory written by `tokamak prepare`");
-  app.add_option("--out", c.out, "Run directory (default: runs/<model>)");
   app.add_option("--tokenizer", c.tokenizer, "The data's tokenizer (default: the one recorded in its meta.json)");
   app.add_option("--device", c.device, "auto, cpu or cuda")->capture_default_str();
   app.add_option("--batch", c.batch, "Micro-batch rows B")->capture_default_str();
@@ -47,6 +45,17 @@ void add_options(CLI::App& app, TrainConfig& c, std::string& resume) {
   app.add_option("--save-every", c.save_every, "Checkpoint every N steps (0: only at the end)")->capture_default_str();
   app.add_option("--keep-checkpoints", c.keep_checkpoints, "Keep the newest K checkpoints (0: all)")->capture_default_str();
   app.add_option("--peak-tflops", c.peak_tflops, "The GPU's dense bf16 peak, for MFU when it is not in the table");
+}
+
+}  // namespace tk::cli
+
+namespace {
+
+using tk::TrainConfig;
+
+void add_options(CLI::App& app, TrainConfig& c, std::string& resume) {
+  tk::cli::add_recipe_options(app, c);
+  app.add_option("--out", c.out, "Run directory (default: runs/<model>)");
   app.add_option("--resume", resume, "Continue a run: its directory or a checkpoint (default: the --out directory)")
       ->expected(0, 1);
   app.add_flag("--overwrite", c.overwrite,

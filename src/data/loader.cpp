@@ -256,6 +256,16 @@ Split open_split(const LoaderOptions& o) {
   }
 }
 
+// TOKAMAK_LOADER_DELAY_MS (loader.h): milliseconds added to every batch's read; 0 when unset.
+int read_delay_ms() {
+  const char* v = std::getenv("TOKAMAK_LOADER_DELAY_MS");
+  if (v == nullptr || *v == '\0') return 0;
+  char* end = nullptr;
+  const long ms = std::strtol(v, &end, 10);
+  TK_CHECK(*end == '\0' && ms >= 0, "TOKAMAK_LOADER_DELAY_MS must be a number of milliseconds, not '{}'", v);
+  return int(ms);
+}
+
 void check_options(const LoaderOptions& o) {
   TK_CHECK(o.B >= 1 && o.T >= 1, "batch shape B={} T={} must be positive", o.B, o.T);
   TK_CHECK(o.world >= 1 && o.rank >= 0 && o.rank < o.world, "rank {} is outside world size {}", o.rank, o.world);
@@ -335,6 +345,7 @@ class ShardLoader final : public DataLoader {
   }
 
   void fill(Slot& slot, uint64_t batch) const {
+    if (delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
     const uint64_t T = uint64_t(opts_.T);
     for (int b = 0; b < opts_.B; b++) {
       const uint64_t begin = order_.window(batch, b) * T;
@@ -395,6 +406,7 @@ class ShardLoader final : public DataLoader {
   const LoaderOptions opts_;
   const Split split_;
   const BatchOrder order_;
+  const int delay_ms_ = read_delay_ms();
   std::vector<std::unique_ptr<Slot>> slots_;  // prefetch + 1: the consumer holds one while the rest fill
   uint64_t next_batch_ = 0;                   // the batch next() returns next (consumer's side)
   double wait_seconds_ = 0;

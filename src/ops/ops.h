@@ -12,6 +12,7 @@
 //  - Every op is deterministic: the same inputs give bitwise the same outputs, run after run.
 //  - Ops are asynchronous on devices with queues (CUDA); ops that return a host value synchronise.
 #pragma once
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -156,6 +157,23 @@ class Ops {
   // m, v f32[P]. grads are left as they are (the trainer zeroes them).
   virtual void adamw_update(const Tensor& params, const Tensor& master, const Tensor& grads, const Tensor& m,
                             const Tensor& v, const std::vector<ParamSegment>& segments, const AdamWConfig& c) = 0;
+
+  // ---- timing (the profiler) ------------------------------------------------------------------
+  // A mark takes the time at its place in the op queue: after every op queued before it has run, and
+  // before any op queued after it starts. The default reads the host's steady clock (in ns), which is
+  // that place for a backend whose ops run synchronously (the CPU); CUDA records an event on its stream.
+  virtual int64_t timing_mark() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  // Milliseconds from mark a to mark b (may wait until the queue reaches b).
+  virtual double timing_elapsed_ms(int64_t a, int64_t b) { return double(b - a) * 1e-6; }
+  // Forgets every mark taken so far (a backend may then reuse what they held).
+  virtual void timing_reset() {}
+  // Names the ops queued between a push and its pop for external profilers (NVTX ranges on CUDA,
+  // which Nsight Systems shows); nothing by default.
+  virtual void range_push(const char* name) {}
+  virtual void range_pop() {}
 };
 
 }  // namespace tk

@@ -44,4 +44,8 @@ Backend make_backend(const std::string& device) {
   return have_gpu ? cuda_backend() : Backend{make_cpu_ops(DType::F32), false};
 }
 
+bool backend_is_gpu(const std::string& device) {
+  return device == "cuda" || (device == "auto" && cuda_device_count() > 0);
+}
+
 }  // namespace tk

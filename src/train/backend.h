@@ -15,5 +15,7 @@ struct Backend {
 
 // A tk::Error when "cuda" is asked of a build without CUDA or a machine without a GPU.
 Backend make_backend(const std::string& device);
+// Whether make_backend(device) picks the GPU, without making the backend.
+bool backend_is_gpu(const std::string& device);
 
 }  // namespace tk

@@ -202,16 +202,28 @@ std::string format_throughput(const StepMetrics& m, bool gpu) {
 
 class TrainingRun {
  public:
-  TrainingRun(TrainConfig cfg, const std::function<void(const StepRecord&)>& on_step)
-      : cfg_(std::move(cfg)), on_step_(on_step) {}
+  TrainingRun(TrainConfig cfg, const std::function<void(const StepRecord&)>& on_step, StepHooks hooks = {})
+      : cfg_(std::move(cfg)), on_step_(on_step), hooks_(std::move(hooks)) {}
 
   TrainResult run();
+
+  // For TrainingSteps: the parts a step needs, and nothing in the run directory.
+  void set_up_steps();
+  void print_plan() const;
+  StepRecord train_step(int64_t step);
+  const TrainConfig& config() const { return cfg_; }
+  const Model& model() const { return *model_; }
+  const ThroughputModel& throughput() const { return *throughput_; }
+  bool gpu() const { return backend_.gpu; }
+  int accumulation_steps() const { return accum_steps_; }
+  int64_t tokens_per_step() const { return global_batch_tokens_; }
 
  private:
   void set_up();
   TrainResult train_loop();
   void resolve_config();
   std::string find_resume_checkpoint() const;
+  void build_parts();
   void open_data();
   void check_tokenizer();
   void resize_vocab();
@@ -219,9 +231,7 @@ class TrainingRun {
   void resume_from(const std::string& checkpoint);
   void drop_later_checkpoints(int64_t step) const;
   void warn_recipe_changes(const json& saved) const;
-  void print_plan() const;
   void write_run_config() const;
-  StepRecord train_step(int64_t step);
   void log_step(const StepRecord& r);
   void report_memory() const;
   void validate(int64_t step);
@@ -230,6 +240,7 @@ class TrainingRun {
 
   TrainConfig cfg_;
   const std::function<void(const StepRecord&)>& on_step_;
+  StepHooks hooks_;
   std::string run_dir_;
   int accum_steps_ = 1;
   int64_t global_batch_tokens_ = 0;
@@ -328,6 +339,7 @@ void TrainingRun::open_data() {
   o.pinned = backend_.gpu;
   o.split = "train";
   train_data_ = DataLoader::open(o);
+  if (hooks_.wrap_loader) train_data_ = hooks_.wrap_loader(std::move(train_data_));
   if (cfg_.eval_tokens > 0) {
     if (meta_.val_shards.empty()) {
       log::warn("{} has no validation split: validation is skipped", cfg_.data);
@@ -569,12 +581,7 @@ void TrainingRun::set_up() {
   if (!in_place) check_run_dir_free(run_dir_, cfg_.overwrite);
   result_.run_dir = run_dir_;
 
-  backend_ = make_backend(cfg_.device);
-  source_ = find_model_source(cfg_.model);
-  open_data();
-  if (cfg_.vocab_size > 0) resize_vocab();
-  check_tokenizer();
-  build_model();
+  build_parts();
   if (!in_place) clear_run_dir(run_dir_);
   state_.rng = {{"init_seed", cfg_.seed}, {"data_seed", cfg_.seed}};
   state_.tokenizer_path = tokenizer_path_;
@@ -588,6 +595,25 @@ void TrainingRun::set_up() {
              ue.whole_split ? "" : fmt::format(" (over its first {} tokens)", format_count(double(ue.tokens))));
   write_run_config();
   log_ = std::make_unique<RunLog>((stdfs::path(run_dir_) / "log.jsonl").string());
+}
+
+// The backend (wrapped when a hook asks), the data, the model and its optimizer.
+void TrainingRun::build_parts() {
+  backend_ = make_backend(cfg_.device);
+  if (hooks_.wrap_ops) backend_.ops = hooks_.wrap_ops(std::move(backend_.ops));
+  source_ = find_model_source(cfg_.model);
+  open_data();
+  if (cfg_.vocab_size > 0) resize_vocab();
+  check_tokenizer();
+  build_model();
+}
+
+void TrainingRun::set_up_steps() {
+  started_ = Clock::now();
+  TK_CHECK(!cfg_.resume, "only `tokamak train` resumes a run; to start from a checkpoint's weights, pass it as --model");
+  cfg_.eval_tokens = 0;  // steps only: the validation split is not opened
+  resolve_config();
+  build_parts();
 }
 
 TrainResult TrainingRun::train_loop() {
@@ -635,5 +661,27 @@ TrainResult TrainingRun::run() {
 }  // namespace
 
 TrainResult Trainer::run() { return TrainingRun(cfg_, on_step).run(); }
+
+struct TrainingSteps::Impl {
+  std::function<void(const StepRecord&)> no_callback;
+  TrainingRun run;
+  int64_t step = 0;
+  Impl(TrainConfig cfg, StepHooks hooks) : run(std::move(cfg), no_callback, std::move(hooks)) {}
+};
+
+TrainingSteps::TrainingSteps(TrainConfig cfg, StepHooks hooks)
+    : impl_(std::make_unique<Impl>(std::move(cfg), std::move(hooks))) {
+  impl_->run.set_up_steps();
+}
+TrainingSteps::~TrainingSteps() = default;
+
+void TrainingSteps::print_plan() const { impl_->run.print_plan(); }
+StepRecord TrainingSteps::next_step() { return impl_->run.train_step(++impl_->step); }
+const TrainConfig& TrainingSteps::config() const { return impl_->run.config(); }
+const Model& TrainingSteps::model() const { return impl_->run.model(); }
+const ThroughputModel& TrainingSteps::throughput() const { return impl_->run.throughput(); }
+bool TrainingSteps::gpu() const { return impl_->run.gpu(); }
+int TrainingSteps::accumulation_steps() const { return impl_->run.accumulation_steps(); }
+int64_t TrainingSteps::tokens_per_step() const { return impl_->run.tokens_per_step(); }
 
 }  // namespace tk

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -82,6 +83,39 @@ class Trainer {
 
  private:
   TrainConfig cfg_;
+};
+
+// What tools that run the trainer's own steps (`tokamak profile`) put between the trainer and its parts.
+struct StepHooks {
+  // Receives the backend's ops and returns the ops that the model and optimizer are built on.
+  std::function<std::unique_ptr<Ops>(std::unique_ptr<Ops>)> wrap_ops;
+  // Receives the training data's loader and returns the one the steps read from.
+  std::function<std::unique_ptr<DataLoader>(std::unique_ptr<DataLoader>)> wrap_loader;
+};
+
+// The steps of a training run without its run directory: the trainer's own set-up (backend, data,
+// model, AdamW, LR schedule) from a TrainConfig, then steps 1, 2, ... run and timed exactly as `tokamak
+// train` runs them, but never logged, validated or checkpointed.
+class TrainingSteps {
+ public:
+  // A tk::Error for a config that train would refuse, or one that asks to resume.
+  explicit TrainingSteps(TrainConfig cfg, StepHooks hooks = {});
+  ~TrainingSteps();
+  TrainingSteps(const TrainingSteps&) = delete;
+  TrainingSteps& operator=(const TrainingSteps&) = delete;
+
+  void print_plan() const;     // the model, batch, backend and memory lines train prints
+  StepRecord next_step();
+  const TrainConfig& config() const;  // as resolved (absolute paths, batch_tokens filled in)
+  const Model& model() const;
+  const ThroughputModel& throughput() const;
+  bool gpu() const;
+  int accumulation_steps() const;
+  int64_t tokens_per_step() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 // One optimizer step's gradients: `micro_steps` batches from the loader, each backpropagated with

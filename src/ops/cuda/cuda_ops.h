@@ -79,9 +79,18 @@ class CudaOps final : public Ops {
   void adamw_update(const Tensor& params, const Tensor& master, const Tensor& grads, const Tensor& m,
                     const Tensor& v, const std::vector<ParamSegment>& segments, const AdamWConfig& c) override;
 
+  // ---- timing (cuda_timing.cpp): events on the compute stream, NVTX ranges ----
+  int64_t timing_mark() override;
+  double timing_elapsed_ms(int64_t a, int64_t b) override;
+  void timing_reset() override;
+  void range_push(const char* name) override;
+  void range_pop() override;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  struct TimingEvents;                    // the event pool, made by the first mark
+  std::shared_ptr<TimingEvents> timing_;  // shared_ptr: destroyed where its type is complete
 };
 
 std::unique_ptr<Ops> make_cuda_ops(int device = 0);

@@ -1,0 +1,48 @@
+// `tokamak profile`: the flags of `tokamak train`, a few warm-up steps, then measured steps timed per op;
+// prints where a step's time goes and what to change first, and writes profile.json and trace.json to
+// --out (docs/profile.md).
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "cli/command.h"
+#include "cli/train_options.h"
+#include "train/profile.h"
+
+namespace {
+
+struct ProfileFlags {
+  tk::ProfileOptions profile;
+  std::string out = "runs/profile";
+  bool json = false;
+};
+
+int run(ProfileFlags f) {
+  f.profile.train.out = f.out;
+  f.profile.print_progress = !f.json;
+  const tk::ProfileReport r = tk::run_profile(f.profile);
+  tk::write_profile(r, f.out);
+  if (f.json) {
+    fmt::print("{}\n", tk::profile_json(r).dump(2));
+  } else {
+    fmt::print("{}\nwrote {}/profile.json and {}/trace.json (open the trace in https://ui.perfetto.dev)\n",
+               tk::format_profile(r), f.out, f.out);
+  }
+  return 0;
+}
+
+tk::cli::Command profile_cmd("profile", "Where the time of a training step goes: per-op roofline, totals and advice",
+                             [](CLI::App& app) -> tk::cli::Runner {
+                               auto f = std::make_shared<ProfileFlags>();
+                               tk::cli::add_recipe_options(app, f->profile.train);
+                               app.add_option("--warmup-steps", f->profile.warmup_steps, "Steps run before measuring")
+                                   ->capture_default_str();
+                               app.add_option("--measure-steps", f->profile.measure_steps, "Steps measured")
+                                   ->capture_default_str();
+                               app.add_option("--out", f->out, "Directory for profile.json and trace.json")
+                                   ->capture_default_str();
+                               app.add_flag("--json", f->json, "Print profile.json on stdout instead of the table");
+                               return [f] { return run(*f); };
+                             });
+
+}  // namespace

@@ -1,0 +1,186 @@
+// The advice rules. Each returns nothing when its cause is not measurable in this profile, else one
+// Advice whose payoff is the share of the step (or of each token's time) its change is estimated to
+// save, and whose detail gives the measurements the estimate comes from.
+#include "train/profile_advice.h"
+
+#include <algorithm>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "core/fs.h"
+#include "train/metrics.h"
+
+namespace tk {
+namespace {
+
+// Below this share of the step a change is not worth a line.
+constexpr double kMinPayoffPct = 1.0;
+// A full micro-batch gets the matmuls to at least this share of the measured ceiling (the 8192^3 GEMM
+// reaches 1 by definition; the block linears of a well-fed model reach 0.6-0.9 of it).
+constexpr double kFilledMatmulShare = 0.5;
+
+double pct(double part, double whole) { return whole > 0 ? 100.0 * part / whole : 0.0; }
+
+std::string rate(double flops_per_s, bool gpu) {
+  return gpu ? fmt::format("{:.1f} TFLOP/s", flops_per_s / 1e12) : fmt::format("{:.2f} GFLOP/s", flops_per_s / 1e9);
+}
+
+struct Sum {
+  double ms = 0, flops = 0, bytes = 0;
+  double flops_per_s() const { return ms > 0 ? flops / (ms * 1e-3) : 0; }
+  double bytes_per_s() const { return ms > 0 ? bytes / (ms * 1e-3) : 0; }
+};
+
+template <class Pred>
+Sum sum_ops(const std::vector<OpRow>& ops, Pred pred) {
+  Sum s;
+  for (const OpRow& r : ops)
+    if (pred(r)) {
+      s.ms += r.ms;
+      s.flops += r.flops;
+      s.bytes += r.bytes;
+    }
+  return s;
+}
+
+std::optional<Advice> data_wait(const AdviceInputs& in) {
+  const double step = in.totals.step_ms, wait = in.totals.data_wait_ms;
+  if (pct(wait, step) < kMinPayoffPct) return std::nullopt;
+  const bool slow = fs::is_slow_mount(in.mount_type);
+  std::string detail = fmt::format(
+      "{:.1f} ms of the {:.1f} ms step ({:.1f}%) is spent blocked waiting for the data loader. The data in {} is on a "
+      "{} mount",
+      wait, step, pct(wait, step), in.data_dir, in.mount_type);
+  detail += slow ? ": a network or VM-shared filesystem, which reads far slower than a local disk. Copy the data "
+                   "directory to a local disk (e.g. ~/data) and pass that as --data."
+                 : ": the loader's background thread does not keep up with the step. Check the disk's read rate and "
+                   "what else keeps the CPU cores busy.";
+  return Advice{"Data: the step waits for the loader", pct(wait, step), detail};
+}
+
+// The GEMMs: the linear layers and the LM head (whose three GEMMs are nearly all of its work).
+bool is_gemm(const OpRow& r) { return r.category == OpCategory::Matmul || r.category == OpCategory::Loss; }
+
+std::optional<Advice> small_micro_batch(const AdviceInputs& in) {
+  const int64_t rows = int64_t(in.micro_batch) * in.seq;
+  const Sum mm = sum_ops(in.ops, is_gemm);
+  if (rows >= matmul_fill_rows(in.gpu) || mm.ms <= 0 || in.ceilings.matmul_flops <= 0) return std::nullopt;
+  const double share = mm.flops_per_s() / in.ceilings.matmul_flops;
+  if (share >= kFilledMatmulShare) return std::nullopt;
+  // Were the matmuls at kFilledMatmulShare of the ceiling, their time would shrink by this much.
+  const double saved = mm.ms * (1.0 - share / kFilledMatmulShare);
+  if (pct(saved, in.totals.step_ms) < kMinPayoffPct) return std::nullopt;
+  std::string detail = fmt::format(
+      "--batch {} x --seq {} gives each matmul {} rows, fewer than the {} that fill this {}. The matmuls (linear "
+      "layers and LM head) run at {}, "
+      "{:.1f}% of the measured {} ceiling, and take {:.1f}% of the step; at {:.0f}% of the ceiling they would save "
+      "{:.1f}% of it. Raise --batch (fewer accumulation steps keep the global batch: --batch-tokens)",
+      in.micro_batch, in.seq, rows, matmul_fill_rows(in.gpu), in.gpu ? "GPU" : "CPU", rate(mm.flops_per_s(), in.gpu),
+      100 * share, rate(in.ceilings.matmul_flops, in.gpu), pct(mm.ms, in.totals.step_ms), 100 * kFilledMatmulShare,
+      pct(saved, in.totals.step_ms));
+  if (in.free_memory_bytes > 0 && in.micro_batch > 0)
+    detail += fmt::format("; {} of memory is free, and each row of the micro-batch takes about {} of activations",
+                          format_bytes(in.free_memory_bytes), format_bytes(in.activation_bytes / in.micro_batch));
+  detail += ".";
+  return Advice{"Micro-batch too small to fill the matmuls", pct(saved, in.totals.step_ms), detail};
+}
+
+// Memory-bound ops of the model (host transfers and buffer clears aside) against the copy ceiling: the
+// time they would save at the ceiling's bandwidth.
+std::optional<Advice> memory_bound(const AdviceInputs& in) {
+  if (in.ceilings.copy_bytes_per_s <= 0) return std::nullopt;
+  auto pred = [](const OpRow& r) { return !r.compute_bound && r.category != OpCategory::Memory && r.bytes > 0; };
+  const Sum mb = sum_ops(in.ops, pred);
+  const double at_ceiling_ms = mb.bytes / in.ceilings.copy_bytes_per_s * 1e3;
+  const double saved = std::max(0.0, mb.ms - at_ceiling_ms);
+  if (pct(saved, in.totals.step_ms) < kMinPayoffPct) return std::nullopt;
+  std::string largest;
+  int listed = 0;
+  for (const OpRow& r : in.ops) {  // in.ops is sorted by time
+    if (!pred(r) || listed == 3) continue;
+    largest += fmt::format("{}{} {:.1f}% of the step at {:.0f}% of the bandwidth", listed ? "; " : "", r.name,
+                           100 * r.share, 100 * r.ceiling_share);
+    listed++;
+  }
+  const double share = mb.bytes_per_s() / in.ceilings.copy_bytes_per_s;
+  std::string detail = fmt::format(
+      "Ops bound by memory take {:.1f}% of the step and move {} per step at {:.1f} GB/s, {:.1f}% of the "
+      "measured copy bandwidth ({:.1f} GB/s); at that bandwidth they would save {:.1f}% of the step. Largest: {}. {}",
+      pct(mb.ms, in.totals.step_ms), format_bytes(mb.bytes), mb.bytes_per_s() / 1e9, 100 * share,
+      in.ceilings.copy_bytes_per_s / 1e9, pct(saved, in.totals.step_ms), largest,
+      in.gpu ? "Fusing them with the ops next to them removes whole round trips through memory."
+             : "On the CPU these are the reference backend's plain loops; the CUDA backend fuses them.");
+  return Advice{fmt::format("Memory-bound ops: {:.1f}% of the step at {:.0f}% of the copy bandwidth",
+                            pct(mb.ms, in.totals.step_ms), 100 * share),
+                pct(saved, in.totals.step_ms), detail};
+}
+
+std::optional<Advice> host_gaps(const AdviceInputs& in) {
+  const double gaps = in.totals.gaps_ms, step = in.totals.step_ms;
+  if (pct(gaps, step) < kMinPayoffPct) return std::nullopt;
+  double calls = 0;
+  for (const OpRow& r : in.ops) calls += r.calls;
+  std::string detail = fmt::format(
+      "{:.1f} ms of the {:.1f} ms step ({:.1f}%) runs no op: {} waits for the host between its {:.0f} op calls "
+      "({:.1f} us per call). ",
+      gaps, step, pct(gaps, step), in.gpu ? "the GPU" : "the step", calls, calls > 0 ? gaps * 1e3 / calls : 0.0);
+  detail += in.gpu ? "A larger micro-batch gives every launch more work; capturing the step in a CUDA graph would "
+                     "remove the launch cost."
+                   : "That is host work outside the ops (staging each batch, summing the loss, the optimizer's "
+                     "bookkeeping); a larger micro-batch spreads it over more tokens.";
+  return Advice{fmt::format("Host and launch gaps: {:.1f}% of the step runs no op", pct(gaps, step)), pct(gaps, step),
+                detail};
+}
+
+// The optimizer runs once per step whatever the batch: doubling the accumulation halves its share of
+// each token's time (payoff per token, not per step).
+std::optional<Advice> optimizer_share(const AdviceInputs& in) {
+  const Sum opt = sum_ops(in.ops, [](const OpRow& r) { return r.category == OpCategory::Optimizer; });
+  const double saved_pct = pct(opt.ms, in.totals.step_ms) / 2;
+  if (saved_pct < kMinPayoffPct) return std::nullopt;
+  std::string detail = fmt::format(
+      "AdamW and the gradient norm take {:.1f} ms, {:.1f}% of the step, once per step over every parameter, "
+      "whatever the batch. Doubling --batch-tokens ({} accumulation steps instead of {}) halves their share of each "
+      "token's time, saving {:.1f}% per token (a larger global batch changes the recipe: retune --lr).",
+      opt.ms, pct(opt.ms, in.totals.step_ms), 2 * in.accumulation_steps, in.accumulation_steps, saved_pct);
+  return Advice{fmt::format("Optimizer: {:.1f}% of every step", pct(opt.ms, in.totals.step_ms)), saved_pct, detail};
+}
+
+std::optional<Advice> recompute(const AdviceInputs& in) {
+  const double r = in.totals.recompute_ms;
+  if (pct(r, in.totals.step_ms) < kMinPayoffPct) return std::nullopt;
+  std::string detail = fmt::format(
+      "Recomputing activations in the backward costs {:.1f} ms, {:.1f}% of the step, while {} of memory stays free: "
+      "keep more activations instead.",
+      r, pct(r, in.totals.step_ms), format_bytes(in.free_memory_bytes));
+  return Advice{"Recompute costs time while memory is free", pct(r, in.totals.step_ms), detail};
+}
+
+// FP8 doubles the tensor cores' peak: at best it halves the compute-bound matmuls' time.
+std::optional<Advice> fp8(const AdviceInputs& in) {
+  if (!in.gpu || !in.fp8_tensor_cores) return std::nullopt;
+  const Sum mm = sum_ops(in.ops, [](const OpRow& r) { return is_gemm(r) && r.compute_bound; });
+  const double saved_pct = pct(mm.ms / 2, in.totals.step_ms);
+  if (saved_pct < kMinPayoffPct) return std::nullopt;
+  std::string detail = fmt::format(
+      "The compute-bound matmuls take {:.1f}% of the step at {}; this GPU has FP8 tensor cores at twice the bf16 "
+      "peak, so e4m3 GEMMs would save up to {:.1f}% of the step. tokamak does not train in FP8 yet "
+      "(--precision fp8 is planned).",
+      pct(mm.ms, in.totals.step_ms), rate(mm.flops_per_s(), true), saved_pct);
+  return Advice{"FP8 matmuls: this GPU has FP8 tensor cores", saved_pct, detail};
+}
+
+}  // namespace
+
+int64_t matmul_fill_rows(bool gpu) { return gpu ? 8192 : 1024; }
+
+std::vector<Advice> rank_advice(const AdviceInputs& in) {
+  std::vector<Advice> out;
+  for (auto rule : {data_wait, small_micro_batch, memory_bound, host_gaps, optimizer_share, recompute, fp8})
+    if (std::optional<Advice> a = rule(in)) out.push_back(std::move(*a));
+  std::stable_sort(out.begin(), out.end(), [](const Advice& a, const Advice& b) { return a.payoff_pct > b.payoff_pct; });
+  return out;
+}
+
+}  // namespace tk

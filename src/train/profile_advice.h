@@ -1,0 +1,31 @@
+// What a profile advises: one rule per cause (data wait, small micro-batch, memory-bound ops, host
+// gaps, optimizer, recompute, FP8), each estimating from the measurements how much of the step its
+// change would save; the list comes sorted by that payoff, so the first entry is the cause to fix first.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "train/profile.h"
+
+namespace tk {
+
+struct AdviceInputs {
+  StepTotals totals;
+  std::vector<OpRow> ops;
+  Ceilings ceilings;
+  bool gpu = false;
+  bool fp8_tensor_cores = false;  // the GPU has them (compute capability 8.9 and later)
+  int micro_batch = 1, seq = 1, accumulation_steps = 1;
+  std::string data_dir, mount_type;
+  double free_memory_bytes = 0;   // device memory free (GPU) or memory available (CPU) during the profile
+  double activation_bytes = 0;    // the planned activations of one micro-batch
+};
+
+// Largest payoff first; only changes expected to save a measurable share of the step.
+std::vector<Advice> rank_advice(const AdviceInputs& in);
+
+// Micro-batches of fewer rows than this leave the matmuls short of the hardware: the M of the GEMM
+// the matmul ceiling is measured with.
+int64_t matmul_fill_rows(bool gpu);
+
+}  // namespace tk

@@ -1,0 +1,478 @@
+// The profiler: each op's FLOP and byte count against hand arithmetic on small shapes, a model's
+// matmul FLOPs against DESIGN.md's count, the step arithmetic (ops + gaps + data wait + unexplained =
+// step), a tiny CPU profile's profile.json and trace.json read back, and the advice a slow data reader
+// and a one-row micro-batch get.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "core/fs.h"
+#include "data/prepare.h"
+#include "data_testing.h"
+#include "model/model.h"
+#include "ops/cpu/cpu_ops.h"
+#include "train/profile.h"
+#include "train/profile_advice.h"
+#include "train/profiler.h"
+
+namespace tk {
+namespace {
+
+using testing::TempDir;
+
+// ---- op costs ---------------------------------------------------------------------------------------
+
+// Small f32 tensors on the CPU backend, zeroed, kept until the end of the test.
+class Tensors {
+ public:
+  explicit Tensors(Ops& ops) : ops_(ops) {}
+  ~Tensors() {
+    for (void* p : held_) ops_.release(p);
+  }
+  Tensor make(DType t, std::initializer_list<int64_t> dims) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    void* p = ops_.allocate(size_t(n) * dtype_size(t));
+    held_.push_back(p);
+    Tensor x(p, t, dims);
+    ops_.zero(x);
+    return x;
+  }
+  Tensor f32(std::initializer_list<int64_t> dims) { return make(DType::F32, dims); }
+  Tensor i32(std::initializer_list<int64_t> dims) { return make(DType::I32, dims); }
+
+ private:
+  Ops& ops_;
+  std::vector<void*> held_;
+};
+
+struct CostCase {
+  ProfilingOps ops{make_cpu_ops(DType::F32)};
+  Tensors t{ops.inner()};
+  // The record of the last op called.
+  const OpRecord& last() const { return ops.records().back(); }
+};
+
+// N = 6 tokens (B = 2, T = 3), d = 8, f32: 4 bytes per value.
+TEST(OpCost, LinearCountsGemmFlopsAndEachTensorOnce) {
+  CostCase c;
+  Tensor x = c.t.f32({6, 8}), w = c.t.f32({12, 8}), b = c.t.f32({12}), y = c.t.f32({6, 12});
+  c.ops.linear_forward(y, x, w, b);
+  EXPECT_STREQ(c.last().name, "linear_forward");
+  EXPECT_EQ(c.last().category, OpCategory::Matmul);
+  EXPECT_DOUBLE_EQ(c.last().cost.flops, 2.0 * 6 * 8 * 12);
+  EXPECT_DOUBLE_EQ(c.last().cost.bytes, 4.0 * (48 + 96 + 12 + 72));
+
+  Tensor dx = c.t.f32({6, 8}), dw = c.t.f32({12, 8}), db = c.t.f32({12}), dy = c.t.f32({6, 12});
+  c.ops.linear_backward(dx, dw, db, dy, x, w);
+  EXPECT_DOUBLE_EQ(c.last().cost.flops, 2 * 2.0 * 6 * 8 * 12);
+  // dy read; dbias and dw accumulated (read + written); w read and dx written for dx; x read for dw.
+  EXPECT_DOUBLE_EQ(c.last().cost.bytes, 4.0 * (72 + 2 * 12 + 96 + 48 + 48 + 2 * 96));
+  c.ops.linear_backward(Tensor(), dw, Tensor(), dy, x, w);
+  EXPECT_DOUBLE_EQ(c.last().cost.flops, 2.0 * 6 * 8 * 12);
+  EXPECT_DOUBLE_EQ(c.last().cost.bytes, 4.0 * (72 + 48 + 2 * 96));
+}
+
+TEST(OpCost, EmbeddingTouchesOnlyTheTokensRows) {
+  CostCase c;
+  Tensor tokens = c.t.i32({6}), table = c.t.f32({10, 8}), out = c.t.f32({6, 8});
+  c.ops.embedding_forward(out, tokens, table);
+  EXPECT_DOUBLE_EQ(c.last().cost.flops, 0);
+  EXPECT_DOUBLE_EQ(c.last().cost.bytes, 4.0 * (6 + 48 + 48));
+  c.ops.embedding_backward(table, tokens, out);
+  EXPECT_DOUBLE_EQ(c.last().cost.flops, 48);
+  EXPECT_DOUBLE_EQ(c.last().cost.bytes, 4.0 * (6 + 48 + 2 * 48));
+  EXPECT_EQ(c.last().category, OpCategory::Embedding);
+}
+
+TEST(OpCost, NormsCountPerElement) {
+  CostCase c;
+  Tensor x = c.t.f32({6, 8}), y = c.t.f32({6, 8}), h = c.t.f32({6, 8}), rstd = c.t.f32({6}), w = c.t.f32({8});
+  c.ops.upload_f32(w, std::vector<float>(8, 1.0f).data());
+  c.ops.rmsnorm_forward(y, rstd, x, w, 1e-5f);
+  EXPECT_DOUBLE_EQ(c.last().cost.flops, 4.0 * 48);
+  EXPECT_DOUBLE_EQ(c.last().cost.bytes, 4.0 * (48 + 8 + 48 + 6));
+  c.ops.residual_rmsnorm_forward(h, y, rstd, h, x, w, 1e-5f);
+  EXPECT_DOUBLE_EQ(c.last().cost.flops, 5.0 * 48);
+  EXPECT_DOUBLE_EQ(c.last().cost.bytes, 4.0 * (48 + 48 + 8 + 48 + 48 + 6));
+  Tensor dh = c.t.f32({6, 8}), dw = c.t.f32({8});
+  c.ops.rmsnorm_backward(dh, dw, y, dh, h, rstd, w);
+  EXPECT_DOUBLE_EQ(c.last().cost.flops, 11.0 * 48);
+  EXPECT_DOUBLE_EQ(c.last().cost.bytes, 4.0 * (48 + 48 + 48 + 6 + 8 + 48 + 2 * 8));
+  c.ops.rmsnorm_backward(dh, dw, y, Tensor(), h, rstd, w);
+  EXPECT_DOUBLE_EQ(c.last().cost.flops, 10.0 * 48);
+  EXPECT_EQ(c.last().category, OpCategory::Norm);
+}
+
+// Hq = 2, Hkv = 1, hd = 4: a qkv row holds 16 values, of which 12 are q and k.
+TEST(OpCost, RopeAndAttention) {
+  CostCase c;
+  const AttnShape s{2, 3, 2, 1, 4};
+  Tensor qkv = c.t.f32({6, 16}), pos = c.t.i32({6});
+  c.ops.qk_norm_rope_forward(qkv, Tensor(), qkv, Tensor(), Tensor(), pos, s, 10000.f, 1e-6f);
+  EXPECT_DOUBLE_EQ(c.last().cost.flops, 3.0 * 72);
+  EXPECT_DOUBLE_EQ(c.last().cost.bytes, 4.0 * (96 + 96 + 6));
+  Tensor qn = c.t.f32({4}), kn = c.t.f32({4}), rstd = c.t.f32({6, 3}), out = c.t.f32({6, 16});
+  c.ops.qk_norm_rope_forward(out, rstd, qkv, qn, kn, pos, s, 10000.f, 1e-6f);
+  EXPECT_DOUBLE_EQ(c.last().cost.flops, 7.0 * 72);
+  EXPECT_DOUBLE_EQ(c.last().cost.bytes, 4.0 * (96 + 96 + 6 + 4 + 4 + 18));
+  EXPECT_EQ(c.last().category, OpCategory::Rope);
+
+  Tensor q4 = c.t.f32({2, 3, 4, 4}), att = c.t.f32({2, 3, 2, 4}), lse = c.t.f32({2, 2, 3});
+  c.ops.attention_forward(att, lse, q4, Tensor(), s);
+  EXPECT_DOUBLE_EQ(c.last().cost.flops, 2.0 * 2 * 3 * 3 * 2 * 4);  // 2 * B * T^2 * Hq * hd
+  EXPECT_DOUBLE_EQ(c.last().cost.bytes, 4.0 * (96 + 48 + 12));
+  Tensor dq4 = c.t.f32({2, 3, 4, 4});
+  c.ops.attention_backward(dq4, att, q4, att, lse, Tensor(), s);
+  EXPECT_DOUBLE_EQ(c.last().cost.flops, 4.0 * 2 * 3 * 3 * 2 * 4);
+  EXPECT_DOUBLE_EQ(c.last().cost.bytes, 4.0 * (48 + 96 + 48 + 12 + 96));
+  EXPECT_EQ(c.last().category, OpCategory::Attention);
+}
+
+TEST(OpCost, SwigluLossAndOptimizer) {
+  CostCase c;
+  Tensor gu = c.t.f32({6, 10}), act = c.t.f32({6, 5});
+  c.ops.swiglu_forward(act, gu);
+  EXPECT_DOUBLE_EQ(c.last().cost.flops, 5.0 * 30);
+  EXPECT_DOUBLE_EQ(c.last().cost.bytes, 4.0 * (60 + 30));
+  c.ops.swiglu_backward(gu, act, gu);
+  EXPECT_DOUBLE_EQ(c.last().cost.flops, 11.0 * 30);
+  EXPECT_DOUBLE_EQ(c.last().cost.bytes, 4.0 * (30 + 60 + 60));
+
+  Tensor losses = c.t.f32({6}), dx = c.t.f32({6, 8}), dw = c.t.f32({10, 8}), x = c.t.f32({6, 8}),
+         w = c.t.f32({10, 8}), targets = c.t.i32({6});
+  c.ops.lm_head_cross_entropy(losses, dx, dw, x, w, targets, 1.0f, -1);
+  EXPECT_EQ(c.last().category, OpCategory::Loss);
+  EXPECT_DOUBLE_EQ(c.last().cost.flops, 3 * 2.0 * 6 * 8 * 10);
+  EXPECT_DOUBLE_EQ(c.last().cost.bytes, 4.0 * (48 + 80 + 6 + 6 + 48 + 2 * 80));
+  c.ops.lm_head_cross_entropy(losses, Tensor(), Tensor(), x, w, targets, 1.0f, -1);
+  EXPECT_DOUBLE_EQ(c.last().cost.flops, 2.0 * 6 * 8 * 10);
+
+  Tensor p = c.t.f32({100}), g = c.t.f32({100}), m = c.t.f32({100}), v = c.t.f32({100});
+  EXPECT_EQ(c.ops.grad_norm(g), 0.0);  // the value comes back through the decorator
+  EXPECT_DOUBLE_EQ(c.last().cost.flops, 200);
+  EXPECT_DOUBLE_EQ(c.last().cost.bytes, 400);
+  c.ops.adamw_update(p, Tensor(), g, m, v, {{0, 60, true}, {60, 40, false}}, AdamWConfig{});
+  EXPECT_EQ(c.last().category, OpCategory::Optimizer);
+  EXPECT_DOUBLE_EQ(c.last().cost.flops, 17.0 * 100);
+  EXPECT_DOUBLE_EQ(c.last().cost.bytes, 100.0 * (4 + 8 + 8 + 8));  // grad; m, v, param read + written
+
+  c.ops.zero(g);
+  EXPECT_EQ(c.last().category, OpCategory::Memory);
+  EXPECT_DOUBLE_EQ(c.last().cost.bytes, 400);
+  int32_t host[6] = {};
+  c.ops.upload(targets.data, host, sizeof host);
+  EXPECT_DOUBLE_EQ(c.last().cost.bytes, 2.0 * sizeof host);
+}
+
+TEST(OpCost, RecordsNestTheirMarksInCallOrder) {
+  CostCase c;
+  Tensor a = c.t.f32({64, 64}), b = c.t.f32({64, 64}), y = c.t.f32({64, 64}), act = c.t.f32({64, 32});
+  c.ops.clear_records();
+  c.ops.linear_forward(y, a, b, Tensor());
+  c.ops.swiglu_forward(act, y);
+  ASSERT_EQ(c.ops.records().size(), 2u);
+  const OpRecord &r0 = c.ops.records()[0], &r1 = c.ops.records()[1];
+  EXPECT_GE(c.ops.timing_elapsed_ms(r0.begin, r0.end), 0.0);
+  EXPECT_GE(c.ops.timing_elapsed_ms(r0.end, r1.begin), 0.0);
+  EXPECT_GE(c.ops.timing_elapsed_ms(r1.begin, r1.end), 0.0);
+  EXPECT_EQ(r0.in.describe(), "f32[64, 64]");
+  EXPECT_EQ(r0.in.data, nullptr);  // records keep shapes, not pointers
+}
+
+ModelConfig tiny_config() {
+  ModelConfig c;
+  c.name = "test-tiny";
+  c.arch = Arch::Llama;
+  c.vocab_size = 257;
+  c.d_model = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 8;
+  c.ffn_dim = 64;
+  c.max_seq = 64;
+  c.tied_embeddings = true;
+  return c;
+}
+
+// The matmul, attention and LM head FLOPs of one forward + backward are DESIGN.md's model FLOPs.
+TEST(OpCost, AModelsMatmulFlopsAreTheModelFlopsOfMfu) {
+  for (bool qk_norm : {false, true}) {
+    ModelConfig cfg = tiny_config();
+    cfg.qk_norm = qk_norm;
+    if (qk_norm) cfg.arch = Arch::Qwen3;
+    const int B = 2, T = 16;
+    auto owned = std::make_unique<ProfilingOps>(make_cpu_ops(DType::F32));
+    ProfilingOps& ops = *owned;
+    Model model(cfg, ops, ModelOptions{B, T, false});
+    model.init_params(1);
+    std::vector<int32_t> tokens(size_t(B) * (T + 1));
+    for (size_t i = 0; i < tokens.size(); i++) tokens[i] = int32_t(i * 7 % 257);
+    Batch batch;
+    batch.B = B;
+    batch.T = T;
+    batch.tokens = tokens.data();
+    batch.doc_starts.assign(B, {0});
+    ops.clear_records();
+    model.forward_backward(batch, 1.0f / (B * T));
+    double flops = 0;
+    for (const OpRecord& r : ops.records())
+      if (r.category == OpCategory::Matmul || r.category == OpCategory::Attention || r.category == OpCategory::Loss)
+        flops += r.cost.flops;
+    EXPECT_DOUBLE_EQ(flops, cfg.flops_per_token(T) * B * T) << "qk_norm " << qk_norm;
+  }
+}
+
+// ---- the step's arithmetic --------------------------------------------------------------------------
+
+TraceSpan span(const char* name, OpCategory c, double start, double dur, double flops, double bytes) {
+  TraceSpan s;
+  s.name = name;
+  s.category = c;
+  s.start_ms = start;
+  s.dur_ms = dur;
+  s.flops = flops;
+  s.bytes = bytes;
+  return s;
+}
+
+TEST(ProfileSummary, OpsGapsDataAndUnexplainedAddUpToTheStep) {
+  MeasuredStep a;  // the timeline is longer than the host's step: no unexplained time
+  a.wall_ms = 10;
+  a.timeline_ms = 10.2;
+  a.data_wait_ms = 1;
+  a.ops = {span("linear_forward", OpCategory::Matmul, 1, 3, 3e9, 1e6),
+           span("swiglu_forward", OpCategory::Activation, 5, 3, 1e6, 4e8)};
+  MeasuredStep b;  // the host's step is 0.5 ms longer than the timeline
+  b.wall_ms = 12;
+  b.timeline_ms = 11.5;
+  b.data_wait_ms = 0;
+  b.ops = {span("linear_forward", OpCategory::Matmul, 0, 5, 3e9, 1e6),
+           span("swiglu_forward", OpCategory::Activation, 6, 4, 1e6, 4e8)};
+  const Ceilings ceil{1e12, 1e11, "test"};  // ridge: 10 FLOPs per byte
+
+  const std::vector<OpRow> rows = summarize_ops({a, b}, 11, ceil);
+  ASSERT_EQ(rows.size(), 2u);
+  const OpRow &lin = rows[0], &glu = rows[1];  // 4 ms per step, then 3.5
+  EXPECT_EQ(lin.name, "linear_forward");
+  EXPECT_EQ(glu.name, "swiglu_forward");
+  EXPECT_DOUBLE_EQ(lin.calls, 1);
+  EXPECT_DOUBLE_EQ(lin.ms, 4);
+  EXPECT_DOUBLE_EQ(lin.share, 4.0 / 11);
+  EXPECT_DOUBLE_EQ(lin.flops, 3e9);
+  EXPECT_DOUBLE_EQ(lin.tflops, 3e9 / 4e-3 / 1e12);
+  EXPECT_TRUE(lin.compute_bound);  // 3000 FLOPs per byte
+  EXPECT_DOUBLE_EQ(lin.ceiling_share, 3e9 / 4e-3 / 1e12);
+  EXPECT_FALSE(glu.compute_bound);  // 0.0025 FLOPs per byte
+  EXPECT_DOUBLE_EQ(glu.ms, 3.5);
+  EXPECT_DOUBLE_EQ(glu.gbps, 4e8 / 3.5e-3 / 1e9);
+  EXPECT_DOUBLE_EQ(glu.ceiling_share, 4e8 / 3.5e-3 / 1e11);
+
+  const StepTotals t = summarize_step({a, b}, 0, rows);
+  EXPECT_DOUBLE_EQ(t.step_ms, 11);
+  EXPECT_DOUBLE_EQ(t.kernels_ms, (6 + 9) / 2.0);
+  EXPECT_DOUBLE_EQ(t.data_wait_ms, 0.5);
+  EXPECT_DOUBLE_EQ(t.gaps_ms, (3 + 2.5) / 2.0);  // 10 - 6 - 1 and 11.5 - 9
+  EXPECT_DOUBLE_EQ(t.unexplained_ms, 0.25);
+  EXPECT_NEAR(t.kernels_ms + t.gaps_ms + t.data_wait_ms + t.unexplained_ms, t.step_ms, 1e-12);
+  EXPECT_DOUBLE_EQ(t.recompute_ms, 0);
+  // Recomputed FLOPs are costed at the matmuls' measured rate: 3e9 FLOPs in 4 ms.
+  EXPECT_DOUBLE_EQ(summarize_step({a, b}, 1.5e9, rows).recompute_ms, 2);
+}
+
+// ---- whole profiles of a tiny model ------------------------------------------------------------------
+
+std::string random_document(std::mt19937_64& rng, int words) {
+  static const char* const kWords[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to",
+                                       "big", "red", "house", "by", "sea", "when", "it", "was", "cold", "night"};
+  std::string s;
+  for (int i = 0; i < words; i++) s += std::string(kWords[rng() % std::size(kWords)]) + " ";
+  return s;
+}
+
+class TinyProfile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::mt19937_64 rng(7);
+    for (int d = 0; d < 24; d++)
+      testing::write_text(dir_.path("text/doc" + std::to_string(d) + ".txt"), random_document(rng, 150));
+    PrepareOptions p;
+    p.inputs = {dir_.path("text")};
+    p.out_dir = dir_.path("data");
+    p.val_fraction = 0.1;
+    p.threads = 1;
+    p.progress = false;
+    prepare(testing::ByteTokenizer(), p);
+    fs::write_file_atomic(dir_.path("model.json"), tiny_config().to_hf_json().dump(2));
+  }
+
+  ProfileOptions options(int batch, int seq) const {
+    ProfileOptions o;
+    o.train.model = dir_.path("model.json");
+    o.train.data = dir_.path("data");
+    o.train.out = dir_.path("profile");
+    o.train.device = "cpu";
+    o.train.batch = batch;
+    o.train.seq = seq;
+    o.warmup_steps = 1;
+    o.measure_steps = 3;
+    o.print_progress = false;
+    // Ceilings given, not measured (the test then does not depend on this machine's speed): a GEMM
+    // ceiling far above what 32-row matmuls reach on any CPU.
+    o.ceilings = Ceilings{2e12, 20e9, "test"};
+    return o;
+  }
+
+  static bool has_advice(const ProfileReport& r, const std::string& words) {
+    for (const Advice& a : r.advice)
+      if (a.title.find(words) != std::string::npos) return true;
+    return false;
+  }
+
+  TempDir dir_;
+};
+
+// Sets an environment variable for the scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+TEST_F(TinyProfile, WritesProfileAndTraceThatAccountForTheStep) {
+  ProfileOptions o = options(4, 32);
+  o.ceilings.reset();  // measured now, on the CPU
+  o.train.peak_tflops = 0.01;
+  const ProfileReport r = run_profile(o);
+  write_profile(r, o.train.out);
+
+  const nlohmann::json p = nlohmann::json::parse(fs::read_file(dir_.path("profile/profile.json")));
+  EXPECT_EQ(p["backend"], "cpu");
+  EXPECT_EQ(p["device"], "cpu");
+  EXPECT_EQ(p["steps"], 3);
+  EXPECT_EQ(p["tokens_per_step"], 4 * 32);
+  EXPECT_EQ(p["ceilings"]["source"], "measured now");
+  EXPECT_GT(p["ceilings"]["matmul_tflops"].get<double>(), 0);
+  EXPECT_GT(p["ceilings"]["copy_gbps"].get<double>(), 0);
+  const double step = p["step_ms"].get<double>();
+  ASSERT_GT(step, 0);
+  EXPECT_NEAR(p["tokens_per_s"].get<double>(), 128 / (step * 1e-3), 1e-6 * p["tokens_per_s"].get<double>());
+  // MFU: the trainer's own arithmetic over the measured steps.
+  EXPECT_NEAR(p["mfu"].get<double>(), tiny_config().flops_per_token(32) * p["tokens_per_s"].get<double>() / 1e10, 1e-9);
+  EXPECT_DOUBLE_EQ(p["hfu"].get<double>(), p["mfu"].get<double>());  // nothing is recomputed
+  EXPECT_DOUBLE_EQ(p["peak_tflops"].get<double>(), 0.01);
+
+  const std::set<std::string> categories = {"matmul", "attention", "norm", "rope", "activation", "embedding",
+                                            "loss", "optimizer", "memory", "other"};
+  double ops_ms = 0, shares = 0, prev = 1e30;
+  std::set<std::string> names;
+  for (const auto& op : p["ops"]) {
+    names.insert(op["name"]);
+    EXPECT_TRUE(categories.count(op["category"])) << op["category"];
+    EXPECT_TRUE(op["bound"] == "compute" || op["bound"] == "memory");
+    EXPECT_LE(op["ms"].get<double>(), prev);  // sorted by time
+    prev = op["ms"].get<double>();
+    ops_ms += prev;
+    shares += op["share"].get<double>();
+    EXPECT_GT(op["calls"].get<double>(), 0);
+    EXPECT_GE(op["ceiling_share"].get<double>(), 0);
+  }
+  for (const char* op : {"linear_forward", "linear_backward", "attention_forward", "attention_backward",
+                         "lm_head_cross_entropy", "adamw_update", "grad_norm", "embedding_forward"})
+    EXPECT_TRUE(names.count(op)) << op;
+  const auto& t = p["totals"];
+  EXPECT_NEAR(t["kernels_ms"].get<double>(), ops_ms, 1e-9 * step);
+  const double accounted = ops_ms + t["gaps_ms"].get<double>() + t["data_wait_ms"].get<double>() +
+                           t["unexplained_ms"].get<double>();
+  EXPECT_NEAR(accounted, step, 1e-9 * step);
+  EXPECT_NEAR(shares + (accounted - ops_ms) / step, 1.0, 1e-9);
+  EXPECT_LE(std::abs(t["unexplained_ms"].get<double>()), 0.05 * step);  // host clocks on both sides
+  EXPECT_GE(t["gaps_ms"].get<double>(), 0);
+  EXPECT_EQ(t["recompute_ms"].get<double>(), 0);
+  for (const auto& a : p["advice"]) {
+    EXPECT_FALSE(a["title"].get<std::string>().empty());
+    EXPECT_FALSE(a["detail"].get<std::string>().empty());
+    EXPECT_GT(a["payoff_pct"].get<double>(), 0);
+  }
+
+  const nlohmann::json trace = nlohmann::json::parse(fs::read_file(dir_.path("profile/trace.json")));
+  int steps = 0;
+  size_t op_events = 0;
+  double op_events_ms = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    ASSERT_TRUE(e["ph"] == "X" || e["ph"] == "M") << e.dump();
+    if (e["ph"] != "X") continue;
+    for (const char* key : {"name", "ts", "dur", "pid", "tid"}) ASSERT_TRUE(e.contains(key)) << key << " in " << e.dump();
+    EXPECT_GE(e["dur"].get<double>(), 0);
+    EXPECT_GE(e["ts"].get<double>(), 0);
+    if (e["cat"] == "step") steps++;
+    if (e["pid"] == 2) {
+      op_events++;
+      op_events_ms += e["dur"].get<double>() / 1e3;
+    }
+  }
+  EXPECT_EQ(steps, 3);
+  double calls = 0;
+  for (const auto& op : p["ops"]) calls += op["calls"].get<double>();
+  EXPECT_NEAR(double(op_events), 3 * calls, 1e-6);
+  EXPECT_NEAR(op_events_ms, 3 * ops_ms, 1e-6 * step);
+}
+
+TEST_F(TinyProfile, ASlowDataReaderIsTheFirstAdvice) {
+  ScopedEnv delay("TOKAMAK_LOADER_DELAY_MS", "60");
+  ScopedEnv mount("TOKAMAK_FAKE_MOUNT_TYPE", "9p");
+  const ProfileReport r = run_profile(options(1, 32));
+  ASSERT_FALSE(r.advice.empty());
+  EXPECT_EQ(r.advice[0].title, "Data: the step waits for the loader") << format_profile(r);
+  EXPECT_NE(r.advice[0].detail.find("9p mount"), std::string::npos) << r.advice[0].detail;
+  EXPECT_NE(r.advice[0].detail.find("local disk"), std::string::npos) << r.advice[0].detail;
+  EXPECT_GT(r.totals.data_wait_ms, 0.5 * r.totals.step_ms) << format_profile(r);
+  EXPECT_NEAR(r.advice[0].payoff_pct, 100 * r.totals.data_wait_ms / r.totals.step_ms, 1e-9);
+  for (size_t i = 1; i < r.advice.size(); i++) EXPECT_LE(r.advice[i].payoff_pct, r.advice[i - 1].payoff_pct);
+}
+
+TEST_F(TinyProfile, AOneRowMicroBatchIsTooSmallAndAFullOneIsNot) {
+  const ProfileReport one = run_profile(options(1, 32));
+  EXPECT_TRUE(has_advice(one, "Micro-batch too small")) << format_profile(one);
+  const ProfileReport full = run_profile(options(int(matmul_fill_rows(false) / 32), 32));
+  EXPECT_FALSE(has_advice(full, "Micro-batch too small")) << format_profile(full);
+}
+
+TEST(ProfileAdvice, RankedByPayoff) {
+  AdviceInputs in;
+  in.totals.step_ms = 100;
+  in.totals.data_wait_ms = 10;
+  in.totals.gaps_ms = 30;
+  in.micro_batch = 1;
+  in.seq = 64;
+  in.mount_type = "ext4";
+  in.ceilings = Ceilings{1e12, 1e11, "test"};
+  OpRow mm;
+  mm.name = "linear_forward";
+  mm.category = OpCategory::Matmul;
+  mm.ms = 40;
+  mm.flops = 4e9;  // 1e11 FLOP/s: 10% of the ceiling
+  mm.bytes = 1e6;
+  mm.compute_bound = true;
+  in.ops = {mm};
+  const std::vector<Advice> a = rank_advice(in);
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_EQ(a[0].title, "Micro-batch too small to fill the matmuls");  // 40 ms * (1 - 0.1 / 0.5) = 32%
+  EXPECT_DOUBLE_EQ(a[0].payoff_pct, 32);
+  EXPECT_EQ(a[1].title, "Host and launch gaps: 30.0% of the step runs no op");
+  EXPECT_EQ(a[2].title, "Data: the step waits for the loader");
+  EXPECT_DOUBLE_EQ(a[2].payoff_pct, 10);
+  EXPECT_NE(a[2].detail.find("does not keep up"), std::string::npos);  // ext4 is not a slow mount
+}
+
+}  // namespace
+}  // namespace tk

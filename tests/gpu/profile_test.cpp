@@ -1,0 +1,156 @@
+// The profiler on the GPU: CudaOps' timing marks (events on the compute stream) against the host's
+// clock, the event pool's reuse, the ceilings' cache, and a profile of a small model whose shares
+// account for the step (at most 5% unexplained) and whose MFU matches the train log's within 2%.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <random>
+
+#include "../cpu/data_testing.h"
+#include "core/fs.h"
+#include "data/prepare.h"
+#include "ops/cuda/cuda_ops.h"
+#include "train/profile.h"
+#include "train/trainer.h"
+
+namespace tk {
+namespace {
+
+using testing::TempDir;
+
+TEST(CudaTiming, MarksTimeTheQueueNotTheHost) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  CudaOps ops(0);
+  const int64_t n = 4096;
+  const size_t bytes = size_t(n * n) * 2;
+  void *x = ops.allocate(bytes), *w = ops.allocate(bytes), *y = ops.allocate(bytes);
+  const Tensor tx(x, DType::BF16, {n, n}), tw(w, DType::BF16, {n, n}), ty(y, DType::BF16, {n, n});
+  ops.zero(tx);
+  ops.zero(tw);
+  ops.linear_forward(ty, tx, tw, Tensor());
+  ops.synchronize();
+
+  const auto t0 = std::chrono::steady_clock::now();
+  ops.range_push("ten GEMMs");
+  const int64_t a = ops.timing_mark();
+  for (int i = 0; i < 10; i++) ops.linear_forward(ty, tx, tw, Tensor());
+  const int64_t b = ops.timing_mark();
+  ops.range_pop();
+  const double queued_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double ms = ops.timing_elapsed_ms(a, b);
+  const double host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GT(ms, 0);
+  EXPECT_LE(ms, host_ms);
+  // 10 * 2 * 4096^3 FLOPs take longer on the GPU than queuing them takes on the host.
+  EXPECT_GT(ms, queued_ms) << "the marks measured the host, not the stream";
+  EXPECT_GE(ops.timing_elapsed_ms(a, a), 0);
+
+  ops.timing_reset();
+  EXPECT_EQ(ops.timing_mark(), 0);  // the pool's events are reused from the start
+  ops.synchronize();
+  ops.release(y);
+  ops.release(w);
+  ops.release(x);
+}
+
+std::string random_document(std::mt19937_64& rng, int words) {
+  static const char* const kWords[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to",
+                                       "big", "red", "house", "by", "sea", "when", "it", "was", "cold", "night"};
+  std::string s;
+  for (int i = 0; i < words; i++) s += std::string(kWords[rng() % std::size(kWords)]) + " ";
+  return s;
+}
+
+class GpuProfile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+    setenv("XDG_CACHE_HOME", dir_.path("cache").c_str(), 1);
+    std::mt19937_64 rng(7);
+    for (int d = 0; d < 64; d++)
+      testing::write_text(dir_.path("text/doc" + std::to_string(d) + ".txt"), random_document(rng, 3000));
+    PrepareOptions p;
+    p.inputs = {dir_.path("text")};
+    p.out_dir = dir_.path("data");
+    p.val_fraction = 0.05;
+    p.threads = 1;
+    p.progress = false;
+    prepare(testing::ByteTokenizer(), p);
+    ModelConfig c;
+    c.name = "gpu-profile";
+    c.arch = Arch::Llama;
+    c.vocab_size = 257;
+    c.d_model = 1024;
+    c.n_layers = 4;
+    c.n_heads = 16;
+    c.n_kv_heads = 4;
+    c.head_dim = 64;
+    c.ffn_dim = 2816;
+    c.max_seq = 1024;
+    fs::write_file_atomic(dir_.path("model.json"), c.to_hf_json().dump(2));
+  }
+  void TearDown() override { unsetenv("XDG_CACHE_HOME"); }
+
+  TrainConfig recipe(const std::string& out) const {
+    TrainConfig t;
+    t.model = dir_.path("model.json");
+    t.data = dir_.path("data");
+    t.out = dir_.path(out);
+    t.device = "cuda";
+    t.batch = 8;
+    t.seq = 1024;
+    t.steps = 100;
+    t.eval_tokens = 0;
+    return t;
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(GpuProfile, SharesAccountForTheStepAndMfuMatchesTraining) {
+  ProfileOptions o;
+  o.train = recipe("profile");
+  o.warmup_steps = 3;
+  o.measure_steps = 5;
+  o.print_progress = false;
+  const ProfileReport r = run_profile(o);
+  std::cout << format_profile(r);
+  EXPECT_EQ(r.ceilings.source, "measured now");
+  EXPECT_GT(r.ceilings.matmul_flops, 50e12);
+  EXPECT_GT(r.ceilings.copy_bytes_per_s, 500e9);
+  const StepTotals& t = r.totals;
+  EXPECT_NEAR(t.kernels_ms + t.gaps_ms + t.data_wait_ms + t.unexplained_ms, t.step_ms, 1e-9 * t.step_ms);
+  EXPECT_LE(std::abs(t.unexplained_ms), 0.05 * t.step_ms);
+  double shares = 0;
+  for (const OpRow& op : r.ops) shares += op.share;
+  EXPECT_NEAR(shares, t.kernels_ms / t.step_ms, 1e-9);
+  ASSERT_GE(r.mfu, 0) << "no peak known for " << r.device;
+
+  // The same recipe trained: the mean MFU of the same steps (4 to 8) of its log.
+  TrainConfig train = recipe("train");
+  train.steps = 8;
+  Trainer trainer(train);
+  double mfu_sum = 0;
+  int n = 0;
+  trainer.on_step = [&](const StepRecord& s) {
+    if (s.step > 3) {
+      mfu_sum += s.metrics.mfu;
+      n++;
+    }
+  };
+  trainer.run();
+  ASSERT_EQ(n, 5);
+  EXPECT_NEAR(r.mfu, mfu_sum / n, 0.02 * r.mfu) << "profile MFU " << r.mfu << ", train MFU " << mfu_sum / n;
+
+  // The second profile reads the ceilings from the cache.
+  o.train.out = dir_.path("profile2");
+  o.measure_steps = 1;
+  EXPECT_EQ(run_profile(o).ceilings.source, "cache " + ceilings_cache_path());
+}
+
+}  // namespace
+}  // namespace tk
