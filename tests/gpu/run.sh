@@ -7,7 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 export OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-STEPS=${1:-tests,hf,kernels,curve,ncu,fixtures,bench}
+STEPS=${1:-tests,hf,kernels,curve,profile,ncu,fixtures,bench}
 REGEX=${2:-.}
 source tests/gpu/env.sh
 BUILD=build-gpu
@@ -51,6 +51,26 @@ if has curve && [ -f data/brown/meta.json ]; then
   wait
   python3 tests/gpu/curve.py "$OUT/curve-cpu" "$OUT/curve-cuda" "$OUT/curve-cuda2" | tee "$OUT/curve.txt" | tail -6
   echo "curve: $(( $(date +%s) - start ))s"
+fi
+if has profile && [ -f data/brown/meta.json ]; then
+  # A GPU run for the report (train, then profile into the same run directory, then the page), and the
+  # profile of the benchmark shapes.
+  RUN=(--data data/brown --model gpt2-small-llama --batch 8 --seq 512 --lr 1e-3 --warmup 20 --device cuda)
+  $BUILD/tokamak train "${RUN[@]}" --steps 120 --eval-every 40 --eval-tokens 4096 --save-every 0 \
+    --out "$OUT/gpu-run" --overwrite > "$OUT/gpu-run.log" 2>&1 || tail -5 "$OUT/gpu-run.log"
+  grep -A14 "memory held" "$OUT/gpu-run.log" | head -16
+  $BUILD/tokamak profile "${RUN[@]}" --out "$OUT/gpu-run" > "$OUT/gpu-run-profile.log" 2>&1 || tail -5 "$OUT/gpu-run-profile.log"
+  $BUILD/tokamak report "$OUT/gpu-run" > /dev/null 2>&1 || echo "report failed"
+  rm -rf "$OUT"/gpu-run/step_*
+  for m in ${PROFILE_MODELS:-qwen2.5-0.5b,llama3.2-1b}; do
+    m=${m//,/ }
+    for one in $m; do
+      $BUILD/tokamak profile --data data/brown --model "$one" --batch 8 --seq 2048 --device cuda \
+        --out "$OUT/profile-$one" > "$OUT/profile-$one.log" 2>&1 || tail -5 "$OUT/profile-$one.log"
+      head -60 "$OUT/profile-$one.log" | tail -45
+    done
+  done
+  echo "profile: $(( $(date +%s) - start ))s"
 fi
 if has ncu && command -v ncu >/dev/null; then
   # Every kernel of one Qwen2.5-0.5B step (after one warm-up step), timed by Nsight Compute.

@@ -20,7 +20,7 @@ class CudnnAttention {
  public:
   // The backward's batch is split into groups whose quadratic dP workspace (B*Hq*T^2 bf16, what cuDNN's
   // deterministic Hopper backward needs) stays under this; each group is one execution of the same plan.
-  static constexpr size_t kBackwardWorkspaceBudget = size_t(512) << 20;
+  static constexpr size_t kBackwardWorkspaceBudget = size_t(1) << 30;
 
   CudnnAttention(cudaStream_t stream, const DeviceAlloc& alloc);
   ~CudnnAttention();
