@@ -50,31 +50,70 @@ struct Buffers {
   Tensor tokens, targets, positions, segments;  // i32 [N]
 };
 
-// `c` carves what the forward keeps for the backward; `s` the gradient scratch, the branch and the ids.
+// Which of a layer's activations the backward recomputes (the rest are kept per layer).
+struct Recomputed {
+  bool x_attn, rstd_attn, qkv, att, h_mid, x_mlp, rstd_mlp, gate_up, act;
+};
+Recomputed recomputed(const Recompute& r) {
+  const bool b = r.block;
+  return {b || r.norm, b, b || r.qkv, b || r.attention, b, b || r.norm, b, b, b || r.swiglu};
+}
+
+// One layer's activations: carved from `c` where kept, the `shared` tensors where recomputed.
+LayerActivations plan_layer(BufferCarver& c, const LayerActivations& shared, const Recomputed& rc,
+                            const ModelConfig& cfg, int64_t N, DType act, DType stat) {
+  const int64_t d = cfg.d_model, f = cfg.ffn_dim;
+  LayerActivations a;
+  auto take = [&](Tensor LayerActivations::*field, bool recompute, DType dt, int64_t n) {
+    a.*field = recompute ? shared.*field : c.take(dt, n);
+  };
+  a.h = c.take(act, N * d);  // the block input: always kept
+  take(&LayerActivations::x_attn, rc.x_attn, act, N * d);
+  take(&LayerActivations::rstd_attn, rc.rstd_attn, stat, N);
+  if (cfg.qk_norm) {
+    take(&LayerActivations::qkv_pre, rc.qkv, act, N * cfg.qkv_dim());
+    take(&LayerActivations::qk_rstd, rc.qkv, stat, N * (cfg.n_heads + cfg.n_kv_heads));
+  }
+  take(&LayerActivations::qkv, rc.qkv, act, N * cfg.qkv_dim());
+  take(&LayerActivations::att, rc.att, act, N * cfg.q_dim());
+  take(&LayerActivations::lse, rc.att, stat, N * cfg.n_heads);
+  take(&LayerActivations::h_mid, rc.h_mid, act, N * d);
+  take(&LayerActivations::x_mlp, rc.x_mlp, act, N * d);
+  take(&LayerActivations::rstd_mlp, rc.rstd_mlp, stat, N);
+  take(&LayerActivations::gate_up, rc.gate_up, act, N * 2 * f);
+  take(&LayerActivations::act, rc.act, act, N * f);
+  return a;
+}
+
+// `c` carves what the forward keeps for the backward; `s` the gradient scratch, the branch, the ids and
+// the one layer's worth of recomputed activations.
 Buffers plan_buffers(BufferCarver& c, BufferCarver& s, const ModelConfig& cfg, const ModelOptions& opt, DType act,
                      DType stat) {
   const int64_t N = int64_t(opt.B) * opt.T, d = cfg.d_model, f = cfg.ffn_dim;
-  const int64_t heads = cfg.n_heads, qk_heads = cfg.n_heads + cfg.n_kv_heads;
+  const Recomputed rc = recomputed(opt.recompute);
   Buffers b;
-  for (int l = 0; l < cfg.n_layers; l++) {
-    LayerActivations a;
-    a.h = c.take(act, N * d);
-    a.x_attn = c.take(act, N * d);
-    a.rstd_attn = c.take(stat, N);
+  // One layer's worth of the recomputed tensors, shared by all layers.
+  LayerActivations shared;
+  {
+    auto share = [&](Tensor LayerActivations::*field, bool recompute, DType dt, int64_t n) {
+      shared.*field = recompute ? s.take(dt, n) : Tensor();
+    };
+    share(&LayerActivations::x_attn, rc.x_attn, act, N * d);
+    share(&LayerActivations::rstd_attn, rc.rstd_attn, stat, N);
     if (cfg.qk_norm) {
-      a.qkv_pre = c.take(act, N * cfg.qkv_dim());
-      a.qk_rstd = c.take(stat, N * qk_heads);
+      share(&LayerActivations::qkv_pre, rc.qkv, act, N * cfg.qkv_dim());
+      share(&LayerActivations::qk_rstd, rc.qkv, stat, N * (cfg.n_heads + cfg.n_kv_heads));
     }
-    a.qkv = c.take(act, N * cfg.qkv_dim());
-    a.att = c.take(act, N * cfg.q_dim());
-    a.lse = c.take(stat, N * heads);
-    a.h_mid = c.take(act, N * d);
-    a.x_mlp = c.take(act, N * d);
-    a.rstd_mlp = c.take(stat, N);
-    a.gate_up = c.take(act, N * 2 * f);
-    a.act = c.take(act, N * f);
-    b.layers.push_back(a);
+    share(&LayerActivations::qkv, rc.qkv, act, N * cfg.qkv_dim());
+    share(&LayerActivations::att, rc.att, act, N * cfg.q_dim());
+    share(&LayerActivations::lse, rc.att, stat, N * cfg.n_heads);
+    share(&LayerActivations::h_mid, rc.h_mid, act, N * d);
+    share(&LayerActivations::x_mlp, rc.x_mlp, act, N * d);
+    share(&LayerActivations::rstd_mlp, rc.rstd_mlp, stat, N);
+    share(&LayerActivations::gate_up, rc.gate_up, act, N * 2 * f);
+    share(&LayerActivations::act, rc.act, act, N * f);
   }
+  for (int l = 0; l < cfg.n_layers; l++) b.layers.push_back(plan_layer(c, shared, rc, cfg, N, act, stat));
   b.h_out = c.take(act, N * d);
   b.x_final = c.take(act, N * d);
   b.rstd_final = c.take(stat, N);
@@ -166,6 +205,7 @@ struct Model::Impl {
   Step stage_batch(const Batch& batch);
   void forward_pass(const Step& s);
   void layer_forward(const Step& s, int l);
+  void recompute_layer(const Step& s, int l);
   void lm_head(const Step& s, bool with_grads, float grad_scale);
   LossSum read_loss(const Step& s);
   void backward_pass(const Step& s);
@@ -303,7 +343,46 @@ void Model::Impl::backward_pass(const Step& s) {
   ops.embedding_backward(g.embed, shaped(buf.tokens, {N}), dh);
 }
 
+// Before a layer's backward: the activations its policy did not keep, by the forward's own ops in the
+// forward's order, so they come out bitwise as the forward made them.
+void Model::Impl::recompute_layer(const Step& s, int l) {
+  const Recomputed rc = recomputed(opt.recompute);
+  const int64_t N = s.N, d = cfg.d_model, f = cfg.ffn_dim, H3 = cfg.n_heads + 2 * cfg.n_kv_heads;
+  const float eps = float(cfg.norm_eps);
+  const LayerActivations& a = buf.layers[l];
+  const LayerWeights& lw = w.layers[l];
+  const Tensor h = shaped(a.h, {N, d}), x_attn = shaped(a.x_attn, {N, d});
+  if (rc.x_attn) ops.rmsnorm_forward(x_attn, shaped(a.rstd_attn, {N}), h, lw.attn_norm, eps);
+  if (rc.qkv) {
+    const Tensor qkv = shaped(a.qkv, {N, cfg.qkv_dim()});
+    const Tensor qkv_pre = cfg.qk_norm ? shaped(a.qkv_pre, {N, cfg.qkv_dim()}) : qkv;
+    ops.linear_forward(qkv_pre, x_attn, lw.qkv_w, lw.qkv_b);
+    ops.qk_norm_rope_forward(qkv, shaped(a.qk_rstd, {N, cfg.n_heads + cfg.n_kv_heads}), qkv_pre, lw.q_norm,
+                             lw.k_norm, shaped(buf.positions, {N}), s.attn, float(cfg.rope_theta), eps);
+  }
+  if (rc.att) {
+    const Tensor segments = opt.doc_mask ? shaped(buf.segments, {s.B, s.T}) : Tensor();
+    ops.attention_forward(shaped(a.att, {s.B, s.T, cfg.n_heads, cfg.head_dim}), shaped(a.lse, {s.B, cfg.n_heads, s.T}),
+                          shaped(a.qkv, {s.B, s.T, H3, cfg.head_dim}), segments, s.attn);
+  }
+  const Tensor x_mlp = shaped(a.x_mlp, {N, d});
+  if (rc.h_mid) {
+    const Tensor branch = shaped(buf.branch, {N, d});
+    ops.linear_forward(branch, shaped(a.att, {N, cfg.q_dim()}), lw.o_w, lw.o_b);
+    ops.residual_rmsnorm_forward(shaped(a.h_mid, {N, d}), x_mlp, shaped(a.rstd_mlp, {N}), h, branch, lw.mlp_norm, eps);
+  } else if (rc.x_mlp) {
+    ops.rmsnorm_forward(x_mlp, shaped(a.rstd_mlp, {N}), shaped(a.h_mid, {N, d}), lw.mlp_norm, eps);
+  }
+  if (rc.gate_up) ops.linear_forward(shaped(a.gate_up, {N, 2 * f}), x_mlp, lw.gate_up_w, Tensor());
+  if (rc.act) ops.swiglu_forward(shaped(a.act, {N, f}), shaped(a.gate_up, {N, 2 * f}));
+}
+
 void Model::Impl::layer_backward(const Step& s, int l) {
+  if (opt.recompute.any()) {
+    ops.range_push("recompute");
+    recompute_layer(s, l);
+    ops.range_pop();
+  }
   const int64_t N = s.N, d = cfg.d_model, f = cfg.ffn_dim, H3 = cfg.n_heads + 2 * cfg.n_kv_heads;
   const float eps = float(cfg.norm_eps);
   const LayerActivations& a = buf.layers[l];
@@ -329,6 +408,54 @@ void Model::Impl::layer_backward(const Step& s, int l) {
                             shaped(buf.positions, {N}), s.attn, float(cfg.rope_theta), eps);
   ops.linear_backward(dx, lg.qkv_w, lg.qkv_b, dqkv, shaped(a.x_attn, {N, d}), lw.qkv_w);
   ops.rmsnorm_backward(dh, lg.attn_norm, dx, dh, shaped(a.h, {N, d}), shaped(a.rstd_attn, {N}), lw.attn_norm);
+}
+
+// ---- recompute policies and the memory they leave ------------------------------------------------
+
+std::string Recompute::describe() const {
+  std::string out;
+  for (auto [on, name] : {std::pair{norm, "norm"}, {swiglu, "swiglu"}, {attention, "attention"}, {qkv, "qkv"},
+                          {block, "block"}})
+    if (on) out += (out.empty() ? "" : ",") + std::string(name);
+  return out.empty() ? "none" : out;
+}
+
+Recompute Recompute::parse(const std::string& spec) {
+  Recompute r;
+  size_t at = 0;
+  while (at <= spec.size()) {
+    const size_t comma = std::min(spec.find(',', at), spec.size());
+    const std::string name = spec.substr(at, comma - at);
+    if (name == "norm") r.norm = true;
+    else if (name == "swiglu") r.swiglu = true;
+    else if (name == "attention") r.attention = true;
+    else if (name == "qkv") r.qkv = true;
+    else if (name == "block") r.block = true;
+    else if (name != "none" && !name.empty())
+      fail("unknown recompute policy '{}' in '{}': use none, or any of norm, swiglu, attention, qkv, block joined by commas",
+           name, spec);
+    at = comma + 1;
+  }
+  return r;
+}
+
+double Recompute::flops_per_token(const ModelConfig& c, int T) const {
+  const double d = c.d_model, q = c.q_dim(), k = c.kv_dim(), f = c.ffn_dim, L = c.n_layers;
+  const double qkv_gemm = 2 * d * (q + 2 * k), attn_fwd = 2.0 * T * q;  // causal: half of 4 T q
+  if (block) return L * (qkv_gemm + attn_fwd + 2 * q * d + 2 * d * 2 * f);
+  return L * ((qkv ? qkv_gemm : 0) + (attention ? attn_fwd : 0));
+}
+
+std::vector<std::pair<std::string, size_t>> model_memory(const ModelConfig& cfg, const ModelOptions& opt, DType act,
+                                                         DType grad) {
+  const ParamLayout layout = ParamLayout::build(cfg);
+  const DType stat = act == DType::F64 ? DType::F64 : DType::F32;
+  BufferCarver kept, scratch;
+  plan_buffers(kept, scratch, cfg, opt, act, stat);
+  return {{"parameters", size_t(layout.total) * dtype_size(act)},
+          {"parameter gradients", size_t(layout.total) * dtype_size(grad)},
+          {"activations kept for the backward", kept.used()},
+          {"activation gradients and step scratch", scratch.used()}};
 }
 
 // ---- public interface -------------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "data/loader.h"
@@ -12,11 +14,35 @@
 
 namespace tk {
 
+// What the backward recomputes instead of keeping from the forward. Policies combine; each gives bitwise
+// the same results as keeping everything (the recomputation repeats the forward's exact ops), and the
+// recomputed tensors of all layers share one layer's worth of scratch.
+struct Recompute {
+  bool norm = false;       // the RMSNorm outputs x_attn, x_mlp                      (no matmul FLOPs)
+  bool swiglu = false;     // the SwiGLU output act [N, f]                            (no matmul FLOPs)
+  bool attention = false;  // the attention output and its logsumexp: one flash forward per layer
+  bool qkv = false;        // the q/k/v projection (and RoPE / q-k norms): one GEMM per layer
+  bool block = false;      // everything but the block input h: the layer's whole forward again
+
+  bool any() const { return norm || swiglu || attention || qkv || block; }
+  // "none", or the policies joined by commas, e.g. "norm,swiglu"; parse() reads the same form.
+  std::string describe() const;
+  static Recompute parse(const std::string& spec);
+  // Matmul and attention FLOPs per token that the recompute repeats (for HFU), DESIGN.md's counting.
+  double flops_per_token(const ModelConfig& cfg, int T) const;
+};
+
 struct ModelOptions {
   int B = 1;               // micro-batch rows
   int T = 1024;            // sequence length
   bool doc_mask = false;   // attend only within a document (positions restart at each document)
+  Recompute recompute;
 };
+
+// The device memory a Model allocates for these options, by the labels Model gives its allocations,
+// computed without allocating (tokamak plan): act is the backend's activation dtype (bf16 on CUDA).
+std::vector<std::pair<std::string, size_t>> model_memory(const ModelConfig& cfg, const ModelOptions& opt, DType act,
+                                                         DType grad);
 
 struct LossSum {
   double sum = 0;          // sum of per-token losses (nats)

@@ -152,6 +152,7 @@ class StepRunner {
       s.name = rec.name;
       s.detail = describe_op(rec);
       s.category = rec.category;
+      s.recompute = rec.recompute;
       s.start_ms = ops_->timing_elapsed_ms(begin, rec.begin);
       s.dur_ms = ops_->timing_elapsed_ms(rec.begin, rec.end);
       s.flops = rec.cost.flops;
@@ -219,9 +220,13 @@ std::vector<OpRow> summarize_ops(const std::vector<MeasuredStep>& steps, double 
 StepTotals summarize_step(const std::vector<MeasuredStep>& steps, double recompute_flops_per_step,
                           const std::vector<OpRow>& ops) {
   StepTotals t;
+  double measured_recompute = 0;  // the ops run inside the model's "recompute" range
   for (const MeasuredStep& m : steps) {
     double kernels = 0;
-    for (const TraceSpan& s : m.ops) kernels += s.dur_ms;
+    for (const TraceSpan& s : m.ops) {
+      kernels += s.dur_ms;
+      if (s.recompute) measured_recompute += s.dur_ms;
+    }
     // The timeline runs from a mark before the step to one after it; where it and the host clock
     // disagree, the shorter bounds the gaps and the difference is left unexplained.
     const double gaps = std::max(0.0, std::min(m.timeline_ms, m.wall_ms) - kernels - m.data_wait_ms);
@@ -243,7 +248,12 @@ StepTotals summarize_step(const std::vector<MeasuredStep>& steps, double recompu
       mm_flops += r.flops;
       mm_ms += r.ms;
     }
-  if (recompute_flops_per_step > 0 && mm_flops > 0) t.recompute_ms = recompute_flops_per_step / mm_flops * mm_ms;
+  // Measured when the model marked its recomputation; else estimated from the FLOPs it repeats.
+  if (measured_recompute > 0) {
+    t.recompute_ms = measured_recompute / n;
+  } else if (recompute_flops_per_step > 0 && mm_flops > 0) {
+    t.recompute_ms = recompute_flops_per_step / mm_flops * mm_ms;
+  }
   return t;
 }
 

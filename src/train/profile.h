@@ -60,6 +60,7 @@ struct TraceSpan {
   double start_ms = 0, dur_ms = 0;
   double flops = 0, bytes = 0;
   OpCategory category = OpCategory::Other;
+  bool recompute = false;
 };
 
 struct MeasuredStep {

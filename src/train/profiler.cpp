@@ -71,8 +71,9 @@ void ProfilingOps::clear_records() {
 template <class F>
 auto ProfilingOps::timed(const char* name, OpCategory category, const OpCost& cost, const Tensor& in,
                          const Tensor& out, F&& op) {
-  inner_->range_push(name);
   OpRecord r;
+  r.recompute = in_recompute();
+  inner_->range_push(name);
   r.name = name;
   r.category = category;
   r.cost = cost;

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "ops/ops.h"
@@ -25,6 +26,7 @@ struct OpRecord {
   OpCost cost;
   int64_t begin = 0, end = 0;  // the backend's timing marks around the op
   Tensor in, out;              // the shapes (not the data) of the op's main input and output, for the trace
+  bool recompute = false;      // called inside the model's "recompute" range (Model's recompute policies)
 };
 
 class ProfilingOps final : public Ops {
@@ -88,8 +90,20 @@ class ProfilingOps final : public Ops {
   int64_t timing_mark() override { return inner_->timing_mark(); }
   double timing_elapsed_ms(int64_t a, int64_t b) override { return inner_->timing_elapsed_ms(a, b); }
   void timing_reset() override { inner_->timing_reset(); }
-  void range_push(const char* name) override { inner_->range_push(name); }
-  void range_pop() override { inner_->range_pop(); }
+  // The model marks its recomputation with a "recompute" range; ops inside it are flagged as recompute.
+  void range_push(const char* name) override {
+    range_is_recompute_.push_back(std::string_view(name) == "recompute");
+    inner_->range_push(name);
+  }
+  void range_pop() override {
+    if (!range_is_recompute_.empty()) range_is_recompute_.pop_back();
+    inner_->range_pop();
+  }
+  bool in_recompute() const {
+    for (bool r : range_is_recompute_)
+      if (r) return true;
+    return false;
+  }
 
  private:
   // Runs `op` on the backend between two marks (inside an NVTX range named after it) and records it.
@@ -97,6 +111,7 @@ class ProfilingOps final : public Ops {
   auto timed(const char* name, OpCategory category, const OpCost& cost, const Tensor& in, const Tensor& out, F&& op);
 
   std::unique_ptr<Ops> inner_;
+  std::vector<bool> range_is_recompute_;
   std::vector<OpRecord> records_;
 };
 

@@ -31,7 +31,7 @@
 namespace tk {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, model, data, out, tokenizer, device, batch, seq,
-                                                batch_tokens, doc_mask, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
+                                                batch_tokens, doc_mask, recompute, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
                                                 decay_fraction, beta1, beta2, adam_eps, weight_decay, grad_clip, seed,
                                                 eval_every, eval_tokens, save_every, keep_checkpoints, peak_tflops)
 
@@ -372,6 +372,7 @@ void TrainingRun::build_model() {
   mo.B = cfg_.batch;
   mo.T = cfg_.seq;
   mo.doc_mask = cfg_.doc_mask;
+  mo.recompute = Recompute::parse(cfg_.recompute);
   TK_CHECK(cfg_.seq <= source_.config.max_seq || source_.config.max_seq <= 0,
            "--seq {} is longer than the model's max_position_embeddings {}", cfg_.seq, source_.config.max_seq);
   model_ = std::make_unique<Model>(source_.config, *backend_.ops, mo);
@@ -387,7 +388,8 @@ void TrainingRun::build_model() {
     log::info("loading weights from {}", source_.weights_path);
     optimizer_->set_weights_f32(load_params(model_->config(), model_->layout(), source_.weights_path));
   }
-  throughput_.emplace(model_->config(), cfg_.seq, describe_device(backend_.gpu, cfg_.peak_tflops * 1e12));
+  throughput_.emplace(model_->config(), cfg_.seq, describe_device(backend_.gpu, cfg_.peak_tflops * 1e12),
+                      mo.recompute.flops_per_token(model_->config(), cfg_.seq));
 }
 
 void TrainingRun::warn_recipe_changes(const json& saved) const {

@@ -2,6 +2,8 @@
 // masking makes a packed row equal its documents run apart; smaller batches than planned give what a
 // model planned for them gives; gradients accumulate; initialisation is deterministic and HF-like;
 // bad tokens are refused.
+#include <cstring>
+#include <map>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -210,6 +212,78 @@ TEST(Model, RefusesTokensOutsideTheVocabularyAndOversizedBatches) {
   HostBatch big(2, 8, random_tokens(18, cfg.vocab_size, 3));
   EXPECT_THROW(model.forward(big.batch), Error);
   EXPECT_THROW(Model(cfg, *ops, {1, cfg.max_seq + 1, false}), Error);
+}
+
+}  // namespace
+}  // namespace tk
+
+namespace tk {
+namespace {
+
+// Every recompute policy, alone and combined, gives bitwise the loss and gradients of keeping everything,
+// for each architecture; and it keeps less.
+TEST(ModelRecompute, EveryPolicyGivesBitwiseTheSameGradientsWithLessMemory) {
+  for (Arch arch : {Arch::Llama, Arch::Qwen2, Arch::Qwen3}) {
+    const ModelConfig cfg = small_config(arch);
+    const int B = 2, T = 16;
+    auto ops = make_cpu_ops(DType::F32);
+    HostBatch data(B, T, random_tokens(size_t(B) * (T + 1), cfg.vocab_size, 11));
+    std::vector<float> params;
+    auto run = [&](const std::string& policy, size_t* kept_bytes) {
+      ModelOptions o{B, T, false};
+      o.recompute = Recompute::parse(policy);
+      Model model(cfg, *ops, o);
+      if (params.empty()) {
+        model.init_params(3);
+        params = model.params_f32();
+      }
+      model.set_params_f32(params);
+      model.zero_grads();
+      LossSum loss = model.forward_backward(data.batch, 0.1f);
+      for (const MemoryRow& r : ops->memory_rows())
+        if (r.label == "activations kept for the backward") *kept_bytes = r.bytes;
+      return std::pair{loss.sum, model.grads_f32()};
+    };
+    size_t kept_none = 0;
+    const auto [loss0, grads0] = run("none", &kept_none);
+    for (const char* policy : {"norm", "swiglu", "attention", "qkv", "block", "norm,swiglu", "qkv,attention,swiglu",
+                               "norm,swiglu,attention,qkv"}) {
+      size_t kept = 0;
+      const auto [loss, grads] = run(policy, &kept);
+      EXPECT_EQ(loss, loss0) << policy;
+      EXPECT_EQ(0, std::memcmp(grads.data(), grads0.data(), grads0.size() * sizeof(float))) << policy << " arch "
+                                                                                         << int(arch);
+      EXPECT_LT(kept, kept_none) << policy;
+    }
+  }
+}
+
+TEST(ModelRecompute, PoliciesParseAndDescribe) {
+  EXPECT_EQ(Recompute::parse("none").describe(), "none");
+  EXPECT_EQ(Recompute::parse("swiglu,norm").describe(), "norm,swiglu");
+  EXPECT_EQ(Recompute::parse("block").describe(), "block");
+  EXPECT_THROW(Recompute::parse("norm,everything"), Error);
+  const ModelConfig cfg = small_config();
+  EXPECT_EQ(Recompute::parse("norm,swiglu").flops_per_token(cfg, 16), 0.0);
+  // qkv: one GEMM [d -> q + 2k] forward per layer, 2 FLOPs per multiply-add.
+  EXPECT_EQ(Recompute::parse("qkv").flops_per_token(cfg, 16),
+            cfg.n_layers * 2.0 * cfg.d_model * (cfg.q_dim() + 2 * cfg.kv_dim()));
+}
+
+// model_memory() predicts exactly what a Model allocates, by label, for every policy.
+TEST(ModelRecompute, PredictedMemoryEqualsWhatTheModelAllocates) {
+  for (const char* policy : {"none", "norm,swiglu", "block"}) {
+    const ModelConfig cfg = small_config(Arch::Qwen3);
+    ModelOptions o{3, 20, false};
+    o.recompute = Recompute::parse(policy);
+    auto ops = make_cpu_ops(DType::F32);
+    Model model(cfg, *ops, o);
+    std::map<std::string, size_t> held;
+    for (const MemoryRow& r : ops->memory_rows()) held[r.label] = r.bytes;
+    for (const auto& [label, bytes] : model_memory(cfg, o, DType::F32, DType::F32)) {
+      EXPECT_EQ(held[label], bytes) << label << " with " << policy;
+    }
+  }
 }
 
 }  // namespace

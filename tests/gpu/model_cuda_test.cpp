@@ -175,3 +175,44 @@ TEST(ModelCudaBatch, ASmallerBatchThanPlannedGivesWhatAModelPlannedForItGives) {
 
 }  // namespace
 }  // namespace tk
+
+namespace tk {
+namespace {
+
+// On CUDA too, recomputing gives bitwise the loss and gradients of keeping everything: the recomputation
+// repeats the forward's kernels on the same inputs (RMSNorm normalises the rounded residual either way).
+TEST(ModelCudaRecompute, EveryPolicyGivesBitwiseTheSameGradients) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (Arch arch : {Arch::Llama, Arch::Qwen3}) {
+    const ModelConfig cfg = config_for(arch, 64, 8, 2);
+    auto gpu = make_cuda_ops();
+    HostBatch data(2, 256, cfg.vocab_size, 17);
+    std::vector<float> params;
+    {
+      Model init(cfg, *gpu, {1, 8, false});
+      init.init_params(23);
+      params = init.params_f32();
+    }
+    auto run_policy = [&](const char* policy) {
+      ModelOptions o{2, 256, false};
+      o.recompute = Recompute::parse(policy);
+      Model model(cfg, *gpu, o);
+      model.set_params_f32(params);
+      model.zero_grads();
+      Result r;
+      r.loss = model.forward_backward(data.batch, 1.0f / 512);
+      r.grads = model.grads_f32();
+      return r;
+    };
+    const Result none = run_policy("none");
+    for (const char* policy : {"norm", "swiglu", "attention", "qkv", "block", "norm,swiglu,attention,qkv"}) {
+      const Result r = run_policy(policy);
+      EXPECT_EQ(r.loss.sum, none.loss.sum) << policy;
+      EXPECT_EQ(0, std::memcmp(r.grads.data(), none.grads.data(), none.grads.size() * sizeof(float)))
+          << policy << " changed the gradients";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tk
