@@ -29,6 +29,9 @@ void add_recipe_options(CLI::App& app, TrainConfig& c) {
                  "What the backward recomputes instead of keeping: none, or any of norm, swiglu, attention, qkv, block "
                  "joined by commas (same results, less memory)")
       ->capture_default_str();
+  app.add_option("--memory-budget", c.memory_budget,
+                 "Fit the run into this much device memory (e.g. 16GiB): picks the micro-batch (at most --batch) and "
+                 "the recompute policy, keeping the global batch");
   app.add_option("--vocab-size", c.vocab_size,
                  "Vocabulary of a model trained from scratch, e.g. that of a tokenizer made by train-tokenizer "
                  "(default: the preset's or config's)");

@@ -26,12 +26,13 @@
 #include "train/evaluate.h"
 #include "train/lr_schedule.h"
 #include "train/model_source.h"
+#include "train/memory_plan.h"
 #include "train/optimizer.h"
 
 namespace tk {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, model, data, out, tokenizer, device, batch, seq,
-                                                batch_tokens, doc_mask, recompute, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
+                                                batch_tokens, doc_mask, recompute, memory_budget, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
                                                 decay_fraction, beta1, beta2, adam_eps, weight_decay, grad_clip, seed,
                                                 eval_every, eval_tokens, save_every, keep_checkpoints, peak_tflops)
 
@@ -227,6 +228,7 @@ class TrainingRun {
   void open_data();
   void check_tokenizer();
   void resize_vocab();
+  void apply_memory_budget();
   void build_model();
   void resume_from(const std::string& checkpoint);
   void drop_later_checkpoints(int64_t step) const;
@@ -604,10 +606,29 @@ void TrainingRun::build_parts() {
   backend_ = make_backend(cfg_.device);
   if (hooks_.wrap_ops) backend_.ops = hooks_.wrap_ops(std::move(backend_.ops));
   source_ = find_model_source(cfg_.model);
-  open_data();
+  meta_ = read_dataset_meta(cfg_.data);
   if (cfg_.vocab_size > 0) resize_vocab();
+  if (!cfg_.memory_budget.empty()) apply_memory_budget();  // before the loader: it sets the micro-batch
+  open_data();
   check_tokenizer();
   build_model();
+}
+
+// --memory-budget: the fastest micro-batch (at most --batch) and recompute policy whose planned memory
+// fits, for the same global batch (accumulation makes up the difference).
+void TrainingRun::apply_memory_budget() {
+  TK_CHECK(backend_.gpu, "--memory-budget plans device memory: it needs the CUDA backend (--device cuda)");
+  const double budget = parse_bytes(cfg_.memory_budget);
+  PlanTarget target;
+  target.peak_flops = describe_device(true, cfg_.peak_tflops * 1e12).peak_flops;
+  if (target.peak_flops <= 0) target.peak_flops = 989e12;
+  const int64_t global = cfg_.batch_tokens;
+  const MemoryPlan p = choose_plan(source_.config, cfg_.batch, cfg_.seq, global, budget, target);
+  fmt::print("memory budget {}: micro-batch {} x {} with {} accumulation step(s), recompute {}; planned {}\n",
+             format_bytes(budget), p.B, p.T, p.accumulation, p.recompute.describe(), format_bytes(p.total_bytes));
+  cfg_.batch = p.B;
+  cfg_.recompute = p.recompute.describe();
+  accum_steps_ = p.accumulation;
 }
 
 void TrainingRun::set_up_steps() {

@@ -7,7 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 export OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-STEPS=${1:-tests,hf,kernels,curve,profile,ncu,fixtures,bench}
+STEPS=${1:-tests,hf,kernels,curve,profile,plan,ncu,fixtures,bench}
 REGEX=${2:-.}
 source tests/gpu/env.sh
 BUILD=build-gpu
@@ -61,7 +61,7 @@ if has profile && [ -f data/brown/meta.json ]; then
   grep -A14 "memory held" "$OUT/gpu-run.log" | head -16
   $BUILD/tokamak profile "${RUN[@]}" --out "$OUT/gpu-run" > "$OUT/gpu-run-profile.log" 2>&1 || tail -5 "$OUT/gpu-run-profile.log"
   $BUILD/tokamak report "$OUT/gpu-run" > /dev/null 2>&1 || echo "report failed"
-  rm -rf "$OUT"/gpu-run/step_*
+  rm -rf "$OUT"/gpu-run/step_* "$OUT"/gpu-run/trace.json
   for m in ${PROFILE_MODELS:-qwen2.5-0.5b,llama3.2-1b}; do
     m=${m//,/ }
     for one in $m; do
@@ -71,6 +71,31 @@ if has profile && [ -f data/brown/meta.json ]; then
     done
   done
   echo "profile: $(( $(date +%s) - start ))s"
+fi
+if has plan && [ -f data/brown/meta.json ]; then
+  # Recompute policies and --memory-budget on the 1B shape: measured peak and tokens/s against the plan.
+  for run in "none" "norm,swiglu" "norm,swiglu,attention,qkv" "block" "budget:24GiB"; do
+    if [[ $run == budget:* ]]; then FLAGS=(--memory-budget "${run#budget:}"); else FLAGS=(--recompute "$run"); fi
+    $BUILD/tokamak train --data data/brown --model llama3.2-1b --batch 8 --seq 2048 --steps 8 --warmup 2 \
+      --eval-tokens 0 --save-every 0 --device cuda "${FLAGS[@]}" --out /tmp/plan-run --overwrite > /tmp/plan-run.log 2>&1 \
+      || { tail -3 /tmp/plan-run.log; continue; }
+    python3 - "$run" /tmp/plan-run/log.jsonl /tmp/plan-run/memory.json <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[2]) if '"loss"' in l]
+mem = json.load(open(sys.argv[3]))
+tail = rows[3:]
+tps = sum(r["tokens_per_s"] for r in tail) / len(tail)
+peak = max(r["memory_bytes"] for r in rows) / 2**30
+print(f"{sys.argv[1]:<28} {tps:>9.0f} tok/s  device in use {peak:6.2f} GiB  tokamak holds {mem['total_bytes']/2**30:6.2f} GiB  "
+      f"losses {rows[0]['loss']:.6f} {rows[-1]['loss']:.6f}")
+PY
+    grep "memory budget" /tmp/plan-run.log
+  done | tee "$OUT/plan-measured.txt"
+  for r in none norm,swiglu norm,swiglu,attention,qkv block; do
+    echo "plan $r: $($BUILD/tokamak plan --model llama3.2-1b --batch 8 --seq 2048 --gpu "NVIDIA H200" --bandwidth 4300 --json \
+      | python3 -c "import json,sys; j=json.load(sys.stdin); print([round(c['total_bytes']/2**30,2) for c in j['candidates'] if c['recompute']=='$r' and c['micro_batch']==8][0], 'GiB', [round(c['predicted_tokens_per_s']) for c in j['candidates'] if c['recompute']=='$r' and c['micro_batch']==8][0], 'tok/s')")"
+  done | tee -a "$OUT/plan-measured.txt"
+  echo "plan: $(( $(date +%s) - start ))s"
 fi
 if has ncu && command -v ncu >/dev/null; then
   # Every kernel of one Qwen2.5-0.5B step (after one warm-up step), timed by Nsight Compute.

@@ -1,0 +1,97 @@
+// `tokamak plan`: what a training run of a model needs on the device, component by component, and the
+// fastest micro-batch and recompute policy that fit a memory budget, with predicted tokens/s. Runs
+// without a GPU: it computes the plan, it allocates nothing.
+#include <fmt/format.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "train/memory_plan.h"
+#include "train/metrics.h"
+#include "train/model_source.h"
+
+namespace {
+
+struct PlanFlags {
+  std::string model = "qwen2.5-0.5b", budget, device = "cuda", gpu = "NVIDIA H100 80GB HBM3";
+  int batch = 8, seq = 2048;
+  int64_t batch_tokens = 0;
+  double efficiency = 0.65, bandwidth_gbs = 3350;
+  bool json = false, all = false;
+};
+
+nlohmann::ordered_json to_json(const tk::MemoryPlan& p, double budget) {
+  nlohmann::ordered_json j;
+  j["micro_batch"] = p.B;
+  j["seq"] = p.T;
+  j["accumulation_steps"] = p.accumulation;
+  j["recompute"] = p.recompute.describe();
+  j["total_bytes"] = p.total_bytes;
+  j["fits"] = budget <= 0 || p.total_bytes <= budget;
+  j["predicted_tokens_per_s"] = p.predicted_tokens_per_s;
+  j["rows"] = nlohmann::ordered_json::array();
+  for (const tk::PlanRow& r : p.rows)
+    j["rows"].push_back({{"component", r.component}, {"bytes", r.bytes}, {"exact", r.exact}});
+  return j;
+}
+
+int run(const PlanFlags& f) {
+  const tk::ModelConfig cfg = tk::find_model_source(f.model).config;
+  tk::PlanTarget target;
+  target.gpu = f.device != "cpu";
+  target.peak_flops = tk::gpu_peak_flops(f.gpu);
+  if (target.peak_flops <= 0) target.peak_flops = 989e12;
+  target.matmul_efficiency = f.efficiency;
+  target.bandwidth = f.bandwidth_gbs * 1e9;
+  const double budget = f.budget.empty() ? 0 : tk::parse_bytes(f.budget);
+  const int64_t global = f.batch_tokens > 0 ? f.batch_tokens : int64_t(f.batch) * f.seq;
+  const std::vector<tk::MemoryPlan> all = tk::plan_candidates(cfg, f.batch, f.seq, global, target);
+  tk::MemoryPlan chosen = budget > 0 ? tk::choose_plan(cfg, f.batch, f.seq, global, budget, target)
+                                     : tk::plan_memory(cfg, f.batch, f.seq, int(global / (int64_t(f.batch) * f.seq)),
+                                                       tk::Recompute(), target);
+  if (f.json) {
+    nlohmann::ordered_json j;
+    j["model"] = cfg.name;
+    j["budget_bytes"] = budget;
+    j["chosen"] = to_json(chosen, budget);
+    j["candidates"] = nlohmann::ordered_json::array();
+    for (const tk::MemoryPlan& p : all) j["candidates"].push_back(to_json(p, budget));
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  fmt::print("{}: {} on {} ({}), global batch {} tokens\n", f.model, cfg.name, target.gpu ? f.gpu : "the CPU",
+             budget > 0 ? "budget " + tk::format_bytes(budget) : "no budget", global);
+  fmt::print("{}", tk::format_plan(chosen, budget));
+  if (f.all || budget > 0) {
+    fmt::print("\nsettings tried, fastest first:\n  {:>6} {:>6} {:<28} {:>11} {:>12}  fits\n", "B", "accum", "recompute",
+               "memory", "tokens/s");
+    for (const tk::MemoryPlan& p : all)
+      fmt::print("  {:>6} {:>6} {:<28} {:>11} {:>12.0f}  {}\n", p.B, p.accumulation, p.recompute.describe(),
+                 tk::format_bytes(p.total_bytes), p.predicted_tokens_per_s,
+                 budget <= 0 ? "" : (p.total_bytes <= budget ? "yes" : "no"));
+  }
+  return 0;
+}
+
+tk::cli::Command plan_cmd("plan", "The memory a training run needs, and the fastest setting that fits a budget (no GPU needed)",
+                          [](CLI::App& app) -> tk::cli::Runner {
+                            auto f = std::make_shared<PlanFlags>();
+                            app.add_option("--model", f->model, "Preset, config.json or HF model directory")
+                                ->capture_default_str();
+                            app.add_option("--batch", f->batch, "Largest micro-batch rows to consider")->capture_default_str();
+                            app.add_option("--seq", f->seq, "Sequence length")->capture_default_str();
+                            app.add_option("--batch-tokens", f->batch_tokens, "Global batch in tokens (default batch x seq)");
+                            app.add_option("--memory-budget", f->budget, "Device memory to fit, e.g. 16GiB");
+                            app.add_option("--device", f->device, "cuda (bf16, the default) or cpu")->capture_default_str();
+                            app.add_option("--gpu", f->gpu, "GPU name for the peak FLOP rate")->capture_default_str();
+                            app.add_option("--matmul-efficiency", f->efficiency,
+                                           "Achieved share of the peak on the GEMMs, for the speed prediction")
+                                ->capture_default_str();
+                            app.add_option("--bandwidth", f->bandwidth_gbs, "Memory bandwidth in GB/s")->capture_default_str();
+                            app.add_flag("--all", f->all, "List every setting tried");
+                            app.add_flag("--json", f->json, "Print the plan as JSON");
+                            return [f] { return run(*f); };
+                          });
+
+}  // namespace

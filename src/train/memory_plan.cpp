@@ -1,0 +1,185 @@
+// The memory plan and the budget search (memory_plan.h). The model's own buffers come from
+// model_memory(), the very function the Model allocates by, so those rows are exact by construction; the
+// CUDA backend's workspaces follow its sizing rules (the LM head's logits chunk, cuDNN's dP workspace in
+// row groups under 1 GiB, the staging buffer, cuBLASLt's workspace); two rows are estimates: cuDNN's
+// workspace (its own figure runs 6-12% over the B*Hq*T^2 bf16 the groups are sized by) and the CUDA
+// context with the libraries' kernels.
+#include "train/memory_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include "core/error.h"
+#include "model/params.h"
+#include "train/metrics.h"
+
+namespace tk {
+namespace {
+
+constexpr double kLogitsChunkBudget = 512.0 * (1 << 20);      // CudaOps' default (cross_entropy.h)
+constexpr double kAttentionGroupBudget = 1024.0 * (1 << 20);  // CudnnAttention::kBackwardWorkspaceBudget
+constexpr double kCudnnWorkspaceMargin = 1.10;                // cuDNN's figure over the estimate (NOTES.md)
+constexpr double kStagingBytes = 64.0 * (1 << 20);            // CudaOps' f32 staging buffer
+constexpr double kCublasWorkspace = 32.0 * (1 << 20);
+constexpr double kCudaContext = 600.0 * (1 << 20);            // context, cuBLAS/cuDNN handles and kernels
+constexpr double kSmallScratch = 8.0 * (1 << 20);             // norm/grad-norm partials, RoPE table, sort buffers
+
+double logits_chunk_bytes(int64_t N, int64_t V) {
+  const int64_t fit = int64_t(kLogitsChunkBudget / (double(V) * 2));
+  const int64_t rows = std::min<int64_t>(std::max<int64_t>(128, fit / 128 * 128), N);
+  return double(rows) * double(V) * 2;
+}
+
+// The largest divisor of B whose dP workspace fits the group budget (CudnnAttention's rule).
+int attention_group(int B, int heads, int T) {
+  const double per_row = double(heads) * double(T) * double(T) * 2;
+  int group = 1;
+  for (int g = 1; g <= B; g++)
+    if (B % g == 0 && g * per_row <= kAttentionGroupBudget) group = g;
+  return group;
+}
+
+// Seconds per token: the GEMMs at the target's efficiency (lower for small micro-batches, whose GEMMs
+// do not fill the GPU), the memory-bound ops at its bandwidth, the optimizer once per global batch.
+double seconds_per_token(const ModelConfig& c, int B, int T, int accumulation, const Recompute& r,
+                         const PlanTarget& t) {
+  const double model = c.flops_per_token(T), redo = r.flops_per_token(c, T);
+  const double N = double(B) * T;
+  const double eff = t.matmul_efficiency * N / (N + 1024.0);
+  const double d = c.d_model, f = c.ffn_dim, qkv = c.qkv_dim(), L = c.n_layers;
+  double layer_bytes = 32 * d + 16 * f + 8 * qkv;  // norms, SwiGLU and RoPE, forward and backward (bf16)
+  if (r.block) {
+    layer_bytes += 16 * d + 6 * f + 4 * qkv;
+  } else {
+    if (r.norm) layer_bytes += 16 * d;
+    if (r.swiglu) layer_bytes += 6 * f;
+    if (r.qkv) layer_bytes += 4 * qkv;
+  }
+  const double loss_bytes = 3.0 * c.vocab_size * 2;
+  const double P = double(ParamLayout::build(c).total);
+  const double optimizer_bytes = P * (30 + 8);  // AdamW's reads and writes, the gradient norm and zeroing
+  const double tokens_per_step = N * accumulation;
+  return (model + redo) / (t.peak_flops * eff) + (L * layer_bytes + loss_bytes) / t.bandwidth +
+         optimizer_bytes / t.bandwidth / tokens_per_step;
+}
+
+std::vector<Recompute> policies() {
+  return {Recompute::parse("none"),
+          Recompute::parse("swiglu"),
+          Recompute::parse("norm,swiglu"),
+          Recompute::parse("norm,swiglu,attention"),
+          Recompute::parse("norm,swiglu,attention,qkv"),
+          Recompute::parse("block")};
+}
+
+std::string human(double bytes) { return format_bytes(bytes); }
+
+}  // namespace
+
+MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, const Recompute& r,
+                       const PlanTarget& target) {
+  MemoryPlan p;
+  p.B = B;
+  p.T = T;
+  p.accumulation = accumulation;
+  p.recompute = r;
+  ModelOptions o{B, T, false};
+  o.recompute = r;
+  const DType act = target.gpu ? DType::BF16 : DType::F32;
+  for (const auto& [label, bytes] : model_memory(cfg, o, act, DType::F32)) p.rows.push_back({label, double(bytes)});
+  const double P = double(ParamLayout::build(cfg).total);
+  if (target.gpu) p.rows.push_back({"fp32 master weights", P * 4});
+  p.rows.push_back({"AdamW first moments", P * 4});
+  p.rows.push_back({"AdamW second moments", P * 4});
+  if (target.gpu) {
+    const int64_t N = int64_t(B) * T;
+    p.rows.push_back({"LM head logits chunk", logits_chunk_bytes(N, cfg.vocab_size)});
+    const int g = attention_group(B, cfg.n_heads, T);
+    p.rows.push_back({"cuDNN attention workspace",
+                      kCudnnWorkspaceMargin * g * double(cfg.n_heads) * double(T) * double(T) * 2, false});
+    p.rows.push_back({"cuDNN attention row sums", double(g) * cfg.n_heads * T * 4});
+    p.rows.push_back({"f32 staging", std::min(kStagingBytes, P * 4)});
+    p.rows.push_back({"cuBLASLt workspace", kCublasWorkspace});
+    p.rows.push_back({"kernel partials, RoPE table, sort buffers", kSmallScratch, false});
+    p.rows.push_back({"CUDA context and library kernels", kCudaContext, false});
+  }
+  std::stable_sort(p.rows.begin(), p.rows.end(), [](const PlanRow& a, const PlanRow& b) { return a.bytes > b.bytes; });
+  for (const PlanRow& row : p.rows) p.total_bytes += row.bytes;
+  p.recompute_flops_per_token = r.flops_per_token(cfg, T);
+  p.predicted_tokens_per_s = 1.0 / seconds_per_token(cfg, B, T, accumulation, r, target);
+  return p;
+}
+
+std::vector<MemoryPlan> plan_candidates(const ModelConfig& cfg, int max_B, int T, int64_t global_tokens,
+                                        const PlanTarget& target) {
+  std::vector<MemoryPlan> out;
+  for (int B = max_B; B >= 1; B /= 2) {
+    const int64_t micro = int64_t(B) * T;
+    if (global_tokens % micro != 0) continue;
+    const int accumulation = int(global_tokens / micro);
+    for (const Recompute& r : policies()) out.push_back(plan_memory(cfg, B, T, accumulation, r, target));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const MemoryPlan& a, const MemoryPlan& b) {
+    return a.predicted_tokens_per_s > b.predicted_tokens_per_s;
+  });
+  return out;
+}
+
+MemoryPlan choose_plan(const ModelConfig& cfg, int max_B, int T, int64_t global_tokens, double budget_bytes,
+                       const PlanTarget& target) {
+  const std::vector<MemoryPlan> all = plan_candidates(cfg, max_B, T, global_tokens, target);
+  TK_CHECK(!all.empty(), "no micro-batch of at most {} rows of {} tokens divides the global batch of {} tokens",
+           max_B, T, global_tokens);
+  for (const MemoryPlan& p : all)
+    if (p.total_bytes <= budget_bytes) return p;
+  const MemoryPlan* smallest = &all[0];
+  for (const MemoryPlan& p : all)
+    if (p.total_bytes < smallest->total_bytes) smallest = &p;
+  const PlanRow& top = smallest->rows.front();
+  fail("{} does not fit in {}: the smallest footprint tried is {} (micro-batch {} x {}, recompute {}), of which {} "
+       "is the largest part ({}); a larger budget, a shorter --seq, or optimizer offload (not in this version) "
+       "would be needed",
+       cfg.name, human(budget_bytes), human(smallest->total_bytes), smallest->B, smallest->T,
+       smallest->recompute.describe(), top.component, human(top.bytes));
+}
+
+double parse_bytes(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) i++;
+  TK_CHECK(i > 0, "'{}' is not a size: use e.g. 16GiB, 24GB or 800MiB", text);
+  const double value = std::stod(text.substr(0, i));
+  std::string unit;
+  for (char ch : text.substr(i))
+    if (!std::isspace(static_cast<unsigned char>(ch))) unit += char(std::tolower(static_cast<unsigned char>(ch)));
+  const double Ki = 1024.0;
+  if (unit.empty() || unit == "b") return value;
+  if (unit == "kib" || unit == "k") return value * Ki;
+  if (unit == "mib" || unit == "m") return value * Ki * Ki;
+  if (unit == "gib" || unit == "g") return value * Ki * Ki * Ki;
+  if (unit == "tib" || unit == "t") return value * Ki * Ki * Ki * Ki;
+  if (unit == "kb") return value * 1e3;
+  if (unit == "mb") return value * 1e6;
+  if (unit == "gb") return value * 1e9;
+  if (unit == "tb") return value * 1e12;
+  fail("'{}' has an unknown unit '{}': use B, KiB, MiB, GiB, TiB (or KB, MB, GB, TB)", text, unit);
+}
+
+std::string format_plan(const MemoryPlan& p, double budget_bytes) {
+  std::string out = fmt::format("micro-batch {} x {} tokens, {} accumulation step(s), recompute {}\n", p.B, p.T,
+                                p.accumulation, p.recompute.describe());
+  for (const PlanRow& r : p.rows)
+    out += fmt::format("  {:>11}  {:>5.1f}%  {}{}\n", human(r.bytes), 100.0 * r.bytes / p.total_bytes, r.component,
+                       r.exact ? "" : " (estimate)");
+  out += fmt::format("  {:>11}  total{}\n", human(p.total_bytes),
+                     budget_bytes > 0 ? fmt::format(" of a {} budget", human(budget_bytes)) : "");
+  out += fmt::format("predicted: {:.0f} tokens/s{}\n", p.predicted_tokens_per_s,
+                     p.recompute_flops_per_token > 0
+                         ? fmt::format(" (recompute adds {:.2f} GFLOP per token)", p.recompute_flops_per_token / 1e9)
+                         : "");
+  return out;
+}
+
+}  // namespace tk

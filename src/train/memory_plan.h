@@ -1,0 +1,52 @@
+// The memory plan without a GPU: what a training run of a model shape holds on the device, component by
+// component (the labels the backends give their allocations), for a micro-batch and recompute policy; and
+// the search `tokamak plan` and `train --memory-budget` run: the fastest setting that fits a budget.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/model.h"
+
+namespace tk {
+
+struct PlanRow {
+  std::string component;
+  double bytes = 0;
+  bool exact = true;  // false: an estimate (cuDNN's workspace, the CUDA context)
+};
+
+struct MemoryPlan {
+  int B = 0, T = 0, accumulation = 1;
+  Recompute recompute;
+  std::vector<PlanRow> rows;
+  double total_bytes = 0;
+  double predicted_tokens_per_s = 0;
+  double recompute_flops_per_token = 0;
+};
+
+struct PlanTarget {
+  bool gpu = true;                 // the CUDA backend (bf16 activations, fp32 grads and optimizer state)
+  double peak_flops = 989e12;      // dense bf16 peak, for the speed prediction
+  double matmul_efficiency = 0.65;  // achieved / peak on the GEMMs (0.62-0.72 measured on an H200, NOTES.md)
+  double bandwidth = 4.0e12;       // bytes/s of the memory-bound ops
+};
+
+// The plan of one setting.
+MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, const Recompute& r,
+                       const PlanTarget& target);
+
+// Every setting tried for a global batch of global_tokens (B * T * accumulation), fastest first, and
+// whether it fits `budget_bytes`. The micro-batch halves from max_B down to 1; policies go from none to block.
+std::vector<MemoryPlan> plan_candidates(const ModelConfig& cfg, int max_B, int T, int64_t global_tokens,
+                                        const PlanTarget& target);
+// The fastest candidate that fits, or a tk::Error naming the smallest footprint and its largest component.
+MemoryPlan choose_plan(const ModelConfig& cfg, int max_B, int T, int64_t global_tokens, double budget_bytes,
+                       const PlanTarget& target);
+
+// "16GiB", "24 GB", "1.5TiB", "800MiB", or plain bytes.
+double parse_bytes(const std::string& text);
+std::string format_plan(const MemoryPlan& p, double budget_bytes);
+
+}  // namespace tk

@@ -1,0 +1,79 @@
+// The memory plan: the model's rows are what a Model allocates, the budget search picks the fastest
+// setting that fits (recomputing or shrinking the micro-batch only when it must), and a budget nothing fits
+// is an error naming the smallest footprint and its largest part.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "core/error.h"
+#include "model/config.h"
+#include "model/params.h"
+#include "train/memory_plan.h"
+
+namespace tk {
+namespace {
+
+ModelConfig preset(const std::string& name) { return ModelConfig::preset(name); }
+
+double row(const MemoryPlan& p, const std::string& component) {
+  for (const PlanRow& r : p.rows)
+    if (r.component == component) return r.bytes;
+  return -1;
+}
+
+TEST(MemoryPlan, ModelRowsComeFromTheModelsOwnPlanAndRecomputeShrinksThem) {
+  const ModelConfig cfg = preset("qwen2.5-0.5b");
+  PlanTarget gpu;
+  const MemoryPlan none = plan_memory(cfg, 8, 2048, 1, Recompute(), gpu);
+  ModelOptions o{8, 2048, false};
+  for (const auto& [label, bytes] : model_memory(cfg, o, DType::BF16, DType::F32))
+    EXPECT_EQ(row(none, label), double(bytes)) << label;
+  const double P = double(ParamLayout::build(cfg).total);
+  EXPECT_EQ(row(none, "AdamW first moments"), 4 * P);
+  EXPECT_EQ(row(none, "fp32 master weights"), 4 * P);
+  // 0.5B at 8 x 2048 keeps ~15 GiB of activations; block recompute keeps the block inputs only.
+  const MemoryPlan block = plan_memory(cfg, 8, 2048, 1, Recompute::parse("block"), gpu);
+  EXPECT_LT(row(block, "activations kept for the backward"), 0.2 * row(none, "activations kept for the backward"));
+  EXPECT_LT(block.predicted_tokens_per_s, none.predicted_tokens_per_s);
+  EXPECT_GT(block.recompute_flops_per_token, 0);
+}
+
+TEST(MemoryPlan, TheBudgetSearchKeepsEverythingWhenItFitsAndRecomputesWhenItMust) {
+  const ModelConfig cfg = preset("qwen2.5-0.5b");
+  PlanTarget gpu;
+  const MemoryPlan roomy = choose_plan(cfg, 8, 2048, 16384, parse_bytes("80GiB"), gpu);
+  EXPECT_EQ(roomy.B, 8);
+  EXPECT_FALSE(roomy.recompute.any());
+  const MemoryPlan tight = choose_plan(cfg, 8, 2048, 16384, parse_bytes("16GiB"), gpu);
+  EXPECT_LE(tight.total_bytes, parse_bytes("16GiB"));
+  EXPECT_EQ(int64_t(tight.B) * tight.T * tight.accumulation, 16384);  // the global batch is kept
+  EXPECT_TRUE(tight.recompute.any() || tight.B < 8);
+  // Nothing tried that fits is faster than the choice.
+  for (const MemoryPlan& p : plan_candidates(cfg, 8, 2048, 16384, gpu))
+    if (p.total_bytes <= parse_bytes("16GiB")) EXPECT_LE(p.predicted_tokens_per_s, tight.predicted_tokens_per_s);
+}
+
+TEST(MemoryPlan, ABudgetNothingFitsNamesTheSmallestFootprintAndItsLargestPart) {
+  try {
+    choose_plan(preset("qwen2.5-7b"), 8, 2048, 16384, parse_bytes("24GiB"), PlanTarget());
+    FAIL() << "a 7B model with fp32 optimizer state does not fit 24 GiB";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("smallest footprint"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("parameter gradients"), std::string::npos) << msg;
+  }
+}
+
+TEST(MemoryPlan, SizesParse) {
+  EXPECT_EQ(parse_bytes("16GiB"), 16.0 * (1ull << 30));
+  EXPECT_EQ(parse_bytes("24 GB"), 24e9);
+  EXPECT_EQ(parse_bytes("800MiB"), 800.0 * (1 << 20));
+  EXPECT_EQ(parse_bytes("1.5TiB"), 1.5 * (1ull << 40));
+  EXPECT_EQ(parse_bytes("4096"), 4096.0);
+  EXPECT_THROW(parse_bytes("lots"), Error);
+  EXPECT_THROW(parse_bytes("16 parsecs"), Error);
+}
+
+}  // namespace
+}  // namespace tk
