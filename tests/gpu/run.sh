@@ -74,7 +74,7 @@ if has profile && [ -f data/brown/meta.json ]; then
 fi
 if has plan && [ -f data/brown/meta.json ]; then
   # Recompute policies and --memory-budget on the 1B shape: measured peak and tokens/s against the plan.
-  for run in "none" "norm,swiglu" "norm,swiglu,attention,qkv" "block" "budget:24GiB"; do
+  for run in "none" "norm,swiglu" "norm,swiglu,attention,qkv" "block" "budget:28GiB"; do
     if [[ $run == budget:* ]]; then FLAGS=(--memory-budget "${run#budget:}"); else FLAGS=(--recompute "$run"); fi
     $BUILD/tokamak train --data data/brown --model llama3.2-1b --batch 8 --seq 2048 --steps 8 --warmup 2 \
       --eval-tokens 0 --save-every 0 --device cuda "${FLAGS[@]}" --out /tmp/plan-run --overwrite > /tmp/plan-run.log 2>&1 \
