@@ -6,10 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-# chromium (and a font for it): the test of `tokamak report` renders its page headless and looks at the screenshot.
+# TOKAMAK_EXTRA_APT: more packages for one caller (scripts/test.sh adds chromium for the report's render test).
 APT_PACKAGES="build-essential cmake ninja-build pkg-config perl nodejs npm \
   libpcre2-dev nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev libzstd-dev zlib1g-dev libicu-dev libgtest-dev \
-  chromium fonts-dejavu-core"
+  ${TOKAMAK_EXTRA_APT:-}"
 missing=()
 for p in $APT_PACKAGES; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
