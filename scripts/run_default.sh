@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-bash scripts/setup.sh
+TOKAMAK_BUILD_TARGETS=tokamak bash scripts/setup.sh  # the tests and benchmarks are built by scripts/test.sh
 TK=${TOKAMAK_BUILD_DIR:-$ROOT/build}/tokamak
 
 # A dataset is complete once meta.json exists: prepare writes it last, after every shard.

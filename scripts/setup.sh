@@ -46,5 +46,7 @@ bash scripts/fetch_llama3_tokenizer.sh
 
 BUILD=${TOKAMAK_BUILD_DIR:-$ROOT/build}
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release ${TOKAMAK_CMAKE_ARGS:-} >/dev/null
-cmake --build "$BUILD" --parallel "$(nproc)"
+# TOKAMAK_BUILD_TARGETS: build only these (the main job needs just the tokamak binary); default everything.
+# shellcheck disable=SC2086
+cmake --build "$BUILD" --parallel "$(nproc)" ${TOKAMAK_BUILD_TARGETS:+--target $TOKAMAK_BUILD_TARGETS}
 echo "setup: built $BUILD/tokamak"
