@@ -59,61 +59,46 @@ Recomputed recomputed(const Recompute& r) {
   return {b || r.norm, b, b || r.qkv, b || r.attention, b, b || r.norm, b, b, b || r.swiglu};
 }
 
-// One layer's activations: carved from `c` where kept, the `shared` tensors where recomputed.
-LayerActivations plan_layer(BufferCarver& c, const LayerActivations& shared, const Recomputed& rc,
-                            const ModelConfig& cfg, int64_t N, DType act, DType stat) {
+// Calls fn(field, recomputed, dtype, elements) for each activation a layer may keep (all but h).
+template <class F>
+void for_each_activation(const ModelConfig& cfg, int64_t N, DType act, DType stat, const Recomputed& rc, F&& fn) {
   const int64_t d = cfg.d_model, f = cfg.ffn_dim;
-  LayerActivations a;
-  auto take = [&](Tensor LayerActivations::*field, bool recompute, DType dt, int64_t n) {
-    a.*field = recompute ? shared.*field : c.take(dt, n);
-  };
-  a.h = c.take(act, N * d);  // the block input: always kept
-  take(&LayerActivations::x_attn, rc.x_attn, act, N * d);
-  take(&LayerActivations::rstd_attn, rc.rstd_attn, stat, N);
+  using A = LayerActivations;
+  fn(&A::x_attn, rc.x_attn, act, N * d);
+  fn(&A::rstd_attn, rc.rstd_attn, stat, N);
   if (cfg.qk_norm) {
-    take(&LayerActivations::qkv_pre, rc.qkv, act, N * cfg.qkv_dim());
-    take(&LayerActivations::qk_rstd, rc.qkv, stat, N * (cfg.n_heads + cfg.n_kv_heads));
+    fn(&A::qkv_pre, rc.qkv, act, N * cfg.qkv_dim());
+    fn(&A::qk_rstd, rc.qkv, stat, N * (cfg.n_heads + cfg.n_kv_heads));
   }
-  take(&LayerActivations::qkv, rc.qkv, act, N * cfg.qkv_dim());
-  take(&LayerActivations::att, rc.att, act, N * cfg.q_dim());
-  take(&LayerActivations::lse, rc.att, stat, N * cfg.n_heads);
-  take(&LayerActivations::h_mid, rc.h_mid, act, N * d);
-  take(&LayerActivations::x_mlp, rc.x_mlp, act, N * d);
-  take(&LayerActivations::rstd_mlp, rc.rstd_mlp, stat, N);
-  take(&LayerActivations::gate_up, rc.gate_up, act, N * 2 * f);
-  take(&LayerActivations::act, rc.act, act, N * f);
-  return a;
+  fn(&A::qkv, rc.qkv, act, N * cfg.qkv_dim());
+  fn(&A::att, rc.att, act, N * cfg.q_dim());
+  fn(&A::lse, rc.att, stat, N * cfg.n_heads);
+  fn(&A::h_mid, rc.h_mid, act, N * d);
+  fn(&A::x_mlp, rc.x_mlp, act, N * d);
+  fn(&A::rstd_mlp, rc.rstd_mlp, stat, N);
+  fn(&A::gate_up, rc.gate_up, act, N * 2 * f);
+  fn(&A::act, rc.act, act, N * f);
 }
 
 // `c` carves what the forward keeps for the backward; `s` the gradient scratch, the branch, the ids and
-// the one layer's worth of recomputed activations.
+// the one layer's worth of recomputed activations that all layers share.
 Buffers plan_buffers(BufferCarver& c, BufferCarver& s, const ModelConfig& cfg, const ModelOptions& opt, DType act,
                      DType stat) {
   const int64_t N = int64_t(opt.B) * opt.T, d = cfg.d_model, f = cfg.ffn_dim;
   const Recomputed rc = recomputed(opt.recompute);
   Buffers b;
-  // One layer's worth of the recomputed tensors, shared by all layers.
   LayerActivations shared;
-  {
-    auto share = [&](Tensor LayerActivations::*field, bool recompute, DType dt, int64_t n) {
-      shared.*field = recompute ? s.take(dt, n) : Tensor();
-    };
-    share(&LayerActivations::x_attn, rc.x_attn, act, N * d);
-    share(&LayerActivations::rstd_attn, rc.rstd_attn, stat, N);
-    if (cfg.qk_norm) {
-      share(&LayerActivations::qkv_pre, rc.qkv, act, N * cfg.qkv_dim());
-      share(&LayerActivations::qk_rstd, rc.qkv, stat, N * (cfg.n_heads + cfg.n_kv_heads));
-    }
-    share(&LayerActivations::qkv, rc.qkv, act, N * cfg.qkv_dim());
-    share(&LayerActivations::att, rc.att, act, N * cfg.q_dim());
-    share(&LayerActivations::lse, rc.att, stat, N * cfg.n_heads);
-    share(&LayerActivations::h_mid, rc.h_mid, act, N * d);
-    share(&LayerActivations::x_mlp, rc.x_mlp, act, N * d);
-    share(&LayerActivations::rstd_mlp, rc.rstd_mlp, stat, N);
-    share(&LayerActivations::gate_up, rc.gate_up, act, N * 2 * f);
-    share(&LayerActivations::act, rc.act, act, N * f);
+  for_each_activation(cfg, N, act, stat, rc, [&](Tensor LayerActivations::*field, bool re, DType dt, int64_t n) {
+    if (re) shared.*field = s.take(dt, n);
+  });
+  for (int l = 0; l < cfg.n_layers; l++) {
+    LayerActivations a;
+    a.h = c.take(act, N * d);  // the block input: always kept
+    for_each_activation(cfg, N, act, stat, rc, [&](Tensor LayerActivations::*field, bool re, DType dt, int64_t n) {
+      a.*field = re ? shared.*field : c.take(dt, n);
+    });
+    b.layers.push_back(a);
   }
-  for (int l = 0; l < cfg.n_layers; l++) b.layers.push_back(plan_layer(c, shared, rc, cfg, N, act, stat));
   b.h_out = c.take(act, N * d);
   b.x_final = c.take(act, N * d);
   b.rstd_final = c.take(stat, N);
