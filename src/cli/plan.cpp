@@ -17,7 +17,7 @@ struct PlanFlags {
   std::string model = "qwen2.5-0.5b", budget, device = "cuda", gpu = "NVIDIA H100 80GB HBM3";
   int batch = 8, seq = 2048;
   int64_t batch_tokens = 0;
-  double efficiency = 0.65, bandwidth_gbs = 3350;
+  double efficiency = 0.65, bandwidth_gbs = 3350, host_gbs = 20;
   bool json = false, all = false;
 };
 
@@ -27,12 +27,13 @@ nlohmann::ordered_json to_json(const tk::MemoryPlan& p, double budget) {
   j["seq"] = p.T;
   j["accumulation_steps"] = p.accumulation;
   j["recompute"] = p.recompute.describe();
+  j["offload"] = p.offload ? "optimizer" : "none";
   j["total_bytes"] = p.total_bytes;
   j["fits"] = budget <= 0 || p.total_bytes <= budget;
   j["predicted_tokens_per_s"] = p.predicted_tokens_per_s;
   j["rows"] = nlohmann::ordered_json::array();
   for (const tk::PlanRow& r : p.rows)
-    j["rows"].push_back({{"component", r.component}, {"bytes", r.bytes}, {"exact", r.exact}});
+    j["rows"].push_back({{"component", r.component}, {"bytes", r.bytes}, {"exact", r.exact}, {"host", r.host}});
   return j;
 }
 
@@ -44,6 +45,7 @@ int run(const PlanFlags& f) {
   if (target.peak_flops <= 0) target.peak_flops = 989e12;
   target.matmul_efficiency = f.efficiency;
   target.bandwidth = f.bandwidth_gbs * 1e9;
+  target.host_bandwidth = f.host_gbs * 1e9;
   const double budget = f.budget.empty() ? 0 : tk::parse_bytes(f.budget);
   const int64_t global = f.batch_tokens > 0 ? f.batch_tokens : int64_t(f.batch) * f.seq;
   const std::vector<tk::MemoryPlan> all = tk::plan_candidates(cfg, f.batch, f.seq, global, target);
@@ -64,10 +66,11 @@ int run(const PlanFlags& f) {
              budget > 0 ? "budget " + tk::format_bytes(budget) : "no budget", global);
   fmt::print("{}", tk::format_plan(chosen, budget));
   if (f.all || budget > 0) {
-    fmt::print("\nsettings tried, fastest first:\n  {:>6} {:>6} {:<28} {:>11} {:>12}  fits\n", "B", "accum", "recompute",
-               "memory", "tokens/s");
+    fmt::print("\nsettings tried, fastest first:\n  {:>6} {:>6} {:<28} {:<9} {:>11} {:>12}  fits\n", "B", "accum",
+               "recompute", "offload", "memory", "tokens/s");
     for (const tk::MemoryPlan& p : all)
-      fmt::print("  {:>6} {:>6} {:<28} {:>11} {:>12.0f}  {}\n", p.B, p.accumulation, p.recompute.describe(),
+      fmt::print("  {:>6} {:>6} {:<28} {:<9} {:>11} {:>12.0f}  {}\n", p.B, p.accumulation, p.recompute.describe(),
+                 p.offload ? "optimizer" : "none",
                  tk::format_bytes(p.total_bytes), p.predicted_tokens_per_s,
                  budget <= 0 ? "" : (p.total_bytes <= budget ? "yes" : "no"));
   }
@@ -89,6 +92,9 @@ tk::cli::Command plan_cmd("plan", "The memory a training run needs, and the fast
                                            "Achieved share of the peak on the GEMMs, for the speed prediction")
                                 ->capture_default_str();
                             app.add_option("--bandwidth", f->bandwidth_gbs, "Memory bandwidth in GB/s")->capture_default_str();
+                            app.add_option("--host-bandwidth", f->host_gbs,
+                                           "GB/s each way between host memory and the GPU (offload)")
+                                ->capture_default_str();
                             app.add_flag("--all", f->all, "List every setting tried");
                             app.add_flag("--json", f->json, "Print the plan as JSON");
                             return [f] { return run(*f); };

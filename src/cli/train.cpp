@@ -29,6 +29,12 @@ void add_recipe_options(CLI::App& app, TrainConfig& c) {
                  "What the backward recomputes instead of keeping: none, or any of norm, swiglu, attention, qkv, block "
                  "joined by commas (same results, less memory)")
       ->capture_default_str();
+  app.add_option("--offload", c.offload,
+                 "optimizer: keep AdamW's moments and the fp32 master weights in host memory, streamed through the "
+                 "device in chunks at each update (same results, less device memory)")
+      ->capture_default_str();
+  app.add_option("--offload-chunk", c.offload_chunk, "Elements of optimizer state per device round trip")
+      ->capture_default_str();
   app.add_option("--memory-budget", c.memory_budget,
                  "Fit the run into this much device memory (e.g. 16GiB): picks the micro-batch (at most --batch) and "
                  "the recompute policy, keeping the global batch");

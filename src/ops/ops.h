@@ -15,6 +15,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <new>
 #include <vector>
 
 #include "core/tensor.h"
@@ -59,6 +61,14 @@ class Ops {
   virtual std::vector<MemoryRow> memory_rows() const = 0;
   // Ends planning: an allocation after this is reported as one the plan missed.
   virtual void seal_memory() = 0;
+  // Host memory that upload/download move fastest (page-locked on CUDA), for state offloaded from the
+  // device. The default is ordinary aligned host memory (the CPU backend's device memory is the host's).
+  virtual void* allocate_host(size_t bytes, const char* label) {
+    void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  virtual void release_host(void* p) { std::free(p); }
   virtual void zero(const Tensor& t) = 0;
   // Host float32 <-> tensor of any float dtype (converting; rounds to nearest even for bf16).
   virtual void upload_f32(const Tensor& dst, const float* src) = 0;

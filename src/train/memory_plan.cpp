@@ -80,8 +80,9 @@ std::string human(double bytes) { return format_bytes(bytes); }
 }  // namespace
 
 MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, const Recompute& r,
-                       const PlanTarget& target) {
+                       const PlanTarget& target, bool offload) {
   MemoryPlan p;
+  p.offload = offload && target.gpu;
   p.B = B;
   p.T = T;
   p.accumulation = accumulation;
@@ -91,9 +92,20 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, c
   const DType act = target.gpu ? DType::BF16 : DType::F32;
   for (const auto& [label, bytes] : model_memory(cfg, o, act, DType::F32)) p.rows.push_back({label, double(bytes)});
   const double P = double(ParamLayout::build(cfg).total);
-  if (target.gpu) p.rows.push_back({"fp32 master weights", P * 4});
-  p.rows.push_back({"AdamW first moments", P * 4});
-  p.rows.push_back({"AdamW second moments", P * 4});
+  if (p.offload) {
+    // AdamW's state in host memory; on the device a chunk of each streams through (AdamW::offloaded_update).
+    const double chunk = std::min(double(target.offload_chunk), P) * 4;
+    p.rows.push_back({"fp32 master weights (host)", P * 4, true, true});
+    p.rows.push_back({"AdamW first moments (host)", P * 4, true, true});
+    p.rows.push_back({"AdamW second moments (host)", P * 4, true, true});
+    p.rows.push_back({"offload staging: m chunk", chunk});
+    p.rows.push_back({"offload staging: v chunk", chunk});
+    p.rows.push_back({"offload staging: master weights chunk", chunk});
+  } else {
+    if (target.gpu) p.rows.push_back({"fp32 master weights", P * 4});
+    p.rows.push_back({"AdamW first moments", P * 4});
+    p.rows.push_back({"AdamW second moments", P * 4});
+  }
   if (target.gpu) {
     const int64_t N = int64_t(B) * T;
     p.rows.push_back({"LM head logits chunk", logits_chunk_bytes(N, cfg.vocab_size)});
@@ -107,9 +119,13 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, c
     p.rows.push_back({"CUDA context and library kernels", kCudaContext, false});
   }
   std::stable_sort(p.rows.begin(), p.rows.end(), [](const PlanRow& a, const PlanRow& b) { return a.bytes > b.bytes; });
-  for (const PlanRow& row : p.rows) p.total_bytes += row.bytes;
+  for (const PlanRow& row : p.rows)
+    if (!row.host) p.total_bytes += row.bytes;
   p.recompute_flops_per_token = r.flops_per_token(cfg, T);
-  p.predicted_tokens_per_s = 1.0 / seconds_per_token(cfg, B, T, accumulation, r, target);
+  double s = seconds_per_token(cfg, B, T, accumulation, r, target);
+  // Offload: master, m and v go up and come back once per update, not overlapped with compute.
+  if (p.offload) s += 2 * 12 * P / target.host_bandwidth / (double(B) * T * accumulation);
+  p.predicted_tokens_per_s = 1.0 / s;
   return p;
 }
 
@@ -120,7 +136,10 @@ std::vector<MemoryPlan> plan_candidates(const ModelConfig& cfg, int max_B, int T
     const int64_t micro = int64_t(B) * T;
     if (global_tokens % micro != 0) continue;
     const int accumulation = int(global_tokens / micro);
-    for (const Recompute& r : policies()) out.push_back(plan_memory(cfg, B, T, accumulation, r, target));
+    for (const Recompute& r : policies()) {
+      out.push_back(plan_memory(cfg, B, T, accumulation, r, target, false));
+      if (target.gpu) out.push_back(plan_memory(cfg, B, T, accumulation, r, target, true));
+    }
   }
   std::stable_sort(out.begin(), out.end(), [](const MemoryPlan& a, const MemoryPlan& b) {
     return a.predicted_tokens_per_s > b.predicted_tokens_per_s;
@@ -138,12 +157,14 @@ MemoryPlan choose_plan(const ModelConfig& cfg, int max_B, int T, int64_t global_
   const MemoryPlan* smallest = &all[0];
   for (const MemoryPlan& p : all)
     if (p.total_bytes < smallest->total_bytes) smallest = &p;
-  const PlanRow& top = smallest->rows.front();
+  const PlanRow* top = nullptr;  // the largest part on the device
+  for (const PlanRow& r : smallest->rows)
+    if (!r.host && (!top || r.bytes > top->bytes)) top = &r;
   fail("{} does not fit in {}: the smallest footprint tried is {} (micro-batch {} x {}, recompute {}), of which {} "
-       "is the largest part ({}); a larger budget, a shorter --seq, or optimizer offload (not in this version) "
-       "would be needed",
+       "is the largest part ({}); a larger budget or a shorter --seq would be needed",
        cfg.name, human(budget_bytes), human(smallest->total_bytes), smallest->B, smallest->T,
-       smallest->recompute.describe(), top.component, human(top.bytes));
+       smallest->recompute.describe() + (smallest->offload ? ", optimizer offloaded" : ""), top->component,
+       human(top->bytes));
 }
 
 double parse_bytes(const std::string& text) {
@@ -168,13 +189,19 @@ double parse_bytes(const std::string& text) {
 }
 
 std::string format_plan(const MemoryPlan& p, double budget_bytes) {
-  std::string out = fmt::format("micro-batch {} x {} tokens, {} accumulation step(s), recompute {}\n", p.B, p.T,
-                                p.accumulation, p.recompute.describe());
-  for (const PlanRow& r : p.rows)
+  std::string out = fmt::format("micro-batch {} x {} tokens, {} accumulation step(s), recompute {}, offload {}\n", p.B,
+                                p.T, p.accumulation, p.recompute.describe(), p.offload ? "optimizer" : "none");
+  for (const PlanRow& r : p.rows) {
+    if (r.host) continue;
     out += fmt::format("  {:>11}  {:>5.1f}%  {}{}\n", human(r.bytes), 100.0 * r.bytes / p.total_bytes, r.component,
                        r.exact ? "" : " (estimate)");
-  out += fmt::format("  {:>11}  total{}\n", human(p.total_bytes),
-                     budget_bytes > 0 ? fmt::format(" of a {} budget", human(budget_bytes)) : "");
+  }
+  out += fmt::format("  {:>11}  total on the device{}\n", human(p.total_bytes),
+                     budget_bytes > 0 ? fmt::format(" (budget {})", human(budget_bytes)) : "");
+  double host = 0;
+  for (const PlanRow& r : p.rows)
+    if (r.host) host += r.bytes;
+  if (host > 0) out += fmt::format("  {:>11}  in page-locked host memory (optimizer state)\n", human(host));
   out += fmt::format("predicted: {:.0f} tokens/s{}\n", p.predicted_tokens_per_s,
                      p.recompute_flops_per_token > 0
                          ? fmt::format(" (recompute adds {:.2f} GFLOP per token)", p.recompute_flops_per_token / 1e9)

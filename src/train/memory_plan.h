@@ -15,11 +15,13 @@ struct PlanRow {
   std::string component;
   double bytes = 0;
   bool exact = true;  // false: an estimate (cuDNN's workspace, the CUDA context)
+  bool host = false;  // held in host memory (offload), not counted in the device total
 };
 
 struct MemoryPlan {
   int B = 0, T = 0, accumulation = 1;
   Recompute recompute;
+  bool offload = false;  // the optimizer state in host memory (train --offload optimizer)
   std::vector<PlanRow> rows;
   double total_bytes = 0;
   double predicted_tokens_per_s = 0;
@@ -31,14 +33,17 @@ struct PlanTarget {
   double peak_flops = 989e12;      // dense bf16 peak, for the speed prediction
   double matmul_efficiency = 0.65;  // achieved / peak on the GEMMs (0.62-0.72 measured on an H200, NOTES.md)
   double bandwidth = 4.0e12;       // bytes/s of the memory-bound ops
+  double host_bandwidth = 20e9;    // bytes/s each way between page-locked host memory and the device
+  int64_t offload_chunk = int64_t(32) << 20;
 };
 
 // The plan of one setting.
 MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, const Recompute& r,
-                       const PlanTarget& target);
+                       const PlanTarget& target, bool offload = false);
 
 // Every setting tried for a global batch of global_tokens (B * T * accumulation), fastest first, and
-// whether it fits `budget_bytes`. The micro-batch halves from max_B down to 1; policies go from none to block.
+// whether it fits `budget_bytes`. The micro-batch halves from max_B down to 1; policies go from none to block,
+// each with the optimizer state on the device and offloaded (GPU targets).
 std::vector<MemoryPlan> plan_candidates(const ModelConfig& cfg, int max_B, int T, int64_t global_tokens,
                                         const PlanTarget& target);
 // The fastest candidate that fits, or a tk::Error naming the smallest footprint and its largest component.

@@ -13,6 +13,10 @@ namespace tk {
 struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
   double max_grad_norm = 1.0;  // clip to this global norm; <= 0 disables clipping
+  // Offload: m, v and the master weights live in (page-locked) host memory; each step streams them through
+  // a device staging buffer in chunks of this many elements (results bitwise the same as on the device).
+  bool offload = false;
+  int64_t offload_chunk = int64_t(32) << 20;
 };
 
 struct OptimizerStep {
@@ -34,8 +38,10 @@ class AdamW {
   OptimizerStep step(double lr);
   int64_t steps_taken() const { return steps_taken_; }
 
-  bool has_master_weights() const { return !master_.empty(); }
-  size_t state_bytes() const;  // m, v and master weights
+  bool has_master_weights() const { return !master_.empty() || !master_host_.empty(); }
+  bool offloaded() const { return opt_.offload; }
+  size_t state_bytes() const;       // on the device: m, v and master weights, or the offload staging
+  size_t host_state_bytes() const;  // in host memory when offloaded (else 0)
 
   // Weights at full precision: the master weights when held, else the parameters (layout order).
   std::vector<float> weights_f32() const;
@@ -47,7 +53,9 @@ class AdamW {
   void set_state_f32(const std::vector<float>& exp_avg, const std::vector<float>& exp_avg_sq, int64_t steps_taken);
 
  private:
-  Tensor allocate(DType dtype, const char* label);
+  Tensor allocate(DType dtype, const char* label, int64_t n = -1);
+  Tensor allocate_host(const char* label);
+  void offloaded_update(const AdamWConfig& c);
   std::vector<float> download(const Tensor& t) const;
   void upload(const Tensor& t, const std::vector<float>& host, const char* what);
 
@@ -55,7 +63,8 @@ class AdamW {
   Ops& ops_;
   AdamWOptions opt_;
   std::vector<ParamSegment> segments_;
-  Tensor m_, v_, master_;
+  Tensor m_, v_, master_;                     // on the device (not offloaded), or the chunk staging (offloaded)
+  Tensor m_host_, v_host_, master_host_;      // f32 [P] in host memory when offloaded
   int64_t steps_taken_ = 0;
 };
 

@@ -47,6 +47,8 @@ class ProfilingOps final : public Ops {
   void* allocate(size_t bytes, const char* label = "unlabelled") override { return inner_->allocate(bytes, label); }
   void release(void* p) override { inner_->release(p); }
   std::vector<MemoryRow> memory_rows() const override { return inner_->memory_rows(); }
+  void* allocate_host(size_t bytes, const char* label) override { return inner_->allocate_host(bytes, label); }
+  void release_host(void* p) override { inner_->release_host(p); }
   void seal_memory() override { inner_->seal_memory(); }
   void synchronize() override { inner_->synchronize(); }
 

@@ -32,7 +32,7 @@
 namespace tk {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, model, data, out, tokenizer, device, batch, seq,
-                                                batch_tokens, doc_mask, recompute, memory_budget, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
+                                                batch_tokens, doc_mask, recompute, offload, offload_chunk, memory_budget, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
                                                 decay_fraction, beta1, beta2, adam_eps, weight_decay, grad_clip, seed,
                                                 eval_every, eval_tokens, save_every, keep_checkpoints, peak_tflops)
 
@@ -385,6 +385,10 @@ void TrainingRun::build_model() {
   ao.eps = cfg_.adam_eps;
   ao.weight_decay = cfg_.weight_decay;
   ao.max_grad_norm = cfg_.grad_clip;
+  TK_CHECK(cfg_.offload == "none" || cfg_.offload == "optimizer", "--offload must be none or optimizer, got '{}'",
+           cfg_.offload);
+  ao.offload = cfg_.offload == "optimizer";
+  ao.offload_chunk = cfg_.offload_chunk;
   optimizer_ = std::make_unique<AdamW>(*model_, ao);
   if (!source_.weights_path.empty()) {
     log::info("loading weights from {}", source_.weights_path);
@@ -455,6 +459,13 @@ void TrainingRun::print_plan() const {
              format_bytes(params), dtype_name(ops.act_dtype()), format_bytes(grads), dtype_name(ops.grad_dtype()),
              format_bytes(opt), optimizer_->has_master_weights() ? ", fp32 master weights" : "", format_bytes(acts),
              format_bytes(params + grads + opt + acts));
+  if (optimizer_->offloaded())
+    fmt::print("offload: {} of optimizer state in host memory; the optimizer figure above is its device staging\n",
+               format_bytes(double(optimizer_->host_state_bytes())));
+  if (model_->options().recompute.any())
+    fmt::print("recompute: {} (HFU counts {:.3g} GFLOP per token more than MFU)\n",
+               model_->options().recompute.describe(),
+               (throughput_->hardware_flops_per_token() - throughput_->model_flops_per_token()) / 1e9);
   std::fflush(stdout);
 }
 
@@ -620,14 +631,17 @@ void TrainingRun::apply_memory_budget() {
   TK_CHECK(backend_.gpu, "--memory-budget plans device memory: it needs the CUDA backend (--device cuda)");
   const double budget = parse_bytes(cfg_.memory_budget);
   PlanTarget target;
+  target.offload_chunk = cfg_.offload_chunk;
   target.peak_flops = describe_device(true, cfg_.peak_tflops * 1e12).peak_flops;
   if (target.peak_flops <= 0) target.peak_flops = 989e12;
   const int64_t global = cfg_.batch_tokens;
   const MemoryPlan p = choose_plan(source_.config, cfg_.batch, cfg_.seq, global, budget, target);
-  fmt::print("memory budget {}: micro-batch {} x {} with {} accumulation step(s), recompute {}; planned {}\n",
-             format_bytes(budget), p.B, p.T, p.accumulation, p.recompute.describe(), format_bytes(p.total_bytes));
+  fmt::print("memory budget {}: micro-batch {} x {} with {} accumulation step(s), recompute {}, offload {}; planned {}\n",
+             format_bytes(budget), p.B, p.T, p.accumulation, p.recompute.describe(), p.offload ? "optimizer" : "none",
+             format_bytes(p.total_bytes));
   cfg_.batch = p.B;
   cfg_.recompute = p.recompute.describe();
+  cfg_.offload = p.offload ? "optimizer" : "none";
   accum_steps_ = p.accumulation;
 }
 

@@ -48,7 +48,7 @@ TEST(MemoryPlan, TheBudgetSearchKeepsEverythingWhenItFitsAndRecomputesWhenItMust
   const MemoryPlan tight = choose_plan(cfg, 8, 2048, 16384, parse_bytes("16GiB"), gpu);
   EXPECT_LE(tight.total_bytes, parse_bytes("16GiB"));
   EXPECT_EQ(int64_t(tight.B) * tight.T * tight.accumulation, 16384);  // the global batch is kept
-  EXPECT_TRUE(tight.recompute.any() || tight.B < 8);
+  EXPECT_TRUE(tight.recompute.any() || tight.B < 8 || tight.offload);
   // Nothing tried that fits is faster than the choice.
   for (const MemoryPlan& p : plan_candidates(cfg, 8, 2048, 16384, gpu))
     if (p.total_bytes <= parse_bytes("16GiB")) EXPECT_LE(p.predicted_tokens_per_s, tight.predicted_tokens_per_s);

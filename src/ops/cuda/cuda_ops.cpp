@@ -195,6 +195,22 @@ cudaStream_t CudaOps::stream() const { return impl_->stream; }
 int CudaOps::device() const { return impl_->device; }
 size_t CudaOps::allocated_bytes() const { return impl_->ledger.total(); }
 std::vector<MemoryRow> CudaOps::memory_rows() const { return impl_->ledger.rows(); }
+
+void* CudaOps::allocate_host(size_t bytes, const char* label) {
+  void* p = nullptr;
+  cudaError_t err = cudaMallocHost(&p, bytes ? bytes : 1);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    fail("could not page-lock {} of host memory for '{}' ({}); free host memory or offload less",
+         human_bytes(bytes), label, cudaGetErrorString(err));
+  }
+  log::debug("cuda: page-locked {} of host memory for {}", human_bytes(bytes), label);
+  return p;
+}
+
+void CudaOps::release_host(void* p) {
+  if (p) cudaFreeHost(p);
+}
 void CudaOps::seal_memory() { impl_->ledger.seal(); }
 void CudaOps::set_logits_chunk_budget(size_t bytes) { impl_->logits_budget = bytes; }
 

@@ -31,6 +31,9 @@ class CudaOps final : public Ops {
   void release(void* p) override;
   std::vector<MemoryRow> memory_rows() const override;
   void seal_memory() override;
+  // Page-locked (cudaMallocHost), so that upload/download of it run at the full PCIe/NVLink-C2C rate.
+  void* allocate_host(size_t bytes, const char* label) override;
+  void release_host(void* p) override;
   void zero(const Tensor& t) override;
   void upload_f32(const Tensor& dst, const float* src) override;
   void download_f32(float* dst, const Tensor& src) override;
