@@ -317,6 +317,17 @@ ProfileReport run_profile(const ProfileOptions& o) {
   in.mount_type = rep.mount_type;
   in.free_memory_bytes = free_memory_bytes(gpu);
   in.activation_bytes = double(steps.model().activation_bytes());
+  {
+    const Model& m = steps.model();
+    ModelOptions keep = m.options();
+    keep.recompute = Recompute();
+    double now = 0, all = 0;
+    const DType act = m.ops().act_dtype(), grad = m.ops().grad_dtype();
+    for (const auto& [label, bytes] : model_memory(m.config(), m.options(), act, grad)) now += double(bytes);
+    for (const auto& [label, bytes] : model_memory(m.config(), keep, act, grad)) all += double(bytes);
+    in.recompute = m.options().recompute.describe();
+    in.recompute_saved_bytes = all - now;
+  }
   rep.advice = rank_advice(in);
   return rep;
 }

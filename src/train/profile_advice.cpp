@@ -147,13 +147,17 @@ std::optional<Advice> optimizer_share(const AdviceInputs& in) {
   return Advice{fmt::format("Optimizer: {:.1f}% of every step", pct(opt.ms, in.totals.step_ms)), saved_pct, detail};
 }
 
+// Recompute is needless when the memory it saves is free anyway.
 std::optional<Advice> recompute(const AdviceInputs& in) {
   const double r = in.totals.recompute_ms;
   if (pct(r, in.totals.step_ms) < kMinPayoffPct) return std::nullopt;
+  if (in.recompute_saved_bytes > 0 && in.free_memory_bytes < 1.1 * in.recompute_saved_bytes) return std::nullopt;
   std::string detail = fmt::format(
-      "Recomputing activations in the backward costs {:.1f} ms, {:.1f}% of the step, while {} of memory stays free: "
-      "keep more activations instead.",
-      r, pct(r, in.totals.step_ms), format_bytes(in.free_memory_bytes));
+      "Recomputing activations in the backward (--recompute {}) costs {:.1f} ms, {:.1f}% of the step; keeping them "
+      "would take {} more, and {} of memory is free: run with --recompute none (or a lighter policy; `tokamak plan` "
+      "shows each one's memory).",
+      in.recompute, r, pct(r, in.totals.step_ms), format_bytes(in.recompute_saved_bytes),
+      format_bytes(in.free_memory_bytes));
   return Advice{"Recompute costs time while memory is free", pct(r, in.totals.step_ms), detail};
 }
 

@@ -19,6 +19,8 @@ struct AdviceInputs {
   std::string data_dir, mount_type;
   double free_memory_bytes = 0;   // device memory free (GPU) or memory available (CPU) during the profile
   double activation_bytes = 0;    // the planned activations of one micro-batch
+  std::string recompute;          // the run's recompute policy ("none" when it keeps everything)
+  double recompute_saved_bytes = 0;  // what keeping everything would add to the device memory
 };
 
 // Largest payoff first; only changes expected to save a measurable share of the step.

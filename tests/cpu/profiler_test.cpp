@@ -427,6 +427,26 @@ TEST_F(TinyProfile, WritesProfileAndTraceThatAccountForTheStep) {
   EXPECT_NEAR(op_events_ms, 3 * ops_ms, 1e-6 * step);
 }
 
+// Needless recompute (the whole block recomputed while memory is plentiful) is measured and advised against
+// with its measured share. (On this toy model's CPU step the memory-bound and micro-batch advice rank above it.)
+TEST_F(TinyProfile, NeedlessRecomputeIsMeasuredAndAdvisedAgainst) {
+  ProfileOptions o = options(8, 64);
+  o.train.recompute = "block";
+  const ProfileReport r = run_profile(o);
+  EXPECT_GT(r.totals.recompute_ms, 0.05 * r.totals.step_ms) << format_profile(r);
+  const Advice* a = nullptr;
+  for (const Advice& x : r.advice)
+    if (x.title == "Recompute costs time while memory is free") a = &x;
+  ASSERT_NE(a, nullptr) << format_profile(r);
+  EXPECT_NE(a->detail.find("--recompute block"), std::string::npos) << a->detail;
+  EXPECT_NEAR(a->payoff_pct, 100 * r.totals.recompute_ms / r.totals.step_ms, 1e-9);
+  // Keeping everything: no recompute time and no such advice.
+  o.train.recompute = "none";
+  const ProfileReport keep = run_profile(o);
+  EXPECT_EQ(keep.totals.recompute_ms, 0);
+  for (const Advice& x : keep.advice) EXPECT_NE(x.title, "Recompute costs time while memory is free");
+}
+
 TEST_F(TinyProfile, ASlowDataReaderIsTheFirstAdvice) {
   // Far above any hiccup of a loaded machine (a test runs beside others), so the wait decides the ranking.
   ScopedEnv delay("TOKAMAK_LOADER_DELAY_MS", "400");
