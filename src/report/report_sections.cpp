@@ -184,9 +184,10 @@ std::string shell_word(const std::string& s) {
 std::string profile_command(const RunFiles& run) {
   const json& t = child(run.config, "train");
   std::string cmd = "tokamak profile";
-  for (const char* key : {"model", "data", "batch", "seq", "batch_tokens", "device"}) {
+  for (const char* key : {"model", "data", "vocab_size", "batch", "seq", "batch_tokens", "recompute", "offload", "device"}) {
     const json& v = child(t, key);
-    if (v.is_null() || (v.is_number() && v.get<double>() == 0)) continue;
+    if (v.is_null() || (v.is_number() && v.get<double>() == 0) || (v.is_string() && v.get<std::string>() == "none"))
+      continue;
     std::string flag = key;
     std::replace(flag.begin(), flag.end(), '_', '-');
     cmd += " --" + flag + " " + shell_word(v.is_string() ? v.get<std::string>() : v.dump());
