@@ -55,7 +55,7 @@ void add_recipe_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--seed", c.seed, "Seed of the initial weights and the data order")->capture_default_str();
   app.add_option("--eval-every", c.eval_every, "Validate every N steps (0: only at the end)")->capture_default_str();
   app.add_option("--eval-tokens", c.eval_tokens, "Validation tokens (0: no validation)")->capture_default_str();
-  app.add_option("--save-every", c.save_every, "Checkpoint every N steps (0: only at the end)")->capture_default_str();
+  app.add_option("--save-every", c.save_every, "Checkpoint every N steps (0: only at the end; -1: never, except when stopped by a signal)")->capture_default_str();
   app.add_option("--keep-checkpoints", c.keep_checkpoints, "Keep the newest K checkpoints (0: all)")->capture_default_str();
   app.add_option("--peak-tflops", c.peak_tflops, "The GPU's dense bf16 peak, for MFU when it is not in the table");
 }

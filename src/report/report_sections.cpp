@@ -163,7 +163,8 @@ std::string advice_list(const json& advice) {
   std::string items;
   for (const json& a : advice) {
     const double payoff = number(a, "payoff_pct");
-    items += "<li><b>" + html_escape(text(a, "title", "?")) + "</b>" +
+    const bool later = a.is_object() && a.contains("actionable") && a["actionable"].is_boolean() && !a["actionable"].get<bool>();
+    items += "<li><b>" + html_escape(text(a, "title", "?")) + "</b>" + (later ? " (not available in tokamak yet)" : "") +
              (std::isfinite(payoff) ? fmt::format(" <span class=\"payoff\">~{:.1f}% of the step</span>", payoff) : "") +
              "<br><span class=\"hint\">" + html_escape(text(a, "detail")) + "</span></li>";
   }

@@ -366,7 +366,8 @@ json profile_json(const ProfileReport& r) {
                  {"recompute_ms", r.totals.recompute_ms},
                  {"unexplained_ms", r.totals.unexplained_ms}};
   json advice = json::array();
-  for (const Advice& a : r.advice) advice.push_back({{"title", a.title}, {"payoff_pct", a.payoff_pct}, {"detail", a.detail}});
+  for (const Advice& a : r.advice) advice.push_back(
+        {{"title", a.title}, {"payoff_pct", a.payoff_pct}, {"detail", a.detail}, {"actionable", a.actionable}});
   j["advice"] = advice;
   return j;
 }
@@ -432,11 +433,11 @@ std::string format_profile(const ProfileReport& r) {
   total("unexplained", t.unexplained_ms);
   total("step (wall)", t.step_ms);
   if (t.recompute_ms > 0) total("  of the ops: recompute", t.recompute_ms);
-  out += "\nadvice, largest payoff first:\n";
+  out += "\nadvice, largest payoff first (changes tokamak cannot make yet last):\n";
   if (r.advice.empty()) out += "  nothing stands out: no change is estimated to save 1% of the step\n";
   for (size_t i = 0; i < r.advice.size(); i++)
-    out += fmt::format("{:>3}. [{:.1f}% of the step] {}\n     {}\n", i + 1, r.advice[i].payoff_pct, r.advice[i].title,
-                       r.advice[i].detail);
+    out += fmt::format("{:>3}. [{:.1f}% of the step] {}{}\n     {}\n", i + 1, r.advice[i].payoff_pct, r.advice[i].title,
+                       r.advice[i].actionable ? "" : " (not available in tokamak yet)", r.advice[i].detail);
   return out;
 }
 

@@ -51,6 +51,9 @@ struct Advice {
   std::string title;
   double payoff_pct = 0;  // estimated % of the step's time saved
   std::string detail;
+  // False for a change tokamak cannot make yet (say, FP8 matmuls): it ranks after every change the user
+  // can make now, whatever its payoff, since the first advice must be one to act on.
+  bool actionable = true;
 };
 
 // One op call or data wait of a measured step, on the timeline (ms from the step's start).

@@ -172,7 +172,7 @@ std::optional<Advice> fp8(const AdviceInputs& in) {
       "peak, so e4m3 GEMMs would save up to {:.1f}% of the step. tokamak does not train in FP8 yet "
       "(--precision fp8 is planned).",
       pct(mm.ms, in.totals.step_ms), rate(mm.flops_per_s(), true), saved_pct);
-  return Advice{"FP8 matmuls: this GPU has FP8 tensor cores", saved_pct, detail};
+  return Advice{"FP8 matmuls: this GPU has FP8 tensor cores", saved_pct, detail, /*actionable=*/false};
 }
 
 }  // namespace
@@ -183,7 +183,10 @@ std::vector<Advice> rank_advice(const AdviceInputs& in) {
   std::vector<Advice> out;
   for (auto rule : {data_wait, small_micro_batch, memory_bound, host_gaps, optimizer_share, recompute, fp8})
     if (std::optional<Advice> a = rule(in)) out.push_back(std::move(*a));
-  std::stable_sort(out.begin(), out.end(), [](const Advice& a, const Advice& b) { return a.payoff_pct > b.payoff_pct; });
+  std::stable_sort(out.begin(), out.end(), [](const Advice& a, const Advice& b) {
+    if (a.actionable != b.actionable) return a.actionable;
+    return a.payoff_pct > b.payoff_pct;
+  });
   return out;
 }
 

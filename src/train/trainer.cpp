@@ -238,7 +238,10 @@ class TrainingRun {
   void report_memory() const;
   void validate(int64_t step);
   void save();
-  bool due(int64_t every, int64_t step) const { return step == cfg_.steps || (every > 0 && step % every == 0); }
+  // every > 0: each `every` steps and the last; 0: the last step only; < 0: never.
+  bool due(int64_t every, int64_t step) const {
+    return every >= 0 && (step == cfg_.steps || (every > 0 && step % every == 0));
+  }
 
   TrainConfig cfg_;
   const std::function<void(const StepRecord&)>& on_step_;
@@ -299,8 +302,8 @@ void TrainingRun::resolve_config() {
   schedule_.min_lr_ratio = cfg_.min_lr_ratio;
   schedule_.decay_fraction = cfg_.decay_fraction;
   schedule_.validate();
-  TK_CHECK(cfg_.eval_every >= 0 && cfg_.eval_tokens >= 0 && cfg_.save_every >= 0,
-           "--eval-every, --eval-tokens and --save-every must not be negative");
+  TK_CHECK(cfg_.eval_every >= 0 && cfg_.eval_tokens >= 0 && cfg_.save_every >= -1,
+           "--eval-every and --eval-tokens must not be negative, --save-every not below -1");
 
   if (cfg_.out.empty() && cfg_.resume && !cfg_.resume_from.empty()) {
     stdfs::path ckpt = resolve_checkpoint(cfg_.resume_from);

@@ -495,5 +495,34 @@ TEST(ProfileAdvice, RankedByPayoff) {
   EXPECT_NE(a[2].detail.find("does not keep up"), std::string::npos);  // ext4 is not a slow mount
 }
 
+// A change tokamak cannot make yet (FP8 on a GPU that has it) ranks after those the user can make, even
+// when its estimated payoff is larger: the first advice is one to act on.
+TEST(ProfileAdvice, NotYetAvailableRanksLast) {
+  AdviceInputs in;
+  in.gpu = true;
+  in.fp8_tensor_cores = true;
+  in.totals.step_ms = 100;
+  in.totals.data_wait_ms = 5;
+  in.micro_batch = 8;
+  in.seq = 2048;
+  in.mount_type = "ext4";
+  in.ceilings = Ceilings{1e12, 1e11, "test"};
+  OpRow mm;
+  mm.name = "linear_forward";
+  mm.category = OpCategory::Matmul;
+  mm.ms = 80;
+  mm.flops = 7e10;  // 8.75e11 FLOP/s: 87.5% of the ceiling, so no micro-batch advice
+  mm.bytes = 1e6;
+  mm.compute_bound = true;
+  in.ops = {mm};
+  const std::vector<Advice> a = rank_advice(in);
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].title, "Data: the step waits for the loader");
+  EXPECT_TRUE(a[0].actionable);
+  EXPECT_DOUBLE_EQ(a[1].payoff_pct, 40);  // half of the 80 ms of matmuls
+  EXPECT_FALSE(a[1].actionable);
+  EXPECT_NE(a[1].title.find("FP8"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tk

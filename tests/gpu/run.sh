@@ -5,9 +5,18 @@
 # PyTorch peer). Usage: tests/gpu/run.sh [step,step...] [test-regex]. Logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-export OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
-STEPS=${1:-tests,hf,kernels,curve,profile,plan,ncu,fixtures,bench}
+# Every log goes to $LOGS; at the end they are packed into $OUT/logs.tgz with the few files worth
+# looking at beside it (the device tool brings back at most 8 files).
+RESULTS=${OUT:-$PWD/gpu-out}
+export OUT=/tmp/gpu-logs
+rm -rf "$OUT"; mkdir -p "$OUT" "$RESULTS"
+pack() {
+  tar czf "$RESULTS/logs.tgz" -C "$OUT" --exclude='step_*' --exclude='trace.json' --exclude='*.safetensors' \
+    --exclude='*.bin' . 2>/dev/null
+  [ -f "$OUT/gpu-run/report.html" ] && cp "$OUT/gpu-run/report.html" "$RESULTS/report-gpu.html"
+}
+trap pack EXIT
+STEPS=${1:-tests,hf,kernels,curve,report,profile,needless,plan,offload,budget,ncu,fixtures,bench}
 REGEX=${2:-.}
 source tests/gpu/env.sh
 BUILD=build-gpu
@@ -52,25 +61,82 @@ if has curve && [ -f data/brown/meta.json ]; then
   python3 tests/gpu/curve.py "$OUT/curve-cpu" "$OUT/curve-cuda" "$OUT/curve-cuda2" | tee "$OUT/curve.txt" | tail -6
   echo "curve: $(( $(date +%s) - start ))s"
 fi
-if has profile && [ -f data/brown/meta.json ]; then
-  # A GPU run for the report (train, then profile into the same run directory, then the page), and the
-  # profile of the benchmark shapes.
+if has report && [ -f data/brown/meta.json ]; then
+  # A GPU run for the report: train, then profile into the same run directory, then the page.
   RUN=(--data data/brown --model gpt2-small-llama --batch 8 --seq 512 --lr 1e-3 --warmup 20 --device cuda)
   $BUILD/tokamak train "${RUN[@]}" --steps 120 --eval-every 40 --eval-tokens 4096 --save-every 0 \
     --out "$OUT/gpu-run" --overwrite > "$OUT/gpu-run.log" 2>&1 || tail -5 "$OUT/gpu-run.log"
   grep -A14 "memory held" "$OUT/gpu-run.log" | head -16
   $BUILD/tokamak profile "${RUN[@]}" --out "$OUT/gpu-run" > "$OUT/gpu-run-profile.log" 2>&1 || tail -5 "$OUT/gpu-run-profile.log"
   $BUILD/tokamak report "$OUT/gpu-run" > /dev/null 2>&1 || echo "report failed"
-  rm -rf "$OUT"/gpu-run/step_* "$OUT"/gpu-run/trace.json
+  ls -la "$OUT/gpu-run" | head -20
+  echo "report: $(( $(date +%s) - start ))s"
+fi
+if has profile && [ -f data/brown/meta.json ]; then
+  # The profile of the benchmark shapes.
   for m in ${PROFILE_MODELS:-qwen2.5-0.5b,llama3.2-1b}; do
-    m=${m//,/ }
-    for one in $m; do
+    for one in ${m//,/ }; do
       $BUILD/tokamak profile --data data/brown --model "$one" --batch 8 --seq 2048 --device cuda \
         --out "$OUT/profile-$one" > "$OUT/profile-$one.log" 2>&1 || tail -5 "$OUT/profile-$one.log"
       head -60 "$OUT/profile-$one.log" | tail -45
     done
   done
   echo "profile: $(( $(date +%s) - start ))s"
+fi
+if has needless && [ -f data/brown/meta.json ]; then
+  # A run made slow on purpose by needless recompute (block, with most of the GPU free): the advice
+  # should name it first.
+  $BUILD/tokamak profile --data data/brown --model qwen2.5-0.5b --batch 8 --seq 2048 --device cuda --recompute block \
+    --out "$OUT/needless" > "$OUT/needless.log" 2>&1 || tail -5 "$OUT/needless.log"
+  grep -iE "step|MFU|recompute" "$OUT/needless.log" | head -12
+  sed -n '/dvice/,$p' "$OUT/needless.log" | head -30
+  echo "needless: $(( $(date +%s) - start ))s"
+fi
+if has offload && [ -f data/brown/meta.json ]; then
+  # The offloaded optimizer against the on-device one: same losses, same final weights and state, bitwise.
+  for o in none optimizer; do
+    $BUILD/tokamak train --data data/brown --model gpt2-small-llama --batch 8 --seq 512 --steps 8 --warmup 2 \
+      --eval-tokens 0 --save-every 0 --device cuda --offload $o --offload-chunk 10000000 --out "$OUT/off-$o" \
+      --overwrite > "$OUT/off-$o.log" 2>&1 || tail -5 "$OUT/off-$o.log"
+  done
+  python3 - "$OUT/off-none" "$OUT/off-optimizer" <<'PY'
+import glob, hashlib, json, os, sys
+def losses(d): return [json.loads(l)["loss"] for l in open(d + "/log.jsonl") if '"loss"' in l]
+def digests(d):
+    ck = sorted(glob.glob(d + "/step_*"))[-1]
+    return {os.path.basename(f): hashlib.sha256(open(f, "rb").read()).hexdigest()[:16]
+            for f in sorted(glob.glob(ck + "/*")) if not f.endswith(".json")}
+a, b = sys.argv[1:3]
+print("offload losses equal:", losses(a) == losses(b), losses(a)[-1], losses(b)[-1])
+da, db = digests(a), digests(b)
+print("offload checkpoint files equal:", da == db, da if da != db else "")
+PY
+  echo "offload: $(( $(date +%s) - start ))s"
+fi
+if has budget && [ -f data/brown/meta.json ]; then
+  # Issue 6's bar: --memory-budget 16GiB against the unconstrained run, same global batch, one call.
+  GB=${BUDGET_TOKENS:-262144}
+  for m in ${BUDGET_MODELS:-llama3.2-1b,qwen2.5-1.5b}; do
+    for one in ${m//,/ }; do
+      for flags in "" "--memory-budget ${BUDGET:-16GiB}"; do
+        $BUILD/tokamak train --data data/brown --model $one --batch 8 --seq 2048 --batch-tokens $GB --steps ${BUDGET_STEPS:-3} \
+          --warmup 1 --eval-tokens 0 --save-every 0 --device cuda $flags ${BUDGET_EXTRA:-} --out /tmp/budget-run --overwrite \
+          > "$OUT/budget-$one${flags:+-16}.log" 2>&1 || { tail -4 "$OUT/budget-$one${flags:+-16}.log"; continue; }
+        python3 - "$one ${flags:-unconstrained}" /tmp/budget-run/log.jsonl /tmp/budget-run/memory.json <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[2]) if '"loss"' in l]
+mem = json.load(open(sys.argv[3]))
+tail = rows[1:] or rows
+tps = sum(r["tokens_per_s"] for r in tail) / len(tail)
+peak = max(r["memory_bytes"] for r in rows) / 2**30
+print(f"{sys.argv[1]:<36} {tps:>9.0f} tok/s  device in use {peak:6.2f} GiB  tokamak holds {mem['total_bytes']/2**30:6.2f} GiB  "
+      "losses " + " ".join("%.5f" % r["loss"] for r in rows))
+PY
+        grep -E "memory budget|predicted" "$OUT/budget-$one${flags:+-16}.log" | head -3
+      done
+    done
+  done | tee "$OUT/budget.txt"
+  echo "budget: $(( $(date +%s) - start ))s"
 fi
 if has plan && [ -f data/brown/meta.json ]; then
   # Recompute policies and --memory-budget on the 1B shape: measured peak and tokens/s against the plan.
