@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <vector>
 
@@ -77,6 +78,18 @@ class Ops {
   virtual void upload(void* dst, const void* src, size_t bytes) = 0;
   virtual void download(void* dst, const void* src, size_t bytes) = 0;
   virtual void synchronize() = 0;
+
+  // ---- copy queues (offload pipelines) --------------------------------------------------------
+  // Every op above runs on the compute queue. Copies between host memory from allocate_host and device
+  // memory may run on queues of their own, one per direction, so that they overlap the compute queue and
+  // each other; an event recorded on one queue and waited for on another orders them (a wait covers all
+  // that was queued on the recording queue before the record). Host memory written by a download may be
+  // read once the compute queue has waited for the download's event and synchronize() has returned.
+  // The defaults suit a backend whose ops run synchronously (the CPU): the copy happens at once.
+  enum class Queue : int { compute = 0, upload = 1, download = 2 };
+  virtual void copy_async(void* dst, const void* src, size_t bytes, Queue q) { std::memcpy(dst, src, bytes); }
+  virtual int record_event(Queue q) { return 0; }
+  virtual void wait_event(Queue waiter, int event) {}
 
   // ---- embedding ------------------------------------------------------------------------------
   // out[N,d] = table[tokens[n], :]. tokens i32[N] with 0 <= id < V.

@@ -93,14 +93,14 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, c
   for (const auto& [label, bytes] : model_memory(cfg, o, act, DType::F32)) p.rows.push_back({label, double(bytes)});
   const double P = double(ParamLayout::build(cfg).total);
   if (p.offload) {
-    // AdamW's state in host memory; on the device a chunk of each streams through (AdamW::offloaded_update).
-    const double chunk = std::min(double(target.offload_chunk), P) * 4;
+    // AdamW's state in host memory; on the device two chunks of each stream through (AdamW::offloaded_update).
+    const double chunk = 2 * std::min(double(target.offload_chunk), P) * 4;
     p.rows.push_back({"fp32 master weights (host)", P * 4, true, true});
     p.rows.push_back({"AdamW first moments (host)", P * 4, true, true});
     p.rows.push_back({"AdamW second moments (host)", P * 4, true, true});
-    p.rows.push_back({"offload staging: m chunk", chunk});
-    p.rows.push_back({"offload staging: v chunk", chunk});
-    p.rows.push_back({"offload staging: master weights chunk", chunk});
+    p.rows.push_back({"offload staging: m chunks (2)", chunk});
+    p.rows.push_back({"offload staging: v chunks (2)", chunk});
+    p.rows.push_back({"offload staging: master weight chunks (2)", chunk});
   } else {
     if (target.gpu) p.rows.push_back({"fp32 master weights", P * 4});
     p.rows.push_back({"AdamW first moments", P * 4});
@@ -123,8 +123,9 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, c
     if (!row.host) p.total_bytes += row.bytes;
   p.recompute_flops_per_token = r.flops_per_token(cfg, T);
   double s = seconds_per_token(cfg, B, T, accumulation, r, target);
-  // Offload: master, m and v go up and come back once per update, not overlapped with compute.
-  if (p.offload) s += 2 * 12 * P / target.host_bandwidth / (double(B) * T * accumulation);
+  // Offload: master, m and v go up and come back once per update, the two directions overlapping each
+  // other (and the chunks' updates) but not the forward and backward.
+  if (p.offload) s += 12 * P / target.host_bandwidth / (double(B) * T * accumulation);
   p.predicted_tokens_per_s = 1.0 / s;
   return p;
 }

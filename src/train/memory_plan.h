@@ -34,7 +34,7 @@ struct PlanTarget {
   double matmul_efficiency = 0.65;  // achieved / peak on the GEMMs (0.62-0.72 measured on an H200, NOTES.md)
   double bandwidth = 4.0e12;       // bytes/s of the memory-bound ops
   double host_bandwidth = 20e9;    // bytes/s each way between page-locked host memory and the device
-  int64_t offload_chunk = int64_t(32) << 20;
+  int64_t offload_chunk = int64_t(16) << 20;
 };
 
 // The plan of one setting.

@@ -29,13 +29,15 @@ AdamW::AdamW(Model& model, const AdamWOptions& opt)
     m_host_ = allocate_host("AdamW first moments (host)");
     v_host_ = allocate_host("AdamW second moments (host)");
     const int64_t chunk = std::min(opt.offload_chunk, model_.layout().total);
-    m_ = allocate(DType::F32, "offload staging: m chunk", chunk);
-    v_ = allocate(DType::F32, "offload staging: v chunk", chunk);
+    for (Stage& s : stage_) {
+      s.m = allocate(DType::F32, "offload staging: m chunks (2)", chunk);
+      s.v = allocate(DType::F32, "offload staging: v chunks (2)", chunk);
+      if (master) s.master = allocate(DType::F32, "offload staging: master weight chunks (2)", chunk);
+    }
     if (master) {
       master_host_ = allocate_host("fp32 master weights (host)");
       const std::vector<float> w = model_.params_f32();
       std::copy(w.begin(), w.end(), master_host_.as<float>());
-      master_ = allocate(DType::F32, "offload staging: master weights chunk", chunk);
     }
     return;
   }
@@ -50,7 +52,9 @@ AdamW::AdamW(Model& model, const AdamWOptions& opt)
 }
 
 AdamW::~AdamW() {
-  for (Tensor* t : {&m_, &v_, &master_})
+  ops_.synchronize();  // no copy may still read or write what is freed
+  for (Tensor* t : {&m_, &v_, &master_, &stage_[0].m, &stage_[0].v, &stage_[0].master, &stage_[1].m, &stage_[1].v,
+                    &stage_[1].master})
     if (!t->empty()) ops_.release(t->data);
   for (Tensor* t : {&m_host_, &v_host_, &master_host_})
     if (!t->empty()) ops_.release_host(t->data);
@@ -69,14 +73,30 @@ Tensor AdamW::allocate_host(const char* label) {
   return t;
 }
 
-size_t AdamW::state_bytes() const { return m_.nbytes() + v_.nbytes() + master_.nbytes(); }
+size_t AdamW::state_bytes() const {
+  size_t bytes = m_.nbytes() + v_.nbytes() + master_.nbytes();
+  for (const Stage& s : stage_) bytes += s.m.nbytes() + s.v.nbytes() + s.master.nbytes();
+  return bytes;
+}
 size_t AdamW::host_state_bytes() const { return m_host_.nbytes() + v_host_.nbytes() + master_host_.nbytes(); }
 
-// The update over the layout in chunks: the chunk's state goes up to the staging buffers, the same
-// adamw_update runs on the chunk (segments cut at the chunk's edges and rebased; the update is element by
-// element, so cutting changes nothing), and the state comes back. The download of each chunk waits for it.
+// The update over the layout in chunks: the chunk's state goes up to a staging set, the same adamw_update
+// runs on the chunk (segments cut at the chunk's edges and rebased; the update is element by element, so
+// cutting changes nothing), and the state comes back. Two staging sets and a queue per direction make a
+// pipeline: while chunk i is updated, chunk i+1 goes up and chunk i-1 comes down. The order:
+//   upload queue:   [wait: chunk i-2's download freed the set]  upload i            record `uploaded`
+//   compute queue:  [wait: uploaded]                            adamw_update i      record `updated`
+//   download queue: [wait: updated]                             download i          record the set's free event
+// and at the end the compute queue waits for the last download, so whatever follows (the next step, a
+// checkpoint reading the host state after synchronize()) sees the whole update.
 void AdamW::offloaded_update(const AdamWConfig& c) {
-  const int64_t P = model_.layout().total, chunk = m_.numel();
+  using Q = Ops::Queue;
+  const int64_t P = model_.layout().total, chunk = stage_[0].m.numel();
+  const bool master = !stage_[0].master.empty();
+  // The uploads may start once every earlier use of the staging sets on the compute queue has run.
+  ops_.wait_event(Q::upload, ops_.record_event(Q::compute));
+  for (Stage& st : stage_) st.free_event = -1;  // the wait above covers the last update's downloads
+  int last_download = -1, i = 0;
   for (int64_t a = 0; a < P; a += chunk) {
     const int64_t n = std::min(chunk, P - a);
     std::vector<ParamSegment> segs;
@@ -85,17 +105,22 @@ void AdamW::offloaded_update(const AdamWConfig& c) {
       if (lo < hi) segs.push_back({lo - a, hi - lo, s.decay});
     }
     if (segs.empty()) continue;
+    Stage& st = stage_[i++ % 2];
     const size_t bytes = size_t(n) * sizeof(float);
-    ops_.upload(m_.data, m_host_.as<float>() + a, bytes);
-    ops_.upload(v_.data, v_host_.as<float>() + a, bytes);
-    if (!master_.empty()) ops_.upload(master_.data, master_host_.as<float>() + a, bytes);
-    const Tensor master = master_.empty() ? Tensor() : master_.rows(0, n);
-    ops_.adamw_update(model_.params().rows(a, a + n), master, model_.grads().rows(a, a + n), m_.rows(0, n),
-                      v_.rows(0, n), segs, c);
-    ops_.download(m_host_.as<float>() + a, m_.data, bytes);
-    ops_.download(v_host_.as<float>() + a, v_.data, bytes);
-    if (!master_.empty()) ops_.download(master_host_.as<float>() + a, master_.data, bytes);
+    if (st.free_event >= 0) ops_.wait_event(Q::upload, st.free_event);
+    ops_.copy_async(st.m.data, m_host_.as<float>() + a, bytes, Q::upload);
+    ops_.copy_async(st.v.data, v_host_.as<float>() + a, bytes, Q::upload);
+    if (master) ops_.copy_async(st.master.data, master_host_.as<float>() + a, bytes, Q::upload);
+    ops_.wait_event(Q::compute, ops_.record_event(Q::upload));
+    ops_.adamw_update(model_.params().rows(a, a + n), master ? st.master.rows(0, n) : Tensor(),
+                      model_.grads().rows(a, a + n), st.m.rows(0, n), st.v.rows(0, n), segs, c);
+    ops_.wait_event(Q::download, ops_.record_event(Q::compute));
+    ops_.copy_async(m_host_.as<float>() + a, st.m.data, bytes, Q::download);
+    ops_.copy_async(v_host_.as<float>() + a, st.v.data, bytes, Q::download);
+    if (master) ops_.copy_async(master_host_.as<float>() + a, st.master.data, bytes, Q::download);
+    st.free_event = last_download = ops_.record_event(Q::download);
   }
+  if (last_download >= 0) ops_.wait_event(Q::compute, last_download);
 }
 
 OptimizerStep AdamW::step(double lr) {
@@ -138,6 +163,16 @@ void AdamW::upload(const Tensor& t, const std::vector<float>& host, const char* 
 
 namespace {
 std::vector<float> host_copy(const Tensor& t) { return std::vector<float>(t.as<float>(), t.as<float>() + t.numel()); }
+}  // namespace
+
+// The host state may still be in flight (the offloaded update's downloads, queued asynchronously):
+// every access to it waits for the device first.
+std::vector<float> AdamW::host_state(const Tensor& t) const {
+  ops_.synchronize();
+  return host_copy(t);
+}
+
+namespace {
 void set_host(const Tensor& t, const std::vector<float>& v, const char* what) {
   TK_CHECK(int64_t(v.size()) == t.numel(), "internal error: {} has {} values, the model has {} parameters", what,
            v.size(), t.numel());
@@ -146,24 +181,26 @@ void set_host(const Tensor& t, const std::vector<float>& v, const char* what) {
 }  // namespace
 
 std::vector<float> AdamW::weights_f32() const {
-  if (!master_host_.empty()) return host_copy(master_host_);
+  if (!master_host_.empty()) return host_state(master_host_);
   return !master_.empty() ? download(master_) : model_.params_f32();
 }
 
 void AdamW::set_weights_f32(const std::vector<float>& weights) {
   upload(model_.params(), weights, "weights");
   if (!master_host_.empty()) {
+    ops_.synchronize();
     set_host(master_host_, weights, "weights");
   } else if (!master_.empty()) {
     upload(master_, weights, "weights");
   }
 }
 
-std::vector<float> AdamW::exp_avg_f32() const { return opt_.offload ? host_copy(m_host_) : download(m_); }
-std::vector<float> AdamW::exp_avg_sq_f32() const { return opt_.offload ? host_copy(v_host_) : download(v_); }
+std::vector<float> AdamW::exp_avg_f32() const { return opt_.offload ? host_state(m_host_) : download(m_); }
+std::vector<float> AdamW::exp_avg_sq_f32() const { return opt_.offload ? host_state(v_host_) : download(v_); }
 
 void AdamW::set_state_f32(const std::vector<float>& exp_avg, const std::vector<float>& exp_avg_sq, int64_t steps_taken) {
   if (opt_.offload) {
+    ops_.synchronize();
     set_host(m_host_, exp_avg, "exp_avg");
     set_host(v_host_, exp_avg_sq, "exp_avg_sq");
   } else {

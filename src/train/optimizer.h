@@ -14,9 +14,11 @@ struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
   double max_grad_norm = 1.0;  // clip to this global norm; <= 0 disables clipping
   // Offload: m, v and the master weights live in (page-locked) host memory; each step streams them through
-  // a device staging buffer in chunks of this many elements (results bitwise the same as on the device).
+  // two sets of device staging buffers in chunks of this many elements, the upload of one chunk, the
+  // update of the one before and the download of the one before that overlapping (results bitwise the
+  // same as on the device).
   bool offload = false;
-  int64_t offload_chunk = int64_t(32) << 20;
+  int64_t offload_chunk = int64_t(16) << 20;
 };
 
 struct OptimizerStep {
@@ -57,14 +59,20 @@ class AdamW {
   Tensor allocate_host(const char* label);
   void offloaded_update(const AdamWConfig& c);
   std::vector<float> download(const Tensor& t) const;
+  std::vector<float> host_state(const Tensor& t) const;
   void upload(const Tensor& t, const std::vector<float>& host, const char* what);
 
   Model& model_;
   Ops& ops_;
   AdamWOptions opt_;
   std::vector<ParamSegment> segments_;
-  Tensor m_, v_, master_;                     // on the device (not offloaded), or the chunk staging (offloaded)
+  Tensor m_, v_, master_;                     // on the device (not offloaded)
   Tensor m_host_, v_host_, master_host_;      // f32 [P] in host memory when offloaded
+  struct Stage {                              // one chunk's staging on the device (offloaded)
+    Tensor m, v, master;
+    int free_event = -1;                      // the download that last read it (-1: none yet)
+  };
+  Stage stage_[2];
   int64_t steps_taken_ = 0;
 };
 

@@ -57,9 +57,23 @@ std::string human_bytes(size_t b) {
 
 }  // namespace
 
+// An AdamW segment table on the device, one per distinct segment list (the offloaded update's chunks
+// each have their own), uploaded once.
+struct AdamWTable {
+  std::vector<cuda::AdamWSegment> host;
+  void* device = nullptr;
+  int blocks = 0;
+};
+
 struct CudaOps::Impl {
   int device = 0;
   cudaStream_t stream = nullptr;
+  // The copy queues: created on first use, with a ring of events that orders them against the compute
+  // stream (an event may be recorded again once every wait on it has been queued, which record/wait
+  // pairs in program order guarantee long before the ring comes round).
+  cudaStream_t upload_stream = nullptr, download_stream = nullptr;
+  std::vector<cudaEvent_t> events;
+  size_t next_event = 0;
   MemoryLedger ledger;
   cuda::DeviceAlloc alloc;  // hands CudaOps::allocate / release to the building blocks
 
@@ -68,12 +82,18 @@ struct CudaOps::Impl {
 
   // Scratch, each with GrowingBuffer's rule.
   cuda::GrowingBuffer staging, embedding_scratch, rmsnorm_scratch, rope_scratch, rope_table, logits,
-      grad_norm_scratch, adamw_table;
+      grad_norm_scratch;
   int rope_table_pos = 0, rope_table_hd = 0;
   float rope_table_theta = 0;
   size_t logits_budget = cuda::kLogitsChunkBudgetBytes;
-  std::vector<cuda::AdamWSegment> adamw_segments;  // the table now on the device
-  int adamw_blocks = 0;
+  std::vector<AdamWTable> adamw_tables;
+
+  cudaStream_t queue(Queue q) {
+    if (q == Queue::compute) return stream;
+    cudaStream_t& s = q == Queue::upload ? upload_stream : download_stream;
+    if (!s) TK_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return s;
+  }
 
   const float2* rope_table_for(int max_pos, int hd, float theta);
 };
@@ -103,6 +123,12 @@ CudaOps::CudaOps(int device) : impl_(std::make_unique<Impl>()) {
 CudaOps::~CudaOps() {
   // Nothing may still run on memory about to be freed; errors are beyond reporting in a destructor.
   cudaStreamSynchronize(impl_->stream);
+  for (cudaStream_t s : {impl_->upload_stream, impl_->download_stream})
+    if (s) {
+      cudaStreamSynchronize(s);
+      cudaStreamDestroy(s);
+    }
+  for (cudaEvent_t e : impl_->events) cudaEventDestroy(e);
   impl_->attention.reset();
   impl_->matmul.reset();
   for (void* p : impl_->ledger.pointers()) cudaFree(p);
@@ -190,6 +216,26 @@ void CudaOps::download(void* dst, const void* src, size_t bytes) {
 }
 
 void CudaOps::synchronize() { TK_CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
+
+void CudaOps::copy_async(void* dst, const void* src, size_t bytes, Queue q) {
+  TK_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, impl_->queue(q)));
+}
+
+int CudaOps::record_event(Queue q) {
+  constexpr size_t kEvents = 64;
+  if (impl_->events.empty()) {
+    impl_->events.resize(kEvents);
+    for (cudaEvent_t& e : impl_->events) TK_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  const int id = int(impl_->next_event++ % kEvents);
+  TK_CUDA_CHECK(cudaEventRecord(impl_->events[size_t(id)], impl_->queue(q)));
+  return id;
+}
+
+void CudaOps::wait_event(Queue waiter, int event) {
+  TK_CHECK(event >= 0 && size_t(event) < impl_->events.size(), "wait_event: no event {} was recorded", event);
+  TK_CUDA_CHECK(cudaStreamWaitEvent(impl_->queue(waiter), impl_->events[size_t(event)], 0));
+}
 
 cudaStream_t CudaOps::stream() const { return impl_->stream; }
 int CudaOps::device() const { return impl_->device; }
@@ -488,18 +534,23 @@ void CudaOps::adamw_update(const Tensor& params, const Tensor& master, const Ten
     table.push_back({seg.offset, seg.count, seg.decay ? 1 : 0, 0});
   }
   if (table.empty()) return;
-  bool same = table.size() == impl_->adamw_segments.size() &&
-              std::equal(table.begin(), table.end(), impl_->adamw_segments.begin(), [](const auto& a, const auto& b) {
-                return a.offset == b.offset && a.count == b.count && a.decay == b.decay;
-              });
-  if (!same) {
+  auto same = [&](const AdamWTable& t) {
+    return std::equal(table.begin(), table.end(), t.host.begin(), t.host.end(), [](const auto& a, const auto& b) {
+      return a.offset == b.offset && a.count == b.count && a.decay == b.decay;
+    });
+  };
+  auto found = std::find_if(impl_->adamw_tables.begin(), impl_->adamw_tables.end(), same);
+  if (found == impl_->adamw_tables.end()) {
     // A new segment list (the first step): plan the blocks and upload the table once.
-    impl_->adamw_blocks = cuda::adamw_plan(table.data(), int(table.size()));
-    size_t bytes = table.size() * sizeof(cuda::AdamWSegment);
-    void* dev = impl_->adamw_table.ensure(impl_->alloc, bytes, "AdamW segment table");
-    TK_CUDA_CHECK(cudaMemcpyAsync(dev, table.data(), bytes, cudaMemcpyHostToDevice, impl_->stream));
+    AdamWTable t;
+    t.blocks = cuda::adamw_plan(table.data(), int(table.size()));
+    const size_t bytes = table.size() * sizeof(cuda::AdamWSegment);
+    t.device = allocate(bytes, "AdamW segment table");
+    TK_CUDA_CHECK(cudaMemcpyAsync(t.device, table.data(), bytes, cudaMemcpyHostToDevice, impl_->stream));
     synchronize();
-    impl_->adamw_segments = std::move(table);
+    t.host = std::move(table);
+    impl_->adamw_tables.push_back(std::move(t));
+    found = impl_->adamw_tables.end() - 1;
   }
   cuda::AdamWStep step{c.lr,
                        c.beta1,
@@ -510,8 +561,8 @@ void CudaOps::adamw_update(const Tensor& params, const Tensor& master, const Ten
                        float(1.0 - std::pow(double(c.beta1), double(c.step))),
                        float(1.0 - std::pow(double(c.beta2), double(c.step)))};
   cuda::adamw_update(ptr<bf16>(params), ptr<float>(master), ptr<float>(grads), ptr<float>(m), ptr<float>(v),
-                     static_cast<const cuda::AdamWSegment*>(impl_->adamw_table.data()),
-                     int(impl_->adamw_segments.size()), impl_->adamw_blocks, step, impl_->stream);
+                     static_cast<const cuda::AdamWSegment*>(found->device), int(found->host.size()), found->blocks,
+                     step, impl_->stream);
 }
 
 // ---- device information ----------------------------------------------------------------------------

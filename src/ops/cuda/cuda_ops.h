@@ -40,6 +40,9 @@ class CudaOps final : public Ops {
   void upload(void* dst, const void* src, size_t bytes) override;
   void download(void* dst, const void* src, size_t bytes) override;
   void synchronize() override;
+  void copy_async(void* dst, const void* src, size_t bytes, Queue q) override;
+  int record_event(Queue q) override;
+  void wait_event(Queue waiter, int event) override;
 
   cudaStream_t stream() const;
   int device() const;
