@@ -14,22 +14,23 @@
 namespace {
 
 struct PlanFlags {
-  std::string model = "qwen2.5-0.5b", budget, device = "cuda", gpu = "NVIDIA H100 80GB HBM3";
+  std::string model = "qwen2.5-0.5b", budget, device = "cuda", gpu = "NVIDIA H100 80GB HBM3", host_memory;
   int batch = 8, seq = 2048;
   int64_t batch_tokens = 0;
   double efficiency = 0.65, bandwidth_gbs = 3350, host_gbs = 20;
   bool json = false, all = false;
 };
 
-nlohmann::ordered_json to_json(const tk::MemoryPlan& p, double budget) {
+nlohmann::ordered_json to_json(const tk::MemoryPlan& p, double budget, const tk::PlanTarget& target) {
   nlohmann::ordered_json j;
   j["micro_batch"] = p.B;
   j["seq"] = p.T;
   j["accumulation_steps"] = p.accumulation;
   j["recompute"] = p.recompute.describe();
-  j["offload"] = p.offload ? "optimizer" : "none";
+  j["offload"] = p.offload_name();
   j["total_bytes"] = p.total_bytes;
-  j["fits"] = budget <= 0 || p.total_bytes <= budget;
+  j["host_bytes"] = p.host_bytes;
+  j["fits"] = p.fits(budget, target);
   j["predicted_tokens_per_s"] = p.predicted_tokens_per_s;
   j["rows"] = nlohmann::ordered_json::array();
   for (const tk::PlanRow& r : p.rows)
@@ -46,6 +47,7 @@ int run(const PlanFlags& f) {
   target.matmul_efficiency = f.efficiency;
   target.bandwidth = f.bandwidth_gbs * 1e9;
   target.host_bandwidth = f.host_gbs * 1e9;
+  target.host_memory_limit = f.host_memory.empty() ? tk::local_host_memory_limit() : tk::parse_bytes(f.host_memory);
   const double budget = f.budget.empty() ? 0 : tk::parse_bytes(f.budget);
   const int64_t global = f.batch_tokens > 0 ? f.batch_tokens : int64_t(f.batch) * f.seq;
   const std::vector<tk::MemoryPlan> all = tk::plan_candidates(cfg, f.batch, f.seq, global, target);
@@ -56,9 +58,9 @@ int run(const PlanFlags& f) {
     nlohmann::ordered_json j;
     j["model"] = cfg.name;
     j["budget_bytes"] = budget;
-    j["chosen"] = to_json(chosen, budget);
+    j["chosen"] = to_json(chosen, budget, target);
     j["candidates"] = nlohmann::ordered_json::array();
-    for (const tk::MemoryPlan& p : all) j["candidates"].push_back(to_json(p, budget));
+    for (const tk::MemoryPlan& p : all) j["candidates"].push_back(to_json(p, budget, target));
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
@@ -69,10 +71,10 @@ int run(const PlanFlags& f) {
     fmt::print("\nsettings tried, fastest first:\n  {:>6} {:>6} {:<28} {:<9} {:>11} {:>12}  fits\n", "B", "accum",
                "recompute", "offload", "memory", "tokens/s");
     for (const tk::MemoryPlan& p : all)
-      fmt::print("  {:>6} {:>6} {:<28} {:<9} {:>11} {:>12.0f}  {}\n", p.B, p.accumulation, p.recompute.describe(),
-                 p.offload ? "optimizer" : "none",
+      fmt::print("  {:>6} {:>6} {:<28} {:<19} {:>11} {:>12.0f}  {}\n", p.B, p.accumulation, p.recompute.describe(),
+                 p.offload_name(),
                  tk::format_bytes(p.total_bytes), p.predicted_tokens_per_s,
-                 budget <= 0 ? "" : (p.total_bytes <= budget ? "yes" : "no"));
+                 budget <= 0 ? "" : (p.fits(budget, target) ? "yes" : "no"));
   }
   return 0;
 }
@@ -95,6 +97,9 @@ tk::cli::Command plan_cmd("plan", "The memory a training run needs, and the fast
                             app.add_option("--host-bandwidth", f->host_gbs,
                                            "GB/s each way between host memory and the GPU (offload)")
                                 ->capture_default_str();
+                            app.add_option("--host-memory", f->host_memory,
+                                           "Page-locked host memory offload may take, e.g. 100GiB (default: 80% of "
+                                           "this machine's memory)");
                             app.add_flag("--all", f->all, "List every setting tried");
                             app.add_flag("--json", f->json, "Print the plan as JSON");
                             return [f] { return run(*f); };

@@ -31,7 +31,8 @@ void add_recipe_options(CLI::App& app, TrainConfig& c) {
       ->capture_default_str();
   app.add_option("--offload", c.offload,
                  "optimizer: keep AdamW's moments and the fp32 master weights in host memory, streamed through the "
-                 "device in chunks at each update (same results, less device memory)")
+                 "device in chunks at each update (same results, less device memory); optimizer,gradients: the "
+                 "gradients too, each layer's brought to the device for its backward")
       ->capture_default_str();
   app.add_option("--offload-chunk", c.offload_chunk, "Elements of optimizer state per device round trip")
       ->capture_default_str();

@@ -4,6 +4,7 @@
 #include "model/model.h"
 
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <random>
 
@@ -136,6 +137,27 @@ void fill_normal(std::vector<float>& out, uint64_t seed, double std_dev) {
   }
 }
 
+// Gradient offload's groups: [bounds[k], bounds[k+1]) for the embedding (k = 0), layer l (k = l + 1) and
+// the tail (the final norm and an untied LM head), alignment padding included.
+std::vector<int64_t> gradient_groups(const ParamLayout& layout) {
+  std::vector<int64_t> bounds{0};
+  for (const LayerOffsets& l : layout.layers) bounds.push_back(l.attn_norm);
+  bounds.push_back(layout.final_norm);
+  bounds.push_back(layout.total);
+  return bounds;
+}
+
+// Elements of the staging buffers: the embedding / tail one, and each of the two layer ones.
+std::pair<int64_t, int64_t> gradient_stage_sizes(const std::vector<int64_t>& bounds, bool tied) {
+  // The tail takes buffer 0 (untied) or a layer buffer (tied: then it is the final norm alone, smaller than
+  // any layer).
+  const size_t tail = bounds.size() - 2;
+  const int64_t tail_n = bounds[tail + 1] - bounds[tail];
+  int64_t layer = tied ? tail_n : 0;
+  for (size_t k = 1; k < tail; k++) layer = std::max(layer, bounds[k + 1] - bounds[k]);
+  return {tied ? bounds[1] - bounds[0] : std::max(bounds[1] - bounds[0], tail_n), layer};
+}
+
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -151,7 +173,15 @@ struct Model::Impl {
   void *param_mem = nullptr, *grad_mem = nullptr, *kept_mem = nullptr, *scratch_mem = nullptr;
   size_t buffer_bytes = 0;
   Tensor params, grads;
-  ModelWeights w, g;  // views of params and of grads
+  ModelWeights w, g;  // views of params and of grads (with offload_grads: of the staging buffers in use)
+  // Gradient offload (ModelOptions::offload_grads): the groups' bounds in the layout, the staging buffers
+  // ([0] the embedding and tail groups, [1] and [2] the layers in turn), the download that last read each
+  // (-1: none since the micro-step began), and whether the host gradients are all zero (the first
+  // micro-step after zero_grads: the staging is cleared instead of brought up).
+  std::vector<int64_t> group_bounds;  // group k is [bounds[k], bounds[k+1]): embedding, layers, tail
+  Tensor grad_stage[3];
+  int stage_free[3] = {-1, -1, -1};
+  bool host_grads_zero = true;
   Buffers buf;
   std::vector<int32_t> host_tokens, host_targets, host_positions, host_segments;
 
@@ -163,11 +193,25 @@ struct Model::Impl {
     TK_CHECK(opt.T <= cfg.max_seq, "model {}: sequence length {} exceeds max_position_embeddings {}", cfg.name, opt.T,
              cfg.max_seq);
     param_mem = ops.allocate(size_t(layout.total) * dtype_size(act), "parameters");
-    grad_mem = ops.allocate(size_t(layout.total) * dtype_size(ops.grad_dtype()), "parameter gradients");
+    const size_t grad_bytes = size_t(layout.total) * dtype_size(ops.grad_dtype());
+    grad_mem = opt.offload_grads ? ops.allocate_host(grad_bytes, "parameter gradients (host)")
+                                 : ops.allocate(grad_bytes, "parameter gradients");
     params = Tensor(param_mem, act, {layout.total});
     grads = Tensor(grad_mem, ops.grad_dtype(), {layout.total});
     ops.zero(params);
-    ops.zero(grads);
+    if (opt.offload_grads) {
+      std::memset(grad_mem, 0, grad_bytes);
+      group_bounds = gradient_groups(layout);
+      const auto [outer, layer] = gradient_stage_sizes(group_bounds, cfg.tied_embeddings);
+      const char* labels[3] = {"gradient staging: embedding / LM head group", "gradient staging: layers",
+                               "gradient staging: layers"};
+      for (int i = 0; i < 3; i++) {
+        const int64_t n = i == 0 ? outer : layer;
+        grad_stage[i] = Tensor(ops.allocate(size_t(n) * dtype_size(ops.grad_dtype()), labels[i]), ops.grad_dtype(), {n});
+      }
+    } else {
+      ops.zero(grads);
+    }
     w = weight_views(cfg, layout, param_mem, act);
     g = weight_views(cfg, layout, grad_mem, ops.grad_dtype());
 
@@ -181,11 +225,31 @@ struct Model::Impl {
   }
 
   ~Impl() {
+    ops.synchronize();  // no copy may still use what is freed
     ops.release(scratch_mem);
     ops.release(kept_mem);
-    ops.release(grad_mem);
+    if (opt.offload_grads) {
+      ops.release_host(grad_mem);
+      for (Tensor& t : grad_stage) ops.release(t.data);
+    } else {
+      ops.release(grad_mem);
+    }
     ops.release(param_mem);
   }
+
+  // Gradient offload: which staging buffer a group uses. Tied embeddings: the embedding group receives the
+  // LM head's gradient first and the embedding's last, so it holds buffer 0 for the whole backward and the
+  // tail (the final norm) takes a layer buffer. Untied: the tail (final norm, LM head) uses buffer 0 first
+  // and the embedding after it.
+  int stage_of(size_t group) const {
+    const size_t tail = group_bounds.size() - 2;
+    if (group == 0) return 0;
+    if (group == tail) return cfg.tied_embeddings ? 1 : 0;
+    return 1 + int((tail - group + (cfg.tied_embeddings ? 0 : 1)) % 2);
+  }
+  void grads_begin_microstep();
+  void grad_group_begin(size_t group);
+  void grad_group_end(size_t group);
 
   Step stage_batch(const Batch& batch);
   void forward_pass(const Step& s);
@@ -322,10 +386,74 @@ LossSum Model::Impl::read_loss(const Step& s) {
 void Model::Impl::backward_pass(const Step& s) {
   const int64_t N = s.N, d = cfg.d_model;
   const Tensor dh = shaped(buf.dh, {N, d});
+  const size_t tail = group_bounds.size() - 2;
+  if (opt.offload_grads && cfg.tied_embeddings) grad_group_begin(tail);
   ops.rmsnorm_backward(dh, g.final_norm, shaped(buf.dx, {N, d}), Tensor(), shaped(buf.h_out, {N, d}),
                        shaped(buf.rstd_final, {N}), w.final_norm);
-  for (int l = cfg.n_layers - 1; l >= 0; l--) layer_backward(s, l);
+  if (opt.offload_grads) grad_group_end(tail);
+  for (int l = cfg.n_layers - 1; l >= 0; l--) {
+    if (opt.offload_grads) grad_group_begin(size_t(l) + 1);
+    layer_backward(s, l);
+    if (opt.offload_grads) grad_group_end(size_t(l) + 1);
+  }
+  if (opt.offload_grads && !cfg.tied_embeddings) grad_group_begin(0);
   ops.embedding_backward(g.embed, shaped(buf.tokens, {N}), dh);
+  if (opt.offload_grads) {
+    grad_group_end(0);
+    // Whatever the compute queue runs next (the next micro-step, the optimizer) comes after every download.
+    ops.wait_event(Ops::Queue::compute, ops.record_event(Ops::Queue::download));
+    host_grads_zero = false;
+  }
+}
+
+// Gradient offload. A micro-step starts with the uploads ordered after every download of the last one
+// (the event ring is reused, so an older event cannot be waited on safely).
+void Model::Impl::grads_begin_microstep() {
+  ops.wait_event(Ops::Queue::upload, ops.record_event(Ops::Queue::download));
+  for (int& e : stage_free) e = -1;
+}
+
+// Brings group k's gradients so far into its staging buffer (or clears it when they are all zero) and
+// points the gradient views of the group's parameters at it.
+void Model::Impl::grad_group_begin(size_t k) {
+  using Q = Ops::Queue;
+  const int st = stage_of(k);
+  const int64_t b = group_bounds[k], n = group_bounds[k + 1] - b;
+  const Tensor stage = grad_stage[st].rows(0, n);
+  if (host_grads_zero) {
+    if (stage_free[st] >= 0) ops.wait_event(Q::compute, stage_free[st]);
+    ops.zero(stage);
+  } else {
+    if (stage_free[st] >= 0) ops.wait_event(Q::upload, stage_free[st]);
+    ops.copy_async(stage.data, static_cast<char*>(grad_mem) + size_t(b) * dtype_size(grads.dtype), stage.nbytes(),
+                   Q::upload);
+    ops.wait_event(Q::compute, ops.record_event(Q::upload));
+  }
+  // Views of a flat buffer that starts b elements before the staging buffer: the group's own views land
+  // inside it, the others are not used until their group begins.
+  const uintptr_t base = reinterpret_cast<uintptr_t>(stage.data) - uintptr_t(b) * dtype_size(grads.dtype);
+  ModelWeights v = weight_views(cfg, layout, reinterpret_cast<void*>(base), grads.dtype);
+  const size_t tail = group_bounds.size() - 2;
+  if (k == 0) {
+    g.embed = v.embed;
+    if (cfg.tied_embeddings) g.lm_head = v.lm_head;
+  } else if (k == tail) {
+    g.final_norm = v.final_norm;
+    if (!cfg.tied_embeddings) g.lm_head = v.lm_head;
+  } else {
+    g.layers[k - 1] = v.layers[k - 1];
+  }
+}
+
+// Takes group k's gradients down to host memory once the compute queue has made them.
+void Model::Impl::grad_group_end(size_t k) {
+  using Q = Ops::Queue;
+  const int st = stage_of(k);
+  const int64_t b = group_bounds[k], n = group_bounds[k + 1] - b;
+  ops.wait_event(Q::download, ops.record_event(Q::compute));
+  ops.copy_async(static_cast<char*>(grad_mem) + size_t(b) * dtype_size(grads.dtype), grad_stage[st].data,
+                 size_t(n) * dtype_size(grads.dtype), Q::download);
+  stage_free[st] = ops.record_event(Q::download);
 }
 
 // Before a layer's backward: the activations its policy did not keep, by the forward's own ops in the
@@ -437,10 +565,17 @@ std::vector<std::pair<std::string, size_t>> model_memory(const ModelConfig& cfg,
   const DType stat = act == DType::F64 ? DType::F64 : DType::F32;
   BufferCarver kept, scratch;
   plan_buffers(kept, scratch, cfg, opt, act, stat);
-  return {{"parameters", size_t(layout.total) * dtype_size(act)},
-          {"parameter gradients", size_t(layout.total) * dtype_size(grad)},
-          {"activations kept for the backward", kept.used()},
-          {"activation gradients and step scratch", scratch.used()}};
+  std::vector<std::pair<std::string, size_t>> rows{{"parameters", size_t(layout.total) * dtype_size(act)}};
+  if (opt.offload_grads) {
+    const auto [outer, layer] = gradient_stage_sizes(gradient_groups(layout), cfg.tied_embeddings);
+    rows.push_back({"gradient staging: embedding / LM head group", size_t(outer) * dtype_size(grad)});
+    rows.push_back({"gradient staging: layers", 2 * size_t(layer) * dtype_size(grad)});
+  } else {
+    rows.push_back({"parameter gradients", size_t(layout.total) * dtype_size(grad)});
+  }
+  rows.push_back({"activations kept for the backward", kept.used()});
+  rows.push_back({"activation gradients and step scratch", scratch.used()});
+  return rows;
 }
 
 // ---- public interface -------------------------------------------------------------------------------
@@ -487,18 +622,44 @@ std::vector<float> Model::params_f32() const {
 
 std::vector<float> Model::grads_f32() const {
   std::vector<float> host(size_t(impl_->layout.total));
+  if (impl_->opt.offload_grads) {
+    impl_->ops.synchronize();
+    const Tensor& g = impl_->grads;
+    if (g.dtype == DType::F32) {
+      std::memcpy(host.data(), g.data, g.nbytes());
+    } else {
+      for (int64_t i = 0; i < g.numel(); i++) host[size_t(i)] = float(g.as<double>()[i]);
+    }
+    return host;
+  }
   impl_->ops.download_f32(host.data(), impl_->grads);
   return host;
 }
 
-void Model::zero_grads() { impl_->ops.zero(impl_->grads); }
+void Model::zero_grads() {
+  Impl& m = *impl_;
+  if (m.opt.offload_grads) {
+    m.ops.synchronize();
+    std::memset(m.grad_mem, 0, m.grads.nbytes());
+    m.host_grads_zero = true;
+  } else {
+    m.ops.zero(m.grads);
+  }
+}
+
+bool Model::grads_on_host() const { return impl_->opt.offload_grads; }
 
 LossSum Model::forward_backward(const Batch& batch, float grad_scale) {
-  Step s = impl_->stage_batch(batch);
-  impl_->forward_pass(s);
-  impl_->lm_head(s, true, grad_scale);
-  impl_->backward_pass(s);
-  return impl_->read_loss(s);
+  Impl& m = *impl_;
+  Step s = m.stage_batch(batch);
+  m.forward_pass(s);
+  if (m.opt.offload_grads) {
+    m.grads_begin_microstep();
+    m.grad_group_begin(m.cfg.tied_embeddings ? 0 : m.group_bounds.size() - 2);  // where the LM head's gradient goes
+  }
+  m.lm_head(s, true, grad_scale);
+  m.backward_pass(s);
+  return m.read_loss(s);
 }
 
 LossSum Model::forward(const Batch& batch) {

@@ -37,6 +37,11 @@ struct ModelOptions {
   int T = 1024;            // sequence length
   bool doc_mask = false;   // attend only within a document (positions restart at each document)
   Recompute recompute;
+  // The parameter gradients live in host memory (from Ops::allocate_host); each group of them (the
+  // embedding, each layer, the final norm with an untied LM head) is accumulated on the device in one of
+  // three staging buffers while its backward runs, brought up before and taken down after (bitwise the
+  // same gradients as on the device). The device then holds no [P] gradient buffer.
+  bool offload_grads = false;
 };
 
 // The device memory a Model allocates for these options, by the labels Model gives its allocations,
@@ -64,7 +69,8 @@ class Model {
   Ops& ops() const;
 
   Tensor params() const;   // act_dtype()[P], the flat buffer of ParamLayout
-  Tensor grads() const;    // grad_dtype()[P]
+  Tensor grads() const;    // grad_dtype()[P]; in host memory with offload_grads (read it after ops().synchronize())
+  bool grads_on_host() const;
 
   // Initialisation as Hugging Face does for these architectures: normal(0, init_std) for matrices
   // and the embedding, ones for norm weights, zeros for biases; deterministic from the seed.

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <unistd.h>
 #include <cctype>
 #include <cmath>
 
@@ -80,15 +81,17 @@ std::string human(double bytes) { return format_bytes(bytes); }
 }  // namespace
 
 MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, const Recompute& r,
-                       const PlanTarget& target, bool offload) {
+                       const PlanTarget& target, bool offload, bool offload_grads) {
   MemoryPlan p;
-  p.offload = offload && target.gpu;
+  p.offload = (offload || offload_grads) && target.gpu;
+  p.offload_grads = offload_grads && target.gpu;
   p.B = B;
   p.T = T;
   p.accumulation = accumulation;
   p.recompute = r;
   ModelOptions o{B, T, false};
   o.recompute = r;
+  o.offload_grads = p.offload_grads;
   const DType act = target.gpu ? DType::BF16 : DType::F32;
   for (const auto& [label, bytes] : model_memory(cfg, o, act, DType::F32)) p.rows.push_back({label, double(bytes)});
   const double P = double(ParamLayout::build(cfg).total);
@@ -98,9 +101,13 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, c
     p.rows.push_back({"fp32 master weights (host)", P * 4, true, true});
     p.rows.push_back({"AdamW first moments (host)", P * 4, true, true});
     p.rows.push_back({"AdamW second moments (host)", P * 4, true, true});
-    p.rows.push_back({"offload staging: m chunks (2)", chunk});
-    p.rows.push_back({"offload staging: v chunks (2)", chunk});
-    p.rows.push_back({"offload staging: master weight chunks (2)", chunk});
+    p.rows.push_back({"offload staging: m chunks", chunk});
+    p.rows.push_back({"offload staging: v chunks", chunk});
+    p.rows.push_back({"offload staging: master weight chunks", chunk});
+    if (p.offload_grads) {
+      p.rows.push_back({"parameter gradients (host)", P * 4, true, true});
+      p.rows.push_back({"offload staging: gradient chunks", chunk});
+    }
   } else {
     if (target.gpu) p.rows.push_back({"fp32 master weights", P * 4});
     p.rows.push_back({"AdamW first moments", P * 4});
@@ -119,13 +126,16 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, c
     p.rows.push_back({"CUDA context and library kernels", kCudaContext, false});
   }
   std::stable_sort(p.rows.begin(), p.rows.end(), [](const PlanRow& a, const PlanRow& b) { return a.bytes > b.bytes; });
-  for (const PlanRow& row : p.rows)
-    if (!row.host) p.total_bytes += row.bytes;
+  for (const PlanRow& row : p.rows) (row.host ? p.host_bytes : p.total_bytes) += row.bytes;
   p.recompute_flops_per_token = r.flops_per_token(cfg, T);
   double s = seconds_per_token(cfg, B, T, accumulation, r, target);
   // Offload: master, m and v go up and come back once per update, the two directions overlapping each
   // other (and the chunks' updates) but not the forward and backward.
-  if (p.offload) s += 12 * P / target.host_bandwidth / (double(B) * T * accumulation);
+  if (p.offload) s += (p.offload_grads ? 16 : 12) * P / target.host_bandwidth / (double(B) * T * accumulation);
+  // Gradient offload: each micro-step takes every gradient down (and, after the first, brings it up first),
+  // overlapping the backward only in part: counted in full, plus the host's gradient norm.
+  if (p.offload_grads) s += (4 * P * (accumulation > 1 ? 2 : 1) / target.host_bandwidth) / (double(B) * T) +
+                            4 * P / target.host_bandwidth / (double(B) * T * accumulation);
   p.predicted_tokens_per_s = 1.0 / s;
   return p;
 }
@@ -140,6 +150,7 @@ std::vector<MemoryPlan> plan_candidates(const ModelConfig& cfg, int max_B, int T
     for (const Recompute& r : policies()) {
       out.push_back(plan_memory(cfg, B, T, accumulation, r, target, false));
       if (target.gpu) out.push_back(plan_memory(cfg, B, T, accumulation, r, target, true));
+      if (target.gpu) out.push_back(plan_memory(cfg, B, T, accumulation, r, target, true, true));
     }
   }
   std::stable_sort(out.begin(), out.end(), [](const MemoryPlan& a, const MemoryPlan& b) {
@@ -154,18 +165,29 @@ MemoryPlan choose_plan(const ModelConfig& cfg, int max_B, int T, int64_t global_
   TK_CHECK(!all.empty(), "no micro-batch of at most {} rows of {} tokens divides the global batch of {} tokens",
            max_B, T, global_tokens);
   for (const MemoryPlan& p : all)
-    if (p.total_bytes <= budget_bytes) return p;
+    if (p.fits(budget_bytes, target)) return p;
   const MemoryPlan* smallest = &all[0];
   for (const MemoryPlan& p : all)
     if (p.total_bytes < smallest->total_bytes) smallest = &p;
+  if (smallest->total_bytes <= budget_bytes)  // only the host memory stood in the way
+    fail("{} fits {} on the device only by offloading, which needs {} of page-locked host memory (micro-batch {} x "
+         "{}, recompute {}, offload {}); this machine allows {} (80% of its memory); lower-precision optimizer state "
+         "(--moments) or more host memory would be needed",
+         cfg.name, human(budget_bytes), human(smallest->host_bytes), smallest->B, smallest->T,
+         smallest->recompute.describe(), smallest->offload_name(), human(target.host_memory_limit));
   const PlanRow* top = nullptr;  // the largest part on the device
   for (const PlanRow& r : smallest->rows)
     if (!r.host && (!top || r.bytes > top->bytes)) top = &r;
   fail("{} does not fit in {}: the smallest footprint tried is {} (micro-batch {} x {}, recompute {}), of which {} "
        "is the largest part ({}); a larger budget or a shorter --seq would be needed",
        cfg.name, human(budget_bytes), human(smallest->total_bytes), smallest->B, smallest->T,
-       smallest->recompute.describe() + (smallest->offload ? ", optimizer offloaded" : ""), top->component,
+       smallest->recompute.describe() + (smallest->offload ? ", offload " + smallest->offload_name() : ""), top->component,
        human(top->bytes));
+}
+
+double local_host_memory_limit() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? 0.8 * double(pages) * double(page) : 0.0;
 }
 
 double parse_bytes(const std::string& text) {
@@ -191,7 +213,7 @@ double parse_bytes(const std::string& text) {
 
 std::string format_plan(const MemoryPlan& p, double budget_bytes) {
   std::string out = fmt::format("micro-batch {} x {} tokens, {} accumulation step(s), recompute {}, offload {}\n", p.B,
-                                p.T, p.accumulation, p.recompute.describe(), p.offload ? "optimizer" : "none");
+                                p.T, p.accumulation, p.recompute.describe(), p.offload_name());
   for (const PlanRow& r : p.rows) {
     if (r.host) continue;
     out += fmt::format("  {:>11}  {:>5.1f}%  {}{}\n", human(r.bytes), 100.0 * r.bytes / p.total_bytes, r.component,
@@ -202,7 +224,9 @@ std::string format_plan(const MemoryPlan& p, double budget_bytes) {
   double host = 0;
   for (const PlanRow& r : p.rows)
     if (r.host) host += r.bytes;
-  if (host > 0) out += fmt::format("  {:>11}  in page-locked host memory (optimizer state)\n", human(host));
+  if (host > 0)
+    out += fmt::format("  {:>11}  in page-locked host memory ({})\n", human(host),
+                       p.offload_grads ? "optimizer state, gradients" : "optimizer state");
   out += fmt::format("predicted: {:.0f} tokens/s{}\n", p.predicted_tokens_per_s,
                      p.recompute_flops_per_token > 0
                          ? fmt::format(" (recompute adds {:.2f} GFLOP per token)", p.recompute_flops_per_token / 1e9)

@@ -18,16 +18,6 @@ struct PlanRow {
   bool host = false;  // held in host memory (offload), not counted in the device total
 };
 
-struct MemoryPlan {
-  int B = 0, T = 0, accumulation = 1;
-  Recompute recompute;
-  bool offload = false;  // the optimizer state in host memory (train --offload optimizer)
-  std::vector<PlanRow> rows;
-  double total_bytes = 0;
-  double predicted_tokens_per_s = 0;
-  double recompute_flops_per_token = 0;
-};
-
 struct PlanTarget {
   bool gpu = true;                 // the CUDA backend (bf16 activations, fp32 grads and optimizer state)
   double peak_flops = 989e12;      // dense bf16 peak, for the speed prediction
@@ -35,15 +25,40 @@ struct PlanTarget {
   double bandwidth = 4.0e12;       // bytes/s of the memory-bound ops
   double host_bandwidth = 20e9;    // bytes/s each way between page-locked host memory and the device
   int64_t offload_chunk = int64_t(16) << 20;
+  // Page-locked host memory a setting may take (offload), 0: no limit. Pinned pages cannot be swapped, so
+  // a plan past the machine's memory would fail at start or starve the rest of the system.
+  double host_memory_limit = 0;
 };
+
+struct MemoryPlan {
+  int B = 0, T = 0, accumulation = 1;
+  Recompute recompute;
+  bool offload = false;        // the optimizer state in host memory (train --offload optimizer)
+  bool offload_grads = false;  // the gradients too (train --offload optimizer,gradients)
+  std::string offload_name() const { return offload_grads ? "optimizer,gradients" : offload ? "optimizer" : "none"; }
+  std::vector<PlanRow> rows;
+  double total_bytes = 0;
+  double predicted_tokens_per_s = 0;
+  double recompute_flops_per_token = 0;
+  double host_bytes = 0;  // the host rows' sum
+  // Fits the device budget, and the host memory limit when offloading.
+  bool fits(double budget_bytes, const PlanTarget& target) const {
+    return (budget_bytes <= 0 || total_bytes <= budget_bytes) &&
+           (target.host_memory_limit <= 0 || host_bytes <= target.host_memory_limit);
+  }
+};
+
+
+// What this machine allows offload to pin: 80% of its physical memory (0 when unknown).
+double local_host_memory_limit();
 
 // The plan of one setting.
 MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, const Recompute& r,
-                       const PlanTarget& target, bool offload = false);
+                       const PlanTarget& target, bool offload = false, bool offload_grads = false);
 
 // Every setting tried for a global batch of global_tokens (B * T * accumulation), fastest first, and
 // whether it fits `budget_bytes`. The micro-batch halves from max_B down to 1; policies go from none to block,
-// each with the optimizer state on the device and offloaded (GPU targets).
+// each with the optimizer state on the device, offloaded, and offloaded with the gradients (GPU targets).
 std::vector<MemoryPlan> plan_candidates(const ModelConfig& cfg, int max_B, int T, int64_t global_tokens,
                                         const PlanTarget& target);
 // The fastest candidate that fits, or a tk::Error naming the smallest footprint and its largest component.

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/cpu/cpu_ops.h"
 
 namespace tk {
 namespace {
@@ -23,6 +24,8 @@ AdamW::AdamW(Model& model, const AdamWOptions& opt)
   TK_CHECK(opt.weight_decay >= 0, "--weight-decay must not be negative, got {}", opt.weight_decay);
   // bf16 weights cannot absorb updates smaller than their rounding step: keep an fp32 copy to update.
   const bool master = dtype_size(ops_.act_dtype()) < 4;
+  TK_CHECK(!model.grads_on_host() || opt.offload,
+           "gradients in host memory need the optimizer state there too (--offload optimizer,gradients)");
   if (opt.offload) {
     TK_CHECK(state_dtype(ops_) == DType::F32, "optimizer offload keeps fp32 state; the {} backend's is not", ops_.name());
     TK_CHECK(opt.offload_chunk >= 256, "the offload chunk must be at least 256 elements, got {}", opt.offload_chunk);
@@ -30,10 +33,12 @@ AdamW::AdamW(Model& model, const AdamWOptions& opt)
     v_host_ = allocate_host("AdamW second moments (host)");
     const int64_t chunk = std::min(opt.offload_chunk, model_.layout().total);
     for (Stage& s : stage_) {
-      s.m = allocate(DType::F32, "offload staging: m chunks (2)", chunk);
-      s.v = allocate(DType::F32, "offload staging: v chunks (2)", chunk);
-      if (master) s.master = allocate(DType::F32, "offload staging: master weight chunks (2)", chunk);
+      s.m = allocate(DType::F32, "offload staging: m chunks", chunk);
+      s.v = allocate(DType::F32, "offload staging: v chunks", chunk);
+      if (master) s.master = allocate(DType::F32, "offload staging: master weight chunks", chunk);
+      if (model.grads_on_host()) s.grads = allocate(DType::F32, "offload staging: gradient chunks", chunk);
     }
+    if (model.grads_on_host()) host_ops_ = make_cpu_ops(DType::F32);
     if (master) {
       master_host_ = allocate_host("fp32 master weights (host)");
       const std::vector<float> w = model_.params_f32();
@@ -53,8 +58,8 @@ AdamW::AdamW(Model& model, const AdamWOptions& opt)
 
 AdamW::~AdamW() {
   ops_.synchronize();  // no copy may still read or write what is freed
-  for (Tensor* t : {&m_, &v_, &master_, &stage_[0].m, &stage_[0].v, &stage_[0].master, &stage_[1].m, &stage_[1].v,
-                    &stage_[1].master})
+  for (Tensor* t : {&m_, &v_, &master_, &stage_[0].m, &stage_[0].v, &stage_[0].master, &stage_[0].grads,
+                    &stage_[1].m, &stage_[1].v, &stage_[1].master, &stage_[1].grads})
     if (!t->empty()) ops_.release(t->data);
   for (Tensor* t : {&m_host_, &v_host_, &master_host_})
     if (!t->empty()) ops_.release_host(t->data);
@@ -75,7 +80,7 @@ Tensor AdamW::allocate_host(const char* label) {
 
 size_t AdamW::state_bytes() const {
   size_t bytes = m_.nbytes() + v_.nbytes() + master_.nbytes();
-  for (const Stage& s : stage_) bytes += s.m.nbytes() + s.v.nbytes() + s.master.nbytes();
+  for (const Stage& s : stage_) bytes += s.m.nbytes() + s.v.nbytes() + s.master.nbytes() + s.grads.nbytes();
   return bytes;
 }
 size_t AdamW::host_state_bytes() const { return m_host_.nbytes() + v_host_.nbytes() + master_host_.nbytes(); }
@@ -111,9 +116,12 @@ void AdamW::offloaded_update(const AdamWConfig& c) {
     ops_.copy_async(st.m.data, m_host_.as<float>() + a, bytes, Q::upload);
     ops_.copy_async(st.v.data, v_host_.as<float>() + a, bytes, Q::upload);
     if (master) ops_.copy_async(st.master.data, master_host_.as<float>() + a, bytes, Q::upload);
+    const bool host_grads = !st.grads.empty();
+    if (host_grads) ops_.copy_async(st.grads.data, model_.grads().as<float>() + a, bytes, Q::upload);
     ops_.wait_event(Q::compute, ops_.record_event(Q::upload));
     ops_.adamw_update(model_.params().rows(a, a + n), master ? st.master.rows(0, n) : Tensor(),
-                      model_.grads().rows(a, a + n), st.m.rows(0, n), st.v.rows(0, n), segs, c);
+                      host_grads ? st.grads.rows(0, n) : model_.grads().rows(a, a + n), st.m.rows(0, n),
+                      st.v.rows(0, n), segs, c);
     ops_.wait_event(Q::download, ops_.record_event(Q::compute));
     ops_.copy_async(m_host_.as<float>() + a, st.m.data, bytes, Q::download);
     ops_.copy_async(v_host_.as<float>() + a, st.v.data, bytes, Q::download);
@@ -125,7 +133,14 @@ void AdamW::offloaded_update(const AdamWConfig& c) {
 
 OptimizerStep AdamW::step(double lr) {
   OptimizerStep s;
-  s.grad_norm = ops_.grad_norm(model_.grads());
+  if (host_ops_) {
+    // Gradients in host memory: once the backward's downloads are done, the CPU reference's norm (the same
+    // fixed-order float64 sum as the CPU backend's).
+    ops_.synchronize();
+    s.grad_norm = host_ops_->grad_norm(model_.grads());
+  } else {
+    s.grad_norm = ops_.grad_norm(model_.grads());
+  }
   TK_CHECK(std::isfinite(s.grad_norm),
            "the gradient norm is {} at step {}: the update was not applied (the weights or the learning rate "
            "have diverged; try a lower --lr or a longer --warmup)",

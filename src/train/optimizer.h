@@ -3,6 +3,7 @@
 // that state that checkpoints need.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/model.h"
@@ -69,10 +70,11 @@ class AdamW {
   Tensor m_, v_, master_;                     // on the device (not offloaded)
   Tensor m_host_, v_host_, master_host_;      // f32 [P] in host memory when offloaded
   struct Stage {                              // one chunk's staging on the device (offloaded)
-    Tensor m, v, master;
+    Tensor m, v, master, grads;               // grads: when the model's gradients are in host memory
     int free_event = -1;                      // the download that last read it (-1: none yet)
   };
   Stage stage_[2];
+  std::unique_ptr<Ops> host_ops_;             // the gradient norm of gradients in host memory (CPU reference)
   int64_t steps_taken_ = 0;
 };
 

@@ -378,6 +378,9 @@ void TrainingRun::build_model() {
   mo.T = cfg_.seq;
   mo.doc_mask = cfg_.doc_mask;
   mo.recompute = Recompute::parse(cfg_.recompute);
+  TK_CHECK(cfg_.offload == "none" || cfg_.offload == "optimizer" || cfg_.offload == "optimizer,gradients",
+           "--offload must be none, optimizer or optimizer,gradients, got '{}'", cfg_.offload);
+  mo.offload_grads = cfg_.offload == "optimizer,gradients";
   TK_CHECK(cfg_.seq <= source_.config.max_seq || source_.config.max_seq <= 0,
            "--seq {} is longer than the model's max_position_embeddings {}", cfg_.seq, source_.config.max_seq);
   model_ = std::make_unique<Model>(source_.config, *backend_.ops, mo);
@@ -388,9 +391,7 @@ void TrainingRun::build_model() {
   ao.eps = cfg_.adam_eps;
   ao.weight_decay = cfg_.weight_decay;
   ao.max_grad_norm = cfg_.grad_clip;
-  TK_CHECK(cfg_.offload == "none" || cfg_.offload == "optimizer", "--offload must be none or optimizer, got '{}'",
-           cfg_.offload);
-  ao.offload = cfg_.offload == "optimizer";
+  ao.offload = cfg_.offload != "none";
   ao.offload_chunk = cfg_.offload_chunk;
   optimizer_ = std::make_unique<AdamW>(*model_, ao);
   if (!source_.weights_path.empty()) {
@@ -465,6 +466,10 @@ void TrainingRun::print_plan() const {
   if (optimizer_->offloaded())
     fmt::print("offload: {} of optimizer state in host memory; the optimizer figure above is its device staging\n",
                format_bytes(double(optimizer_->host_state_bytes())));
+  if (model_->grads_on_host())
+    fmt::print("offload: the {} of gradients are in host memory; the device stages one group at a time (the memory "
+               "table after step 1 has the sizes)\n",
+               format_bytes(grads));
   if (model_->options().recompute.any())
     fmt::print("recompute: {} (HFU counts {:.3g} GFLOP per token more than MFU)\n",
                model_->options().recompute.describe(),
@@ -635,16 +640,17 @@ void TrainingRun::apply_memory_budget() {
   const double budget = parse_bytes(cfg_.memory_budget);
   PlanTarget target;
   target.offload_chunk = cfg_.offload_chunk;
+  target.host_memory_limit = local_host_memory_limit();
   target.peak_flops = describe_device(true, cfg_.peak_tflops * 1e12).peak_flops;
   if (target.peak_flops <= 0) target.peak_flops = 989e12;
   const int64_t global = cfg_.batch_tokens;
   const MemoryPlan p = choose_plan(source_.config, cfg_.batch, cfg_.seq, global, budget, target);
   fmt::print("memory budget {}: micro-batch {} x {} with {} accumulation step(s), recompute {}, offload {}; planned {}\n",
-             format_bytes(budget), p.B, p.T, p.accumulation, p.recompute.describe(), p.offload ? "optimizer" : "none",
+             format_bytes(budget), p.B, p.T, p.accumulation, p.recompute.describe(), p.offload_name(),
              format_bytes(p.total_bytes));
   cfg_.batch = p.B;
   cfg_.recompute = p.recompute.describe();
-  cfg_.offload = p.offload ? "optimizer" : "none";
+  cfg_.offload = p.offload_name();
   accum_steps_ = p.accumulation;
 }
 

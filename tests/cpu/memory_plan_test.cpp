@@ -56,12 +56,30 @@ TEST(MemoryPlan, TheBudgetSearchKeepsEverythingWhenItFitsAndRecomputesWhenItMust
 
 TEST(MemoryPlan, ABudgetNothingFitsNamesTheSmallestFootprintAndItsLargestPart) {
   try {
-    choose_plan(preset("qwen2.5-7b"), 8, 2048, 16384, parse_bytes("24GiB"), PlanTarget());
-    FAIL() << "a 7B model with fp32 optimizer state does not fit 24 GiB";
+    choose_plan(preset("qwen2.5-7b"), 8, 2048, 16384, parse_bytes("16GiB"), PlanTarget());
+    FAIL() << "a 7B model's bf16 weights alone take 14.2 GiB: nothing fits 16 GiB";
   } catch (const Error& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("smallest footprint"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("parameter gradients"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("is the largest part"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("parameters"), std::string::npos) << msg;
+  }
+}
+
+// A 7B model fits 24 GiB only with its gradients offloaded too; with too little host memory for that,
+// the error says so.
+TEST(MemoryPlan, SevenBillionFitsTwentyFourGiBWithGradientsInHostMemory) {
+  PlanTarget gpu;
+  const MemoryPlan p = choose_plan(preset("qwen2.5-7b"), 8, 2048, 16384, parse_bytes("24GiB"), gpu);
+  EXPECT_TRUE(p.offload_grads);
+  EXPECT_LE(p.total_bytes, parse_bytes("24GiB"));
+  EXPECT_GT(p.host_bytes, parse_bytes("100GiB"));  // fp32 master, m, v and gradients: 16 bytes a parameter
+  gpu.host_memory_limit = parse_bytes("64GiB");
+  try {
+    choose_plan(preset("qwen2.5-7b"), 8, 2048, 16384, parse_bytes("24GiB"), gpu);
+    FAIL() << "113 GiB of host state does not fit a 64 GiB limit";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("page-locked host memory"), std::string::npos) << e.what();
   }
 }
 

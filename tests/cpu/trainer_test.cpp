@@ -229,6 +229,28 @@ TEST_F(TrainerTest, OffloadAndRecomputeGiveBitwiseThePlainRun) {
         << file;
 }
 
+// Gradients in host memory too, with accumulation over 3 micro-batches (so that each layer's gradients go
+// down, come back up and go down again in a step): the plain run's losses, weights and optimizer state.
+TEST_F(TrainerTest, GradientOffloadGivesBitwiseThePlainRun) {
+  TrainConfig p = config("plain-accum");
+  p.batch_tokens = 3 * p.batch * p.seq;
+  std::vector<double> plain = train(p);
+  TrainConfig c = config("offload-grads");
+  c.batch_tokens = p.batch_tokens;
+  c.offload = "optimizer,gradients";
+  c.offload_chunk = 1000;
+  std::vector<double> offloaded = train(c);
+  ASSERT_EQ(offloaded.size(), plain.size());
+  for (size_t i = 0; i < plain.size(); i++) EXPECT_EQ(offloaded[i], plain[i]) << "step " << i + 1;
+  const std::string memory = fs::read_file(dir_.path("offload-grads/memory.json"));
+  EXPECT_NE(memory.find("gradient staging: layers"), std::string::npos) << memory;
+  EXPECT_EQ(memory.find("\"parameter gradients\""), std::string::npos) << memory;
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+    EXPECT_EQ(fs::read_file(dir_.path(std::string("plain-accum/step_000006/") + file)),
+              fs::read_file(dir_.path(std::string("offload-grads/step_000006/") + file)))
+        << file;
+}
+
 // Resuming from an older checkpoint would mix two histories in one directory: refused unless
 // --overwrite, which deletes the later checkpoints; the retrained steps repeat the first run's losses.
 TEST_F(TrainerTest, ResumingFromAnOlderCheckpointReplacesTheLaterOnes) {
