@@ -274,8 +274,11 @@ void launch_backward_warp(__nv_bfloat16* dh, float* dw_partial, const __nv_bfloa
     constexpr int VPT = decltype(vpt)::value;
     auto kernel = rmsnorm_backward_warp_kernel<VPT>;
     const size_t smem = backward_warp_smem_bytes(VPT, d, dresidual != nullptr, dw_partial != nullptr);
-    if (smem > 48 * 1024)  // above the default limit a kernel must opt in
+    if (smem > 48 * 1024) {  // above the default limit a kernel must opt in; and room for two blocks an SM
       TK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      TK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         cudaSharedmemCarveoutMaxShared));
+    }
     kernel<<<grid.blocks, 32 * kWarpRowsPerBlock, smem, s>>>(dh, dw_partial, dy, dresidual, h, rstd, w, N, d,
                                                              grid.rows_per_block);
     TK_CUDA_CHECK_LAUNCH();
