@@ -23,8 +23,9 @@ void bf16_to_f32(float* dst, const bf16* src, int64_t n, cudaStream_t s);
 // out[N,d] = table[tokens[n], :]; tokens i32[N] with 0 <= id < V (the caller validates ids).
 void embedding_forward(bf16* out, const int32_t* tokens, const bf16* table, int64_t N, int d, cudaStream_t s);
 // dtable[V,d] (f32) += sum over n with tokens[n] == v of dout[n,:], summed in token order: the ids are
-// stably radix-sorted, each run of equal ids is summed in tiles and the tiles are joined in order.
-// Deterministic, no floating-point atomics. scratch: embedding_backward_scratch_bytes(N, V, d) bytes.
+// stably sorted (a counting sort, one launch), each run of equal ids is summed in tiles and the tiles are
+// joined in order. Deterministic, no floating-point atomics; ids outside [0, V) are skipped.
+// scratch: embedding_backward_scratch_bytes(N, V, d) bytes.
 size_t embedding_backward_scratch_bytes(int64_t N, int64_t V, int d);
 void embedding_backward(float* dtable, const int32_t* tokens, const bf16* dout, int64_t N, int64_t V, int d,
                         void* scratch, size_t scratch_bytes, cudaStream_t s);

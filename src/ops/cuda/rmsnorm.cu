@@ -1,8 +1,11 @@
 // RMSNorm on bf16 rows: the forward (optionally fused with the residual add before it) and the backward
 // (fused with the residual gradient, and the weight gradient through deterministic per-block partials).
-// The forward's fast path gives each row to one warp (no block-wide synchronisation); the general path and
-// the backward give a row to a block, each thread owning CPT chunks of V consecutive columns, and hold
-// several rows in registers at once so that their loads are in flight together.
+// The fast paths (rows of d % 8 == 0 up to a few thousand columns: every training width) give each row to
+// one warp, with no block-wide synchronisation per row; the general path gives a row to a block, each thread
+// owning CPT chunks of V consecutive columns, and holds several rows in registers at once so that their loads
+// are in flight together.
+#include <cuda_pipeline.h>
+
 #include <algorithm>
 #include <type_traits>
 
@@ -141,6 +144,154 @@ bool launch_forward_warp(__nv_bfloat16* h_out, __nv_bfloat16* y, float* rstd, co
   else if (chunks_per_lane <= 8) launch(std::integral_constant<int, 8>{});
   else launch(std::integral_constant<int, 16>{});
   return true;
+}
+
+// ---- backward, fast path: one warp per row --------------------------------------------------------
+// For d % 8 == 0 and d <= 32 * 8 * kMaxBackwardWarpChunks. A block of kWarpRowsPerBlock warps takes the rows
+// [blockIdx.x * rows_per_block, +rows_per_block), warp w the rows w, w + kWarpRowsPerBlock, ... of them; lane l
+// owns the 16-byte chunks l, l + 32, ... of each row. Per row, dy, h and dresidual are loaded together (dy and
+// h into registers, dresidual by asynchronous copies into shared memory, which keeps the widest rows within
+// 128 registers), the dot product sum(w * dy * h) is a warp reduction, and
+//   dh = rstd * w * dy - h * rstd^3 * dot / d (+ dresidual).
+// Each warp adds its rows' dy * h * rstd into its own row of shared memory (a column is only ever touched by
+// the lane that owns it, so no barrier is needed until the end), and the block then sums its warps' rows in
+// warp order into dw_partial[blockIdx.x, :]: the partial sums depend on N and d only, never on timing.
+constexpr int kMaxBackwardWarpChunks = 8;
+// Partial dw rows at most: with 8 warps a block, 256 blocks are 2 per SM of an H100/H200, one wave.
+constexpr int kMaxBackwardWarpBlocks = 256;
+
+// Dynamic shared memory of the warp backward: the dresidual staging [warps][VPT][32] chunks of 16 bytes, then
+// the dw rows [warps][d] f32.
+size_t backward_warp_staging_bytes(int vpt, bool residual) {
+  return residual ? size_t(kWarpRowsPerBlock) * size_t(vpt) * 32 * 16 : 0;
+}
+size_t backward_warp_smem_bytes(int vpt, int d, bool residual, bool want_dw) {
+  return backward_warp_staging_bytes(vpt, residual) +
+         (want_dw ? size_t(kWarpRowsPerBlock) * size_t(d) * sizeof(float) : 0);
+}
+
+template <int VPT>
+__global__ void __launch_bounds__(32 * kWarpRowsPerBlock, 2)  // at most 128 registers: two blocks per SM
+    rmsnorm_backward_warp_kernel(__nv_bfloat16* dh, float* dw_partial, const __nv_bfloat16* dy,
+                                 const __nv_bfloat16* dresidual, const __nv_bfloat16* h, const float* rstd,
+                                 const __nv_bfloat16* w, int64_t N, int d, int rows_per_block) {
+  extern __shared__ uint4 smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  uint4* staged = smem + warp * VPT * 32;  // this warp's dresidual chunks: [j][lane]
+  float* dw_rows = reinterpret_cast<float*>(smem + (dresidual ? kWarpRowsPerBlock * VPT * 32 : 0));
+  float* dw_row = dw_rows + warp * d;
+  if (dw_partial) {
+#pragma unroll
+    for (int j = 0; j < VPT; j++) {
+      const int col = (lane + 32 * j) * kVec;
+      const float zero[kVec] = {};
+      if (col < d) store_f32(dw_row + col, zero);
+    }
+  }
+  const int64_t first = int64_t(blockIdx.x) * rows_per_block;
+  const int64_t last = std::min<int64_t>(N, first + rows_per_block);
+  for (int64_t row = first + warp; row < last; row += kWarpRowsPerBlock) {
+    const int64_t offset = row * d;
+    const float rs = rstd[row];
+    PackedBf16<kVec> g[VPT], hv[VPT];
+#pragma unroll
+    for (int j = 0; j < VPT; j++) {  // every load of the row first: all in flight together
+      const int col = (lane + 32 * j) * kVec;
+      if (col >= d) continue;
+      load_packed(g[j], dy + offset + col);
+      load_packed(hv[j], h + offset + col);
+      if (dresidual) __pipeline_memcpy_async(staged + j * 32 + lane, dresidual + offset + col, 16);
+    }
+    __pipeline_commit();
+    float dot = 0.f;
+#pragma unroll
+    for (int j = 0; j < VPT; j++) {
+      const int col = (lane + 32 * j) * kVec;
+      if (col >= d) continue;
+      float gv[kVec], hf[kVec], wv[kVec];
+      unpack(gv, g[j]);
+      unpack(hf, hv[j]);
+      load_bf16(wv, w + col);  // a few KB: from L1 after the first row
+#pragma unroll
+      for (int k = 0; k < kVec; k++) dot += wv[k] * gv[k] * hf[k];
+    }
+    const float c = rs * rs * rs * warp_sum(dot) / float(d);
+    __pipeline_wait_prior(0);  // each lane reads back only the chunks it copied itself
+#pragma unroll
+    for (int j = 0; j < VPT; j++) {
+      const int col = (lane + 32 * j) * kVec;
+      if (col >= d) continue;
+      float gv[kVec], hf[kVec], wv[kVec], out[kVec];
+      unpack(gv, g[j]);
+      unpack(hf, hv[j]);
+      load_bf16(wv, w + col);
+      if (dresidual) {
+        PackedBf16<kVec> res;
+        res.raw = staged[j * 32 + lane];
+        unpack(out, res);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kVec; k++) out[k] = 0.f;
+      }
+#pragma unroll
+      for (int k = 0; k < kVec; k++) out[k] += rs * wv[k] * gv[k] - hf[k] * c;
+      store_bf16(dh + offset + col, out);
+      if (dw_partial) {
+        float acc[kVec];
+        load_f32(acc, dw_row + col);
+#pragma unroll
+        for (int k = 0; k < kVec; k++) acc[k] += gv[k] * hf[k] * rs;
+        store_f32(dw_row + col, acc);
+      }
+    }
+  }
+  if (!dw_partial) return;  // the same for the whole block
+  __syncthreads();
+  for (int col = threadIdx.x; col < d; col += blockDim.x) {
+    float total = 0.f;
+#pragma unroll
+    for (int r = 0; r < kWarpRowsPerBlock; r++) total += dw_rows[r * d + col];
+    dw_partial[int64_t(blockIdx.x) * d + col] = total;
+  }
+}
+
+// Rows per block of the warp backward: whole multiples of the block's warps, at most
+// kMaxBackwardWarpBlocks blocks. A function of N alone, so the partial sums are the same every run.
+BackwardGrid backward_warp_grid(int64_t N) {
+  int64_t rows = std::max<int64_t>(kWarpRowsPerBlock, ceil_div(N, kMaxBackwardWarpBlocks));
+  rows = ceil_div(rows, kWarpRowsPerBlock) * kWarpRowsPerBlock;
+  return {int(rows), int(std::max<int64_t>(1, ceil_div(N, rows)))};
+}
+
+bool backward_warp_fits(int d) { return ceil_div(ceil_div(d, kVec), 32) <= kMaxBackwardWarpChunks; }
+
+// Launches the warp backward with exactly the chunks per lane that d needs (fewer registers, more warps).
+void launch_backward_warp(__nv_bfloat16* dh, float* dw_partial, const __nv_bfloat16* dy,
+                          const __nv_bfloat16* dresidual, const __nv_bfloat16* h, const float* rstd,
+                          const __nv_bfloat16* w, int64_t N, int d, cudaStream_t s) {
+  const BackwardGrid grid = backward_warp_grid(N);
+  auto launch = [&](auto vpt) {
+    constexpr int VPT = decltype(vpt)::value;
+    auto kernel = rmsnorm_backward_warp_kernel<VPT>;
+    const size_t smem = backward_warp_smem_bytes(VPT, d, dresidual != nullptr, dw_partial != nullptr);
+    if (smem > 48 * 1024) {  // above the default limit a kernel must opt in; and room for two blocks an SM
+      TK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      TK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         cudaSharedmemCarveoutMaxShared));
+    }
+    kernel<<<grid.blocks, 32 * kWarpRowsPerBlock, smem, s>>>(dh, dw_partial, dy, dresidual, h, rstd, w, N, d,
+                                                             grid.rows_per_block);
+    TK_CUDA_CHECK_LAUNCH();
+  };
+  switch (ceil_div(ceil_div(d, kVec), 32)) {
+    case 1: return launch(std::integral_constant<int, 1>{});
+    case 2: return launch(std::integral_constant<int, 2>{});
+    case 3: return launch(std::integral_constant<int, 3>{});
+    case 4: return launch(std::integral_constant<int, 4>{});
+    case 5:
+    case 6: return launch(std::integral_constant<int, 6>{});
+    default: return launch(std::integral_constant<int, 8>{});
+  }
 }
 
 // ---- forward, general path (any d, unaligned pointers), and the backward: one block per row -------------
@@ -346,22 +497,30 @@ void residual_rmsnorm_forward(bf16* h_out, bf16* y, float* rstd, const bf16* h_i
 }
 
 size_t rmsnorm_backward_scratch_bytes(int64_t N, int d) {
-  // The grid depends on the tiling only through rows_per_step; size for the smallest (most blocks).
-  const BackwardGrid grid = backward_grid(N, 1);
-  return size_t(grid.blocks) * size_t(d) * sizeof(float);
+  // Enough for either path. The general path's grid depends on the tiling only through rows_per_step;
+  // size for the smallest (most blocks).
+  const int blocks = std::max(backward_grid(N, 1).blocks, backward_warp_grid(N).blocks);
+  return size_t(blocks) * size_t(d) * sizeof(float);
 }
 
 void rmsnorm_backward(bf16* dh, float* dw, const bf16* dy, const bf16* dresidual, const bf16* h, const float* rstd,
                       const bf16* w, int64_t N, int d, void* scratch, size_t scratch_bytes, cudaStream_t s) {
   if (N == 0) return;
-  const ColumnTiling t = column_tiling(d, vectorisable(d, {dh, dy, dresidual, h, w, scratch}));
-  const BackwardGrid grid = backward_grid(N, t.rows_per_step());
+  const bool vectorised = vectorisable(d, {dh, dy, dresidual, h, w, scratch});
+  const bool warp_path = vectorised && backward_warp_fits(d);
+  const ColumnTiling t = column_tiling(d, vectorised);
+  const BackwardGrid grid = warp_path ? backward_warp_grid(N) : backward_grid(N, t.rows_per_step());
   float* partial = dw ? static_cast<float*>(scratch) : nullptr;
   TK_CUDA_REQUIRE(!dw || scratch_bytes >= size_t(grid.blocks) * size_t(d) * sizeof(float),
                   "rmsnorm_backward: the scratch buffer holds %zu bytes, %zu are needed", scratch_bytes,
                   size_t(grid.blocks) * size_t(d) * sizeof(float));
-  dispatch_tiling<LaunchBackward>(t, grid, dh, partial, dy, dresidual, h, rstd, w, N, d, s);
-  if (dw) column_reduce_add(dw, partial, grid.blocks, d, d, s);
+  if (warp_path) launch_backward_warp(dh, partial, dy, dresidual, h, rstd, w, N, d, s);
+  else dispatch_tiling<LaunchBackward>(t, grid, dh, partial, dy, dresidual, h, rstd, w, N, d, s);
+  if (!dw) return;
+  // The second pass: 32 x 32 threads per 32 columns, so that a few hundred partial rows take two rounds of loads.
+  constexpr int kRows = 32;
+  column_reduce_kernel<kRows><<<ceil_div(d, 32), dim3(32, kRows), 0, s>>>(dw, partial, grid.blocks, d, d);
+  TK_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace tk::cuda

@@ -1,8 +1,10 @@
 // The QKV epilogue: optional per-head RMSNorm of the q and k heads (Qwen3), then rotary position
 // embedding ("rotate half", as Hugging Face), forward and backward, on qkv[N, (Hq + 2 Hkv) * hd] in place
 // or out of place. One warp per token; the cos/sin of the token's position are fetched once and reused
-// for all of its heads.
+// for all of its heads, and the loads of a batch of heads (up to 8 warp steps) are all issued before any
+// of them is used, so that a token's heads are in flight together rather than one warp step at a time.
 #include <algorithm>
+#include <type_traits>
 
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
@@ -14,20 +16,25 @@ namespace {
 
 constexpr int kWarps = 8;                // tokens per block at a time
 constexpr int kMaxHeadDim = 256;
-constexpr int kMaxNormBackwardBlocks = 1024;  // rows of the norm weights' partial-gradient scratch
+// Rows of the norm weights' partial-gradient scratch: 2048 warps at most, which an H100/H200 holds at once.
+constexpr int kMaxNormBackwardBlocks = 256;
 
 // Lane layout. A head vector splits into halves lo = u[0, hd/2) and hi = u[hd/2, hd), paired elementwise.
 // L lanes serve one head (32 / L heads per warp step); the lane at position `sub` of its group owns, for
 // k < C, the V pairs starting at pair index (sub + k L) V: V = 8 gives two 16-byte loads per chunk
-// (hd a power of two in [16, 256], L = hd / 16, C = 1); V = 1, L = 32, C = 4 serves any even hd <= 256.
-template <int V_, int L_, int C_>
+// (hd in {64, 128, 256}, L = hd / 16, C = 1); V = 1, L = 32, C = 4 serves any even hd <= 256.
+// A warp step covers 32 / L heads; U steps (a batch) are loaded at once.
+template <int V_, int L_, int C_, int U_>
 struct Layout {
-  static constexpr int V = V_, L = L_, C = C_;
+  static constexpr int V = V_, L = L_, C = C_, U = U_;
 };
 
 template <int V, int L, int C>
 struct LaneMap {
   static constexpr int kSlots = 32 / L;  // heads per warp step
+  // The head dim when the layout fixes it (16-byte accesses: hd = 16 L), else 0: known at compile time, the
+  // offsets of a batch's heads are immediates rather than a register pair each.
+  static constexpr int kHeadDim = V == 8 ? 2 * L * V * C : 0;
   int slot, sub;
   __device__ LaneMap() : slot((threadIdx.x & 31) / L), sub((threadIdx.x & 31) % L) {}
   __device__ int pair(int k) const { return (sub + k * L) * V; }
@@ -40,39 +47,44 @@ __device__ __noinline__ float2 rope_angle(int64_t p, int i, int hd, float theta)
   return make_float2(float(cos(f)), float(sin(f)));
 }
 
-template <int V>
-__device__ __forceinline__ void load_angles(float (&c)[V], float (&s)[V], const float2* table, int max_pos,
-                                            int64_t p, int i0, int hd, float theta) {
-  if (table && p >= 0 && p < max_pos) {
-    const float2* t = table + p * (hd / 2) + i0;
+// The cos/sin of a lane's pairs for one token's position p, from the table when it covers p, else computed.
+// The kernels compute before a token's head loads (a call: nothing large is then live across it) and look up
+// after them (a load that waits on p: it must not hold the head loads back).
+__device__ __forceinline__ bool table_covers(const float2* table, int max_pos, int64_t p) {
+  return table && p >= 0 && p < max_pos;
+}
+
+template <int V, int C, class Lanes>
+__device__ __forceinline__ void lookup_angles(float (&c)[C][V], float (&s)[C][V], const float2* table, int64_t p,
+                                              const Lanes& lm, int half) {
+#pragma unroll
+  for (int k = 0; k < C; k++) {
+    if (lm.pair(k) >= half) continue;
+    const float2* t = table + p * half + lm.pair(k);
     if constexpr (V == 8) {
 #pragma unroll
-      for (int k = 0; k < V / 2; k++) {
-        float4 q = reinterpret_cast<const float4*>(t)[k];
-        c[2 * k] = q.x, s[2 * k] = q.y, c[2 * k + 1] = q.z, s[2 * k + 1] = q.w;
+      for (int j = 0; j < V / 2; j++) {
+        float4 q = reinterpret_cast<const float4*>(t)[j];
+        c[k][2 * j] = q.x, s[k][2 * j] = q.y, c[k][2 * j + 1] = q.z, s[k][2 * j + 1] = q.w;
       }
     } else {
       float2 q = t[0];
-      c[0] = q.x, s[0] = q.y;
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < V; k++) {
-      float2 q = rope_angle(p, i0 + k, hd, theta);
-      c[k] = q.x, s[k] = q.y;
+      c[k][0] = q.x, s[k][0] = q.y;
     }
   }
 }
 
-// Value heads pass through unchanged: copy them unless the output is the input.
-template <int V>
-__device__ void copy_value_heads(__nv_bfloat16* out, const __nv_bfloat16* in, int n_values) {
-  if (out == in) return;
-  const int lane = threadIdx.x & 31;
-  for (int e = lane * V; e < n_values; e += 32 * V) {
-    float v[V];
-    load_bf16(v, in + e);
-    store_bf16(out + e, v);
+template <int V, int C, class Lanes>
+__device__ __forceinline__ void compute_angles(float (&c)[C][V], float (&s)[C][V], int64_t p, const Lanes& lm,
+                                               int hd, float theta) {
+#pragma unroll
+  for (int k = 0; k < C; k++) {
+    if (lm.pair(k) >= hd / 2) continue;
+#pragma unroll
+    for (int e = 0; e < V; e++) {
+      float2 q = rope_angle(p, lm.pair(k) + e, hd, theta);
+      c[k][e] = q.x, s[k][e] = q.y;
+    }
   }
 }
 
@@ -85,212 +97,330 @@ struct RopeArgs {
   float theta, eps;
 };
 
-// The norm weights of this lane's pairs, lo and hi halves, kept packed (used once per head).
-template <int V, int C>
+// The q and k norm weights in shared memory (registers are what bounds the heads in flight): the block
+// stages them once; a lane reads the V weights of its chunk as one access.
 struct NormWeights {
-  PackedBf16<V> q[C][2], k[C][2];
-  __device__ void load(const __nv_bfloat16* q_w, const __nv_bfloat16* k_w, int k_chunk, int pair, int half) {
-    load_packed(q[k_chunk][0], q_w + pair);
-    load_packed(q[k_chunk][1], q_w + half + pair);
-    load_packed(k[k_chunk][0], k_w + pair);
-    load_packed(k[k_chunk][1], k_w + half + pair);
+  alignas(16) __nv_bfloat16 w[2][kMaxHeadDim];  // q, then k
+  // Every thread of the block must call it (it ends with a barrier).
+  __device__ void stage(const __nv_bfloat16* q_w, const __nv_bfloat16* k_w, int hd) {
+    for (int i = threadIdx.x; i < 2 * hd; i += blockDim.x) w[i / hd][i % hd] = i < hd ? q_w[i] : k_w[i - hd];
+    __syncthreads();
   }
-  __device__ void get(float (&w)[V], bool is_q, int k_chunk, int part) const {
-    const PackedBf16<V> chosen = is_q ? q[k_chunk][part] : k[k_chunk][part];  // a copy: stays in registers
-    unpack(w, chosen);
+  // The weights of columns [i, i + V) of the q (is_q) or k head.
+  template <int V>
+  __device__ void get(float (&out)[V], bool is_q, int i) const {
+    PackedBf16<V> packed;
+    load_packed(packed, &w[is_q ? 0 : 1][i]);
+    unpack(out, packed);
   }
 };
 
-template <int V, int L, int C, bool kNorm>
-__global__ void __launch_bounds__(32 * kWarps)
+// Two blocks (16 warps) per SM, 128 registers a thread: enough warps that their loads keep the memory busy,
+// and room for a batch of kMaxSteps steps (fewer in the norm backward and the scalar layout) without spilling.
+constexpr int kMinBlocks = 2;
+
+// The heads a token's warp visits: in place, the value heads are already where they belong.
+__device__ __forceinline__ int visited_heads(const void* out, const void* in, const RopeArgs& a) {
+  return out == in ? a.n_rot : a.n_rot + a.n_kv;
+}
+
+// Head h of the lane's unit k in the batch starting at head h0 (all lanes run every unit: the norm shuffles).
+template <int V, int L, int C>
+__device__ __forceinline__ int unit_head(const LaneMap<V, L, C>& lm, int h0, int k) {
+  return h0 + k * lm.kSlots + lm.slot;
+}
+
+// One warp per token (tokens n, n + gridDim.x * kWarps, ...; the next position is read a token ahead). Per
+// batch of U warp steps: all loads first, then per head the norm, the rotation and the stores; value heads
+// are stored as loaded. The first batch is peeled so that the cos/sin lookup sits between its loads and
+// their use.
+template <int V, int L, int C, int U, bool kNorm>
+__global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     qk_norm_rope_forward_kernel(__nv_bfloat16* qkv_out, float* qk_rstd, const __nv_bfloat16* qkv_in,
                                 const __nv_bfloat16* q_norm_w, const __nv_bfloat16* k_norm_w, RopeArgs a) {
   const LaneMap<V, L, C> lm;
-  const int half = a.hd / 2, width = (a.n_rot + a.n_kv) * a.hd;
-  NormWeights<V, C> nw;
-#pragma unroll
-  for (int k = 0; k < C; k++)
-    if (kNorm && lm.pair(k) < half) nw.load(q_norm_w, k_norm_w, k, lm.pair(k), half);
-  for (int64_t n = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; n < a.N; n += int64_t(gridDim.x) * kWarps) {
-    const int64_t p = a.positions[n];
-    float cs[C][V], sn[C][V];
-#pragma unroll
-    for (int k = 0; k < C; k++)
-      if (lm.pair(k) < half) load_angles(cs[k], sn[k], a.table, a.max_pos, p, lm.pair(k), a.hd, a.theta);
+  const int hd = lm.kHeadDim ? lm.kHeadDim : a.hd, half = hd / 2, width = (a.n_rot + a.n_kv) * hd;
+  const int n_heads = visited_heads(qkv_out, qkv_in, a), batch = U * lm.kSlots;
+  const int64_t stride = int64_t(gridDim.x) * kWarps;
+  __shared__ NormWeights nw;
+  if (kNorm) nw.stage(q_norm_w, k_norm_w, hd);
+  int64_t n = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (n >= a.N) return;  // a whole warp
+  int64_t p_next = a.positions[n];
+  for (; n < a.N; n += stride) {
+    const int64_t p = p_next;
+    if (n + stride < a.N) p_next = a.positions[n + stride];
     const __nv_bfloat16* in_row = qkv_in + n * width;
     __nv_bfloat16* out_row = qkv_out + n * width;
-    for (int h0 = 0; h0 < a.n_rot; h0 += lm.kSlots) {  // every lane runs every step: the norm shuffles
-      const int h = h0 + lm.slot;
-      const bool active = h < a.n_rot;
-      float u[C][2][V];
-      float ss = 0.f;
+    const bool from_table = table_covers(a.table, a.max_pos, p);
+    float cs[C][V], sn[C][V];
+    if (!from_table) compute_angles(cs, sn, p, lm, hd, a.theta);
+    PackedBf16<V> x[U][C][2];
+    auto load_batch = [&](int h0) {
 #pragma unroll
-      for (int k = 0; k < C; k++) {
-        if (!active || lm.pair(k) >= half) continue;
-        load_bf16(u[k][0], in_row + h * a.hd + lm.pair(k));
-        load_bf16(u[k][1], in_row + h * a.hd + half + lm.pair(k));
+      for (int k = 0; k < U; k++) {
+        const int h = unit_head(lm, h0, k);
 #pragma unroll
-        for (int e = 0; e < V; e++) ss += u[k][0][e] * u[k][0][e] + u[k][1][e] * u[k][1][e];
+        for (int c = 0; c < C; c++) {
+          if (h >= n_heads || lm.pair(c) >= half) continue;
+          load_packed(x[k][c][0], in_row + h * hd + lm.pair(c));
+          load_packed(x[k][c][1], in_row + h * hd + half + lm.pair(c));
+        }
       }
-      if constexpr (kNorm) {
-        const float r = 1.f / sqrtf(group_sum<L>(ss) / float(a.hd) + a.eps);
+    };
+    auto finish_batch = [&](int h0) {
 #pragma unroll
-        for (int k = 0; k < C; k++)
+      for (int k = 0; k < U; k++) {
+        const int h = unit_head(lm, h0, k);
+        const bool rotated = h < a.n_rot;  // else a value head (or past the last head)
+        float u[C][2][V];
+#pragma unroll
+        for (int c = 0; c < C; c++)
 #pragma unroll
           for (int part = 0; part < 2; part++) {
-            float w[V];
-            nw.get(w, h < a.n_q, k, part);
+            if (rotated && lm.pair(c) < half) {
+              unpack(u[c][part], x[k][c][part]);
+            } else {
 #pragma unroll
-            for (int e = 0; e < V; e++) u[k][part][e] = u[k][part][e] * r * w[e];
+              for (int e = 0; e < V; e++) u[c][part][e] = 0.f;
+            }
           }
-        if (active && lm.sub == 0) qk_rstd[n * a.n_rot + h] = r;
-      }
+        if constexpr (kNorm) {
+          float ss = 0.f;
 #pragma unroll
-      for (int k = 0; k < C; k++) {
-        if (!active || lm.pair(k) >= half) continue;
-        float lo[V], hi[V];
+          for (int c = 0; c < C; c++)
 #pragma unroll
-        for (int e = 0; e < V; e++) {
-          lo[e] = u[k][0][e] * cs[k][e] - u[k][1][e] * sn[k][e];
-          hi[e] = u[k][1][e] * cs[k][e] + u[k][0][e] * sn[k][e];
+            for (int e = 0; e < V; e++) ss += u[c][0][e] * u[c][0][e] + u[c][1][e] * u[c][1][e];
+          const float r = 1.f / sqrtf(group_sum<L>(ss) / float(hd) + a.eps);
+#pragma unroll
+          for (int c = 0; c < C; c++)
+#pragma unroll
+            for (int part = 0; part < 2; part++) {
+              float w[V];
+              nw.get(w, h < a.n_q, part * half + lm.pair(c));
+#pragma unroll
+              for (int e = 0; e < V; e++) u[c][part][e] = u[c][part][e] * r * w[e];
+            }
+          if (rotated && lm.sub == 0) qk_rstd[n * a.n_rot + h] = r;
         }
-        store_bf16(out_row + h * a.hd + lm.pair(k), lo);
-        store_bf16(out_row + h * a.hd + half + lm.pair(k), hi);
+#pragma unroll
+        for (int c = 0; c < C; c++) {
+          if (h >= n_heads || lm.pair(c) >= half) continue;
+          if (!rotated) {
+            store_packed(out_row + h * hd + lm.pair(c), x[k][c][0]);
+            store_packed(out_row + h * hd + half + lm.pair(c), x[k][c][1]);
+            continue;
+          }
+          float lo[V], hi[V];
+#pragma unroll
+          for (int e = 0; e < V; e++) {
+            lo[e] = u[c][0][e] * cs[c][e] - u[c][1][e] * sn[c][e];
+            hi[e] = u[c][1][e] * cs[c][e] + u[c][0][e] * sn[c][e];
+          }
+          store_bf16(out_row + h * hd + lm.pair(c), lo);
+          store_bf16(out_row + h * hd + half + lm.pair(c), hi);
+        }
       }
+    };
+    load_batch(0);
+    if (from_table) lookup_angles(cs, sn, a.table, p, lm, half);
+    finish_batch(0);
+    for (int h0 = batch; h0 < n_heads; h0 += batch) {
+      load_batch(h0);
+      finish_batch(h0);
     }
-    copy_value_heads<V>(out_row + a.n_rot * a.hd, in_row + a.n_rot * a.hd, a.n_kv * a.hd);
   }
 }
 
-// The sum of each lane's norm-weight gradients over the block, in a fixed order: the warp's head slots
-// (lanes sub, sub + L, ... own the same pairs) by shuffles, then the warps in order through shared memory,
-// to dw_partial[block, 2 hd] (q columns, then k columns).
+// The norm weights' gradient sums of a block, in shared memory: lane l of warp w owns acc[w][q/k][part][t][l]
+// for its C*V columns of each half (t = c V + e), which no other thread touches until the block folds them,
+// in a fixed order (warps, then head slots), into dw_partial[block, 2 hd] (q columns, then k columns).
 template <int V, int L, int C>
-__device__ void write_norm_grad_partial(float* dw_partial, float (&acc_q)[C][2][V], float (&acc_k)[C][2][V],
-                                        const LaneMap<V, L, C>& lm, int hd) {
-  __shared__ float warp_sums[kWarps][2 * kMaxHeadDim];
-  const int half = hd / 2, warp = threadIdx.x / 32;
+struct NormGradSums {
+  float acc[kWarps][2][2][C * V][32];
+  __device__ void zero() {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
 #pragma unroll
-  for (int k = 0; k < C; k++)
-#pragma unroll
-    for (int part = 0; part < 2; part++)
-#pragma unroll
-      for (int e = 0; e < V; e++)
-#pragma unroll
-        for (int o = L; o < 32; o <<= 1) {
-          acc_q[k][part][e] += __shfl_xor_sync(0xffffffffu, acc_q[k][part][e], o);
-          acc_k[k][part][e] += __shfl_xor_sync(0xffffffffu, acc_k[k][part][e], o);
-        }
-  if (lm.slot == 0) {
-#pragma unroll
-    for (int k = 0; k < C; k++) {
-      if (lm.pair(k) >= half) continue;
+    for (int qk = 0; qk < 2; qk++)
 #pragma unroll
       for (int part = 0; part < 2; part++)
 #pragma unroll
-        for (int e = 0; e < V; e++) {
-          const int i = part * half + lm.pair(k) + e;
-          warp_sums[warp][i] = acc_q[k][part][e];
-          warp_sums[warp][hd + i] = acc_k[k][part][e];
-        }
+        for (int t = 0; t < C * V; t++) acc[warp][qk][part][t][lane] = 0.f;
+  }
+  __device__ void add(bool is_q, int part, int c, const float (&dw)[V]) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+#pragma unroll
+    for (int e = 0; e < V; e++) acc[warp][is_q ? 0 : 1][part][c * V + e][lane] += dw[e];
+  }
+  // Every thread of the block must call it.
+  __device__ void write(float* dw_partial, int hd) {
+    __syncthreads();
+    const int half = hd / 2;
+    for (int col = threadIdx.x; col < 2 * hd; col += blockDim.x) {
+      // col -> (q/k, half, column j of the half) -> the owning (c, sub, e): j = (sub + c L) V + e.
+      const int qk = col / hd, part = (col % hd) / half, j = col % half;
+      const int c = j / (L * V), sub = (j % (L * V)) / V, e = j % V;
+      float total = 0.f;
+      for (int w = 0; w < kWarps; w++)
+#pragma unroll
+        for (int slot = 0; slot < 32 / L; slot++) total += acc[w][qk][part][c * V + e][slot * L + sub];
+      dw_partial[int64_t(blockIdx.x) * 2 * hd + col] = total;
     }
   }
-  __syncthreads();
-  for (int c = threadIdx.x; c < 2 * hd; c += blockDim.x) {
-    float total = 0.f;
-    for (int w = 0; w < kWarps; w++) total += warp_sums[w][c];
-    dw_partial[int64_t(blockIdx.x) * 2 * hd + c] = total;
-  }
-}
+};
 
 // The backward, per rotated head: g = the rotation undone on dout; with norms (u the forward's input,
 // r its saved rstd, w the weight): du = r w g - u r^3 mean(w g u), and dw += g u r per lane, folded per
-// block at the end (write_norm_grad_partial).
-template <int V, int L, int C, bool kNorm>
-__global__ void __launch_bounds__(32 * kWarps, kNorm ? 2 : 4)  // at most 128 / 64 registers
+// block at the end (NormGradSums). Value heads pass dout through. Batches, position prefetch
+// and load order are the forward's.
+template <int V, int L, int C, int U, bool kNorm>
+__global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     qk_norm_rope_backward_kernel(__nv_bfloat16* dqkv_in, float* dw_partial, const __nv_bfloat16* dqkv_out,
                                  const __nv_bfloat16* qkv_in, const float* qk_rstd, const __nv_bfloat16* q_norm_w,
                                  const __nv_bfloat16* k_norm_w, RopeArgs a) {
   const LaneMap<V, L, C> lm;
-  const int half = a.hd / 2, width = (a.n_rot + a.n_kv) * a.hd;
-  NormWeights<V, C> nw;
-  float acc_q[C][2][V], acc_k[C][2][V];
-#pragma unroll
-  for (int k = 0; k < C; k++) {
-#pragma unroll
-    for (int e = 0; e < V; e++) acc_q[k][0][e] = acc_q[k][1][e] = acc_k[k][0][e] = acc_k[k][1][e] = 0.f;
-    if (kNorm && lm.pair(k) < half) nw.load(q_norm_w, k_norm_w, k, lm.pair(k), half);
+  const int hd = lm.kHeadDim ? lm.kHeadDim : a.hd, half = hd / 2, width = (a.n_rot + a.n_kv) * hd;
+  const int n_heads = visited_heads(dqkv_in, dqkv_out, a), batch = U * lm.kSlots;
+  const int64_t stride = int64_t(gridDim.x) * kWarps;
+  __shared__ NormWeights nw;
+  __shared__ NormGradSums<V, L, C> sums;
+  if (kNorm) {
+    nw.stage(q_norm_w, k_norm_w, hd);
+    sums.zero();
   }
-  for (int64_t n = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; n < a.N; n += int64_t(gridDim.x) * kWarps) {
-    const int64_t p = a.positions[n];
-    float cs[C][V], sn[C][V];
-#pragma unroll
-    for (int k = 0; k < C; k++)
-      if (lm.pair(k) < half) load_angles(cs[k], sn[k], a.table, a.max_pos, p, lm.pair(k), a.hd, a.theta);
+  int64_t n = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  int64_t p_next = n < a.N ? a.positions[n] : 0;
+  for (; n < a.N; n += stride) {
+    const int64_t p = p_next;
+    if (n + stride < a.N) p_next = a.positions[n + stride];
     const __nv_bfloat16* dout_row = dqkv_out + n * width;
     const __nv_bfloat16* in_row = qkv_in + n * width;
     __nv_bfloat16* din_row = dqkv_in + n * width;
-    for (int h0 = 0; h0 < a.n_rot; h0 += lm.kSlots) {  // every lane runs every step: the norm shuffles
-      const int h = h0 + lm.slot;
-      const bool active = h < a.n_rot, is_q = h < a.n_q;
-      float g[C][2][V], u[C][2][V];
-      float dot = 0.f;
+    const bool from_table = table_covers(a.table, a.max_pos, p);
+    float cs[C][V], sn[C][V];
+    if (!from_table) compute_angles(cs, sn, p, lm, hd, a.theta);
+    PackedBf16<V> dx[U][C][2], x[kNorm ? U : 1][C][2];
+    float rr[U];
+    auto load_batch = [&](int h0) {
 #pragma unroll
-      for (int k = 0; k < C; k++) {
-        if (!active || lm.pair(k) >= half) continue;
-        float d_lo[V], d_hi[V];
-        load_bf16(d_lo, dout_row + h * a.hd + lm.pair(k));
-        load_bf16(d_hi, dout_row + h * a.hd + half + lm.pair(k));
-        if constexpr (kNorm) {
-          load_bf16(u[k][0], in_row + h * a.hd + lm.pair(k));
-          load_bf16(u[k][1], in_row + h * a.hd + half + lm.pair(k));
-        }
+      for (int k = 0; k < U; k++) {
+        const int h = unit_head(lm, h0, k);
+        rr[k] = kNorm && h < a.n_rot ? qk_rstd[n * a.n_rot + h] : 0.f;
 #pragma unroll
-        for (int e = 0; e < V; e++) {
-          g[k][0][e] = d_lo[e] * cs[k][e] + d_hi[e] * sn[k][e];
-          g[k][1][e] = d_hi[e] * cs[k][e] - d_lo[e] * sn[k][e];
-        }
-        if constexpr (kNorm) {
-#pragma unroll
-          for (int part = 0; part < 2; part++) {
-            float w[V];
-            nw.get(w, is_q, k, part);
-#pragma unroll
-            for (int e = 0; e < V; e++) dot += g[k][part][e] * w[e] * u[k][part][e];
+        for (int c = 0; c < C; c++) {
+          if (h >= n_heads || lm.pair(c) >= half) continue;
+          load_packed(dx[k][c][0], dout_row + h * hd + lm.pair(c));
+          load_packed(dx[k][c][1], dout_row + h * hd + half + lm.pair(c));
+          if (kNorm && h < a.n_rot) {
+            load_packed(x[k][c][0], in_row + h * hd + lm.pair(c));
+            load_packed(x[k][c][1], in_row + h * hd + half + lm.pair(c));
           }
         }
       }
-      if constexpr (kNorm) {
-        dot = group_sum<L>(dot);
-        const float r = active ? qk_rstd[n * a.n_rot + h] : 0.f;
-        const float c3 = r * r * r * dot / float(a.hd);
+    };
+    auto finish_batch = [&](int h0) {
 #pragma unroll
-        for (int k = 0; k < C; k++) {
-          if (!active || lm.pair(k) >= half) continue;
+      for (int k = 0; k < U; k++) {
+        const int h = unit_head(lm, h0, k);
+        const bool rotated = h < a.n_rot, is_q = h < a.n_q;
+        float g[C][2][V];
 #pragma unroll
-          for (int part = 0; part < 2; part++) {
-            float w[V];
-            nw.get(w, is_q, k, part);
+        for (int c = 0; c < C; c++) {
+          float d_lo[V], d_hi[V];
+          if (rotated && lm.pair(c) < half) {
+            unpack(d_lo, dx[k][c][0]);
+            unpack(d_hi, dx[k][c][1]);
+          } else {
 #pragma unroll
-            for (int e = 0; e < V; e++) {
-              const float dw = g[k][part][e] * u[k][part][e] * r;
-              if (is_q) acc_q[k][part][e] += dw;
-              else acc_k[k][part][e] += dw;
-              g[k][part][e] = r * w[e] * g[k][part][e] - u[k][part][e] * c3;
+            for (int e = 0; e < V; e++) d_lo[e] = d_hi[e] = 0.f;
+          }
+#pragma unroll
+          for (int e = 0; e < V; e++) {
+            g[c][0][e] = d_lo[e] * cs[c][e] + d_hi[e] * sn[c][e];
+            g[c][1][e] = d_hi[e] * cs[c][e] - d_lo[e] * sn[c][e];
+          }
+        }
+        if constexpr (kNorm) {
+          float dot = 0.f;
+#pragma unroll
+          for (int c = 0; c < C; c++) {
+            if (!rotated || lm.pair(c) >= half) continue;
+#pragma unroll
+            for (int part = 0; part < 2; part++) {
+              float w[V], u[V];
+              nw.get(w, is_q, part * half + lm.pair(c));
+              unpack(u, x[k][c][part]);
+#pragma unroll
+              for (int e = 0; e < V; e++) dot += g[c][part][e] * w[e] * u[e];
+            }
+          }
+          dot = group_sum<L>(dot);
+          const float r = rr[k], c3 = r * r * r * dot / float(hd);
+#pragma unroll
+          for (int c = 0; c < C; c++) {
+            if (!rotated || lm.pair(c) >= half) continue;
+#pragma unroll
+            for (int part = 0; part < 2; part++) {
+              float w[V], u[V], dw[V];
+              nw.get(w, is_q, part * half + lm.pair(c));
+              unpack(u, x[k][c][part]);
+#pragma unroll
+              for (int e = 0; e < V; e++) {
+                dw[e] = g[c][part][e] * u[e] * r;
+                g[c][part][e] = r * w[e] * g[c][part][e] - u[e] * c3;
+              }
+              sums.add(is_q, part, c, dw);
             }
           }
         }
-      }
 #pragma unroll
-      for (int k = 0; k < C; k++) {
-        if (!active || lm.pair(k) >= half) continue;
-        store_bf16(din_row + h * a.hd + lm.pair(k), g[k][0]);
-        store_bf16(din_row + h * a.hd + half + lm.pair(k), g[k][1]);
+        for (int c = 0; c < C; c++) {
+          if (h >= n_heads || lm.pair(c) >= half) continue;
+          if (!rotated) {
+            store_packed(din_row + h * hd + lm.pair(c), dx[k][c][0]);
+            store_packed(din_row + h * hd + half + lm.pair(c), dx[k][c][1]);
+            continue;
+          }
+          store_bf16(din_row + h * hd + lm.pair(c), g[c][0]);
+          store_bf16(din_row + h * hd + half + lm.pair(c), g[c][1]);
+        }
       }
+    };
+    load_batch(0);
+    if (from_table) lookup_angles(cs, sn, a.table, p, lm, half);
+    finish_batch(0);
+    for (int h0 = batch; h0 < n_heads; h0 += batch) {
+      load_batch(h0);
+      finish_batch(h0);
     }
-    copy_value_heads<V>(din_row + a.n_rot * a.hd, dout_row + a.n_rot * a.hd, a.n_kv * a.hd);
   }
-  if (kNorm && dw_partial) write_norm_grad_partial(dw_partial, acc_q, acc_k, lm, a.hd);
+  if (kNorm && dw_partial) sums.write(dw_partial, hd);
+}
+
+// dq_norm_w[i] += sum over blocks b of partial[b, 0, i], dk_norm_w[i] += the same of partial[b, 1, i] (either
+// output may be null), in a fixed order: thread row y sums blocks y, y + 32, ... of column blockIdx.x * 32 +
+// threadIdx.x, then warp y adds the 32 row sums of column blockIdx.x * 32 + y by shuffles. Block: 32 x 32.
+__global__ void __launch_bounds__(1024)
+    norm_grad_reduce_kernel(float* dq_norm_w, float* dk_norm_w, const float* partial, int n_blocks, int hd) {
+  __shared__ float row_sums[32][33];
+  const int cols = 2 * hd, x = threadIdx.x, y = threadIdx.y, c = blockIdx.x * 32 + x;
+  float s = 0.f;
+  if (c < cols) {
+    int b = y;
+    for (; b + 96 < n_blocks; b += 128) {  // four loads in flight
+      const float a0 = partial[int64_t(b) * cols + c], a1 = partial[int64_t(b + 32) * cols + c];
+      const float a2 = partial[int64_t(b + 64) * cols + c], a3 = partial[int64_t(b + 96) * cols + c];
+      s += a0, s += a1, s += a2, s += a3;
+    }
+    for (; b < n_blocks; b += 32) s += partial[int64_t(b) * cols + c];
+  }
+  row_sums[y][x] = s;
+  __syncthreads();
+  const float total = warp_sum(row_sums[x][y]);
+  const int col = blockIdx.x * 32 + y;
+  if (x != 0 || col >= cols) return;
+  float* out = col < hd ? dq_norm_w : dk_norm_w;
+  if (out) out[col < hd ? col : col - hd] += total;
 }
 
 __global__ void rope_table_kernel(float2* table, int max_pos, int hd, float theta) {
@@ -309,21 +439,38 @@ RopeArgs rope_args(const int32_t* positions, const float2* table, int max_pos, i
   return {positions, table, max_pos, N, s.n_heads, s.n_heads + s.n_kv_heads, s.n_kv_heads, s.head_dim, theta, eps};
 }
 
-// 16-byte accesses need hd a power of two in [16, 256] (whole 8-pair chunks, L = hd / 16 lanes dividing
-// the warp) and aligned pointers; anything else takes the scalar layout.
-template <class F>
-void dispatch_layout(int hd, bool aligned, F&& launch) {
+// Warp steps a batch loads at once, at most (what 128 registers hold without spilling): 8 registers a step
+// and lane; the norm backward also holds the forward's input; the scalar layout's steps are wider.
+constexpr int kMaxSteps = 8;
+constexpr int kMaxNormBackwardSteps = 2;
+constexpr int kMaxScalarSteps = 4;
+
+// 16-byte accesses need hd in {64, 128, 256} (whole 8-pair chunks, L = hd / 16 lanes dividing the warp; a
+// narrower head has too few pairs for them to pay) and aligned pointers; anything else takes the scalar
+// layout. A batch is U in {2, 4, 8} warp steps: the fewest batches of at most kMax steps that cover n_heads
+// heads (a batch's unused steps cost registers, not bandwidth).
+template <int kMax, int V, int L, int C, class F>
+void launch_batched(int n_heads, F&& launch) {
+  constexpr int max_steps = V == 8 ? kMax : std::min(kMax, kMaxScalarSteps);
+  const int64_t steps = ceil_div(n_heads, 32 / L), per_batch = ceil_div(steps, ceil_div(steps, max_steps));
+  if (per_batch <= 2 || max_steps == 2) return launch(Layout<V, L, C, 2>{});
+  if constexpr (max_steps >= 4) {
+    if (per_batch <= 4 || max_steps == 4) return launch(Layout<V, L, C, 4>{});
+  }
+  if constexpr (max_steps >= 8) return launch(Layout<V, L, C, 8>{});
+}
+
+template <int kMax, class F>
+void dispatch_layout(int hd, bool aligned, int n_heads, F&& launch) {
   if (aligned) {
     switch (hd) {
-      case 16: return launch(Layout<8, 1, 1>{});
-      case 32: return launch(Layout<8, 2, 1>{});
-      case 64: return launch(Layout<8, 4, 1>{});
-      case 128: return launch(Layout<8, 8, 1>{});
-      case 256: return launch(Layout<8, 16, 1>{});
+      case 64: return launch_batched<kMax, 8, 4, 1>(n_heads, launch);
+      case 128: return launch_batched<kMax, 8, 8, 1>(n_heads, launch);
+      case 256: return launch_batched<kMax, 8, 16, 1>(n_heads, launch);
       default: break;
     }
   }
-  launch(Layout<1, 32, kMaxHeadDim / 2 / 32>{});
+  launch_batched<kMax, 1, 32, kMaxHeadDim / 2 / 32>(n_heads, launch);
 }
 
 bool all_aligned(std::initializer_list<const void*> ptrs) {
@@ -354,15 +501,16 @@ void qk_norm_rope_forward(bf16* qkv_out, float* qk_rstd, const bf16* qkv_in, con
   TK_CUDA_REQUIRE((q_norm_w == nullptr) == (k_norm_w == nullptr) && (!q_norm_w || qk_rstd),
                   "qk_norm_rope_forward: q and k norm weights come together, with a qk_rstd output");
   if (N == 0) return;
-  const bool aligned = all_aligned({qkv_out, qkv_in, q_norm_w, k_norm_w, rope_table});
-  dispatch_layout(a.hd, aligned, [&](auto layout) {
+  const bool aligned = all_aligned({qkv_out, qkv_in, rope_table});  // the norm weights are staged
+  const int n_heads = qkv_out == qkv_in ? a.n_rot : a.n_rot + a.n_kv;
+  const int64_t blocks = std::min<int64_t>(ceil_div(N, kWarps), int64_t(1) << 30);
+  dispatch_layout<kMaxSteps>(a.hd, aligned, n_heads, [&](auto layout) {
     using T = decltype(layout);
-    const int64_t blocks = ceil_div(N, kWarps);
     if (q_norm_w)
-      qk_norm_rope_forward_kernel<T::V, T::L, T::C, true>
+      qk_norm_rope_forward_kernel<T::V, T::L, T::C, T::U, true>
           <<<blocks, 32 * kWarps, 0, s>>>(qkv_out, qk_rstd, qkv_in, q_norm_w, k_norm_w, a);
     else
-      qk_norm_rope_forward_kernel<T::V, T::L, T::C, false>
+      qk_norm_rope_forward_kernel<T::V, T::L, T::C, T::U, false>
           <<<blocks, 32 * kWarps, 0, s>>>(qkv_out, qk_rstd, qkv_in, q_norm_w, k_norm_w, a);
     TK_CUDA_CHECK_LAUNCH();
   });
@@ -387,19 +535,22 @@ void qk_norm_rope_backward(bf16* dqkv_in, float* dq_norm_w, float* dk_norm_w, co
   TK_CUDA_REQUIRE(!want_dw || scratch_bytes >= qk_norm_rope_backward_scratch_bytes(N, shape),
                   "qk_norm_rope_backward: the scratch buffer holds %zu bytes, %zu are needed", scratch_bytes,
                   qk_norm_rope_backward_scratch_bytes(N, shape));
-  const bool aligned = all_aligned({dqkv_in, dqkv_out, qkv_in, q_norm_w, k_norm_w, rope_table});
-  dispatch_layout(a.hd, aligned, [&](auto layout) {
+  const bool aligned = all_aligned({dqkv_in, dqkv_out, qkv_in, rope_table});  // the norm weights are staged
+  const int n_heads = dqkv_in == dqkv_out ? a.n_rot : a.n_rot + a.n_kv;
+  auto launch = [&](auto layout, auto norm_kernel) {
     using T = decltype(layout);
-    if (norm)
-      qk_norm_rope_backward_kernel<T::V, T::L, T::C, true><<<blocks, 32 * kWarps, 0, s>>>(
-          dqkv_in, partial, dqkv_out, qkv_in, qk_rstd, q_norm_w, k_norm_w, a);
-    else
-      qk_norm_rope_backward_kernel<T::V, T::L, T::C, false><<<blocks, 32 * kWarps, 0, s>>>(
-          dqkv_in, partial, dqkv_out, qkv_in, qk_rstd, q_norm_w, k_norm_w, a);
+    qk_norm_rope_backward_kernel<T::V, T::L, T::C, T::U, decltype(norm_kernel)::value>
+        <<<blocks, 32 * kWarps, 0, s>>>(dqkv_in, partial, dqkv_out, qkv_in, qk_rstd, q_norm_w, k_norm_w, a);
     TK_CUDA_CHECK_LAUNCH();
-  });
-  if (dq_norm_w && want_dw) column_reduce_add(dq_norm_w, partial, blocks, a.hd, 2 * a.hd, s);
-  if (dk_norm_w && want_dw) column_reduce_add(dk_norm_w, partial + a.hd, blocks, a.hd, 2 * a.hd, s);
+  };
+  if (norm)
+    dispatch_layout<kMaxNormBackwardSteps>(a.hd, aligned, n_heads,
+                                           [&](auto layout) { launch(layout, std::true_type{}); });
+  else
+    dispatch_layout<kMaxSteps>(a.hd, aligned, n_heads, [&](auto layout) { launch(layout, std::false_type{}); });
+  if (!want_dw) return;
+  norm_grad_reduce_kernel<<<ceil_div(2 * a.hd, 32), dim3(32, 32), 0, s>>>(dq_norm_w, dk_norm_w, partial, blocks, a.hd);
+  TK_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace tk::cuda
