@@ -35,6 +35,7 @@ struct PlanTarget {
   double bandwidth = 4.0e12;       // bytes/s of the memory-bound ops
   double host_bandwidth = 20e9;    // bytes/s each way between page-locked host memory and the device
   int64_t offload_chunk = int64_t(32) << 20;
+  bool doc_mask = false;           // train --doc-mask: the attention's document mask (GPU targets)
 };
 
 // The plan of one setting.

@@ -632,6 +632,7 @@ void TrainingRun::apply_memory_budget() {
   const double budget = parse_bytes(cfg_.memory_budget);
   PlanTarget target;
   target.offload_chunk = cfg_.offload_chunk;
+  target.doc_mask = cfg_.doc_mask;
   target.peak_flops = describe_device(true, cfg_.peak_tflops * 1e12).peak_flops;
   if (target.peak_flops <= 0) target.peak_flops = 989e12;
   const int64_t global = cfg_.batch_tokens;
