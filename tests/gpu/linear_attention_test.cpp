@@ -283,7 +283,7 @@ enum class Docs {
   kOne,       // one document over the whole row
   kMixed,     // lengths 1, 1, 2, then random lengths up to T/3, some starting at a multiple of 128
   kShort,     // many documents of 1 to 40 tokens
-  kAligned,   // documents that start and end on 128-token tile edges, one crossing no edge at all
+  kAligned,   // 128 and 256 tokens on 128-token tile edges, 64 inside one tile (crossing no edge), then random
   kRepeated,  // a few documents whose ids come back later in the row (equal ids attend to each other)
 };
 
