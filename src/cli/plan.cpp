@@ -18,7 +18,7 @@ struct PlanFlags {
   int batch = 8, seq = 2048;
   int64_t batch_tokens = 0;
   double efficiency = 0.65, bandwidth_gbs = 3350, host_gbs = 20;
-  bool json = false, all = false;
+  bool json = false, all = false, doc_mask = false;
 };
 
 nlohmann::ordered_json to_json(const tk::MemoryPlan& p, double budget, const tk::PlanTarget& target) {
@@ -48,6 +48,7 @@ int run(const PlanFlags& f) {
   target.bandwidth = f.bandwidth_gbs * 1e9;
   target.host_bandwidth = f.host_gbs * 1e9;
   target.host_memory_limit = f.host_memory.empty() ? tk::local_host_memory_limit() : tk::parse_bytes(f.host_memory);
+  target.doc_mask = f.doc_mask;
   const double budget = f.budget.empty() ? 0 : tk::parse_bytes(f.budget);
   const int64_t global = f.batch_tokens > 0 ? f.batch_tokens : int64_t(f.batch) * f.seq;
   const std::vector<tk::MemoryPlan> all = tk::plan_candidates(cfg, f.batch, f.seq, global, target);
@@ -100,6 +101,7 @@ tk::cli::Command plan_cmd("plan", "The memory a training run needs, and the fast
                             app.add_option("--host-memory", f->host_memory,
                                            "Page-locked host memory offload may take, e.g. 100GiB (default: 80% of "
                                            "this machine's memory)");
+                            app.add_flag("--doc-mask", f->doc_mask, "Plan for train --doc-mask (with its attention mask)");
                             app.add_flag("--all", f->all, "List every setting tried");
                             app.add_flag("--json", f->json, "Print the plan as JSON");
                             return [f] { return run(*f); };

@@ -120,6 +120,11 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, c
     p.rows.push_back({"cuDNN attention workspace",
                       kCudnnWorkspaceMargin * g * double(cfg.n_heads) * double(T) * double(T) * 2, false});
     p.rows.push_back({"cuDNN attention row sums", double(g) * cfg.n_heads * T * 4});
+    if (target.doc_mask) {
+      // The bias [B, T, T rounded up to 8] bf16, and the segment ids it was built from plus a flag per row.
+      p.rows.push_back({"attention document mask", double(N) * double((T + 7) / 8 * 8) * 2});
+      p.rows.push_back({"attention document mask segment ids", double(N + B) * 4});
+    }
     p.rows.push_back({"f32 staging", std::min(kStagingBytes, P * 4)});
     p.rows.push_back({"cuBLASLt workspace", kCublasWorkspace});
     p.rows.push_back({"kernel partials, RoPE table, sort buffers", kSmallScratch, false});

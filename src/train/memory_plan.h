@@ -28,6 +28,7 @@ struct PlanTarget {
   // Page-locked host memory a setting may take (offload), 0: no limit. Pinned pages cannot be swapped, so
   // a plan past the machine's memory would fail at start or starve the rest of the system.
   double host_memory_limit = 0;
+  bool doc_mask = false;           // train --doc-mask: the attention's document mask (GPU targets)
 };
 
 struct MemoryPlan {

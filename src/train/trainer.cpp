@@ -641,6 +641,7 @@ void TrainingRun::apply_memory_budget() {
   PlanTarget target;
   target.offload_chunk = cfg_.offload_chunk;
   target.host_memory_limit = local_host_memory_limit();
+  target.doc_mask = cfg_.doc_mask;
   target.peak_flops = describe_device(true, cfg_.peak_tflops * 1e12).peak_flops;
   if (target.peak_flops <= 0) target.peak_flops = 989e12;
   const int64_t global = cfg_.batch_tokens;

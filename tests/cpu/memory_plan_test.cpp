@@ -83,6 +83,18 @@ TEST(MemoryPlan, SevenBillionFitsTwentyFourGiBWithGradientsInHostMemory) {
   }
 }
 
+TEST(MemoryPlan, DocumentMaskingAddsTheAttentionBiasAndItsSegmentIds) {
+  const ModelConfig cfg = preset("qwen2.5-0.5b");
+  PlanTarget gpu;
+  const MemoryPlan plain = plan_memory(cfg, 8, 2050, 1, Recompute(), gpu);
+  gpu.doc_mask = true;
+  const MemoryPlan masked = plan_memory(cfg, 8, 2050, 1, Recompute(), gpu);
+  EXPECT_EQ(row(plain, "attention document mask"), -1);
+  EXPECT_EQ(row(masked, "attention document mask"), 8.0 * 2050 * 2056 * 2);  // rows padded to 8 columns
+  EXPECT_EQ(row(masked, "attention document mask segment ids"), (8.0 * 2050 + 8) * 4);
+  EXPECT_NEAR(masked.total_bytes - plain.total_bytes, 8.0 * 2050 * 2056 * 2 + (8.0 * 2050 + 8) * 4, 1.0);
+}
+
 TEST(MemoryPlan, SizesParse) {
   EXPECT_EQ(parse_bytes("16GiB"), 16.0 * (1ull << 30));
   EXPECT_EQ(parse_bytes("24 GB"), 24e9);

@@ -12,6 +12,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/log.h"
@@ -186,15 +187,6 @@ struct AttnCase {
   int B, T, Hq, Hkv, hd;
 };
 
-class AttentionTest : public CudaOpsTest, public ::testing::WithParamInterface<AttnCase> {
- protected:
-  void SetUp() override {
-    CudaOpsTest::SetUp();
-    log::set_level(log::Level::Debug);  // the log then names the cuDNN engine and workspace of each plan
-  }
-  void TearDown() override { log::set_level(log::Level::Info); }
-};
-
 // dq, dk and dv slices of a [B, T, Hq+2Hkv, hd] gradient, as three vectors.
 std::vector<std::vector<float>> split_qkv(const std::vector<float>& g, const AttnShape& s) {
   std::vector<std::vector<float>> parts(3);
@@ -208,12 +200,22 @@ std::vector<std::vector<float>> split_qkv(const std::vector<float>& g, const Att
   return parts;
 }
 
-TEST_P(AttentionTest, CausalGqaForwardBackward) {
-  const AttnCase c = GetParam();
-  SCOPED_TRACE(::testing::Message() << "B=" << c.B << " T=" << c.T << " heads " << c.Hq << ":" << c.Hkv
-                                    << " hd=" << c.hd << " seed=" << seed_);
-  AttnShape s{c.B, c.T, c.Hq, c.Hkv, c.hd};
-  int64_t B = c.B, T = c.T, H3 = c.Hq + 2 * c.Hkv, Hq = c.Hq, hd = c.hd;
+class AttentionTest : public CudaOpsTest {
+ protected:
+  void SetUp() override {
+    CudaOpsTest::SetUp();
+    log::set_level(log::Level::Debug);  // the log then names the cuDNN engine and workspace of each plan
+  }
+  void TearDown() override { log::set_level(log::Level::Info); }
+
+  // Attention forward and backward of fresh random inputs on both backends, the CUDA results against the
+  // CPU's: outputs poisoned first, two runs bitwise equal. segments (i32[B,T] on the GPU, or empty for no
+  // document masking) holds the ids of `ids`.
+  void check(const AttnShape& s, const Tensor& segments, const std::vector<int32_t>& ids);
+};
+
+void AttentionTest::check(const AttnShape& s, const Tensor& segments, const std::vector<int32_t>& ids) {
+  int64_t B = s.B, T = s.T, H3 = s.n_heads + 2 * s.n_kv_heads, Hq = s.n_heads, hd = s.head_dim;
   auto qkv_h = normal(size_t(B * T * H3 * hd), 1.5f), dout_h = normal(size_t(B * T * Hq * hd), 1.f);
 
   auto qkv = gpu(DType::BF16, {B, T, H3, hd}, &qkv_h), dout = gpu(DType::BF16, {B, T, Hq, hd}, &dout_h);
@@ -221,9 +223,15 @@ TEST_P(AttentionTest, CausalGqaForwardBackward) {
   auto dqkv = gpu(DType::BF16, {B, T, H3, hd});
   auto cqkv = cpu({B, T, H3, hd}, &qkv_h), cdout = cpu({B, T, Hq, hd}, &dout_h);
   auto cout_ = cpu({B, T, Hq, hd}), clse = cpu({B, Hq, T}), cdqkv = cpu({B, T, H3, hd});
+  std::unique_ptr<Owned> cseg;
+  Tensor csegments;
+  if (!segments.empty()) {
+    cseg = ints(*cpu_, ids);
+    csegments = Tensor(cseg->t.data, DType::I32, {B, T});
+  }
 
-  cpu_->attention_forward(cout_->t, clse->t, cqkv->t, Tensor(), s);
-  cpu_->attention_backward(cdqkv->t, cdout->t, cqkv->t, cout_->t, clse->t, Tensor(), s);
+  cpu_->attention_forward(cout_->t, clse->t, cqkv->t, csegments, s);
+  cpu_->attention_backward(cdqkv->t, cdout->t, cqkv->t, cout_->t, clse->t, csegments, s);
   auto out_ref = down(*cout_), lse_ref = down(*clse);
   auto grads_ref = split_qkv(down(*cdqkv), s);
 
@@ -232,8 +240,8 @@ TEST_P(AttentionTest, CausalGqaForwardBackward) {
     poison(*out);
     poison(*lse);
     poison(*dqkv);
-    gpu_->attention_forward(out->t, lse->t, qkv->t, Tensor(), s);
-    gpu_->attention_backward(dqkv->t, dout->t, qkv->t, out->t, lse->t, Tensor(), s);
+    gpu_->attention_forward(out->t, lse->t, qkv->t, segments, s);
+    gpu_->attention_backward(dqkv->t, dout->t, qkv->t, out->t, lse->t, segments, s);
     EXPECT_LT(rel_error(down(*out), out_ref), kBf16Tol) << "out, run " << run;
     EXPECT_LT(rel_error(down(*lse), lse_ref), kF32SumTol) << "lse, run " << run;
     auto grads = split_qkv(down(*dqkv), s);
@@ -250,21 +258,139 @@ TEST_P(AttentionTest, CausalGqaForwardBackward) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
+std::string case_name(const AttnCase& c) {
+  return "B" + std::to_string(c.B) + "_T" + std::to_string(c.T) + "_H" + std::to_string(c.Hq) + "x" +
+         std::to_string(c.Hkv) + "_hd" + std::to_string(c.hd);
+}
+
+class CausalAttention : public AttentionTest, public ::testing::WithParamInterface<AttnCase> {};
+
+TEST_P(CausalAttention, GqaForwardBackward) {
+  const AttnCase c = GetParam();
+  SCOPED_TRACE(::testing::Message() << case_name(c) << " seed=" << seed_);
+  check({c.B, c.T, c.Hq, c.Hkv, c.hd}, Tensor(), {});
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CausalAttention,
                          ::testing::Values(AttnCase{1, 2048, 14, 2, 64}, AttnCase{1, 2048, 32, 8, 128},
                                            AttnCase{2, 1000, 14, 2, 64}, AttnCase{2, 1000, 32, 8, 128}),
-                         [](const ::testing::TestParamInfo<AttnCase>& i) {
-                           const AttnCase& c = i.param;
-                           return "B" + std::to_string(c.B) + "_T" + std::to_string(c.T) + "_H" +
-                                  std::to_string(c.Hq) + "x" + std::to_string(c.Hkv) + "_hd" + std::to_string(c.hd);
-                         });
+                         [](const ::testing::TestParamInfo<AttnCase>& i) { return case_name(i.param); });
 
-TEST_F(CudaOpsTest, AttentionRejectsDocumentMasking) {
+// ---- attention with document masking (segment ids) ------------------------------------------------------
+
+// How a row is cut into documents.
+enum class Docs {
+  kOne,       // one document over the whole row
+  kMixed,     // lengths 1, 1, 2, then random lengths up to T/3, some starting at a multiple of 128
+  kShort,     // many documents of 1 to 40 tokens
+  kAligned,   // 128 and 256 tokens on 128-token tile edges, 64 inside one tile (crossing no edge), then random
+  kRepeated,  // a few documents whose ids come back later in the row (equal ids attend to each other)
+};
+
+struct DocCase {
+  AttnCase shape;
+  std::vector<Docs> rows;  // row b is cut as rows[b % rows.size()]
+};
+
+class DocumentMaskedAttention : public AttentionTest, public ::testing::WithParamInterface<DocCase> {
+ protected:
+  // The segment ids of one row of T tokens.
+  std::vector<int32_t> row_ids(Docs docs, int T);
+};
+
+std::vector<int32_t> DocumentMaskedAttention::row_ids(Docs docs, int T) {
+  std::vector<int> lengths;
+  auto fill = [&](int lo, int hi) {
+    std::uniform_int_distribution<int> len(lo, hi);
+    int used = 0;
+    for (int l : lengths) used += l;
+    while (used < T) {
+      int l = std::min(len(rng_), T - used);
+      lengths.push_back(l);
+      used += l;
+    }
+  };
+  switch (docs) {
+    case Docs::kOne:
+      lengths = {T};
+      break;
+    case Docs::kMixed:
+      lengths = {1, 1, 2, 124};  // the fifth document starts at 128
+      fill(1, std::max(1, T / 3));
+      break;
+    case Docs::kShort:
+      fill(1, 40);
+      break;
+    case Docs::kAligned:
+      lengths = {128, 256, 64};  // the third lies inside one tile
+      fill(1, 384);
+      break;
+    case Docs::kRepeated:
+      fill(1, std::max(1, T / 5));
+      break;
+  }
+  std::vector<int32_t> ids;
+  for (size_t d = 0; d < lengths.size(); d++) {
+    // Ids need not count from 0; repeated rows reuse ids 0, 1, 2 in turn, so documents d and d + 3 share one.
+    const int32_t id = docs == Docs::kRepeated ? int32_t(d % 3) : int32_t(1000 + 7 * d);
+    ids.insert(ids.end(), size_t(std::max(0, std::min(lengths[d], T - int(ids.size())))), id);
+  }
+  return ids;
+}
+
+TEST_P(DocumentMaskedAttention, GqaForwardBackward) {
+  const DocCase& c = GetParam();
+  const AttnShape s{c.shape.B, c.shape.T, c.shape.Hq, c.shape.Hkv, c.shape.hd};
+  std::vector<int32_t> ids;
+  for (int b = 0; b < s.B; b++) {
+    std::vector<int32_t> row = row_ids(c.rows[size_t(b) % c.rows.size()], s.T);
+    ASSERT_EQ(int(row.size()), s.T);
+    ids.insert(ids.end(), row.begin(), row.end());
+  }
+  SCOPED_TRACE(::testing::Message() << case_name(c.shape) << " seed=" << seed_);
+  auto seg = ints(*gpu_, ids);
+  check(s, Tensor(seg->t.data, DType::I32, {s.B, s.T}), ids);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, DocumentMaskedAttention,
+    ::testing::Values(DocCase{{3, 1000, 14, 2, 64}, {Docs::kMixed, Docs::kOne, Docs::kRepeated}},
+                      DocCase{{2, 2048, 32, 8, 128}, {Docs::kMixed, Docs::kShort}},
+                      DocCase{{1, 2048, 14, 2, 64}, {Docs::kAligned}},
+                      DocCase{{2, 1000, 32, 8, 128}, {Docs::kAligned, Docs::kOne}},
+                      DocCase{{2, 333, 14, 2, 64}, {Docs::kShort, Docs::kMixed}}),  // rows not 16-byte multiples
+    [](const ::testing::TestParamInfo<DocCase>& i) { return case_name(i.param.shape); });
+
+// The mask follows the ids, not the buffer: new ids in the same buffer (one row changed), the same ids in
+// another buffer, and no ids at all, each give the CPU's results.
+TEST_F(AttentionTest, DocumentMaskFollowsChangedSegmentIds) {
+  const AttnShape s{2, 384, 14, 2, 64};
+  std::vector<int32_t> a(size_t(2 * 384)), b;
+  for (int t = 0; t < 2 * 384; t++) a[size_t(t)] = t % 384 < 100 ? 0 : t % 384 < 300 ? 1 : 2;
+  b = a;
+  for (int t = 384; t < 2 * 384; t++) b[size_t(t)] = (t - 384) / 50;  // row 1 only
+  auto seg = ints(*gpu_, a);
+  const Tensor seg_t(seg->t.data, DType::I32, {2, 384});
+  check(s, seg_t, a);
+  gpu_->upload(seg->t.data, b.data(), b.size() * sizeof(int32_t));
+  check(s, seg_t, b);
+  auto other = ints(*gpu_, a);
+  check(s, Tensor(other->t.data, DType::I32, {2, 384}), a);
+  check(s, Tensor(), {});
+  // A smaller batch and a shorter row with the same buffer.
+  const AttnShape small{1, 200, 14, 2, 64};
+  std::vector<int32_t> c(a.begin(), a.begin() + 200);
+  check(small, Tensor(other->t.data, DType::I32, {1, 200}), c);
+}
+
+TEST_F(CudaOpsTest, AttentionChecksSegmentIds) {
   AttnShape s{1, 64, 2, 1, 64};
   auto qkv = gpu(DType::BF16, {1, 64, 4, 64}), out = gpu(DType::BF16, {1, 64, 2, 64});
   auto lse = gpu(DType::F32, {1, 2, 64});
   auto seg = ints(*gpu_, std::vector<int32_t>(64, 0));
-  EXPECT_THROW(gpu_->attention_forward(out->t, lse->t, qkv->t, seg->t, s), Error);
+  EXPECT_THROW(gpu_->attention_forward(out->t, lse->t, qkv->t, Tensor(seg->t.data, DType::I32, {2, 32}), s), Error);
+  EXPECT_THROW(gpu_->attention_forward(out->t, lse->t, qkv->t, Tensor(seg->t.data, DType::F32, {1, 64}), s), Error);
+  EXPECT_THROW(gpu_->attention_forward(out->t, lse->t, qkv->t, Tensor(seg->t.data, DType::I32, {1, 32}), s), Error);
 }
 
 TEST_F(CudaOpsTest, AttentionDecodeMatchesCpu) {

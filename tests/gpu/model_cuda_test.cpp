@@ -1,7 +1,7 @@
 // The whole model on the CUDA backend (bf16 activations, fp32 gradients) against the CPU reference (fp32)
 // with the same weights and batch: the loss and every parameter tensor's gradient, for the three
-// architectures at head dims 64 and 128, GQA, and a sequence length that is not a power of two. Also:
-// two CUDA runs give bitwise the same loss and gradients, and a smaller batch than planned works.
+// architectures at head dims 64 and 128, GQA, a sequence length that is not a power of two, and document
+// masking. Also: two CUDA runs give bitwise the same loss and gradients, and a smaller batch than planned works.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -81,8 +81,9 @@ struct Result {
   std::vector<float> grads;
 };
 
-Result run(Ops& ops, const ModelConfig& cfg, int B, int T, const std::vector<float>& params, const Batch& batch) {
-  Model model(cfg, ops, {B, T, false});
+Result run(Ops& ops, const ModelConfig& cfg, int B, int T, const std::vector<float>& params, const Batch& batch,
+           bool doc_mask = false) {
+  Model model(cfg, ops, {B, T, doc_mask});
   model.set_params_f32(params);
   model.zero_grads();
   Result r;
@@ -95,6 +96,7 @@ struct Case {
   std::string name;
   Arch arch;
   int head_dim, heads, kv_heads, B, T;
+  std::vector<std::vector<int32_t>> doc_starts = {};  // per row; given: train with document masking
 };
 
 class ModelCuda : public ::testing::TestWithParam<Case> {};
@@ -126,8 +128,10 @@ TEST_P(ModelCuda, LossAndEveryGradientMatchTheCpuReference) {
     }
   }
   HostBatch data(c.B, c.T, cfg.vocab_size, 7);
-  const Result ref = run(*cpu, cfg, c.B, c.T, params, data.batch);
-  const Result out = run(*gpu, cfg, c.B, c.T, params, data.batch);
+  const bool doc_mask = !c.doc_starts.empty();
+  if (doc_mask) data.batch.doc_starts = c.doc_starts;
+  const Result ref = run(*cpu, cfg, c.B, c.T, params, data.batch, doc_mask);
+  const Result out = run(*gpu, cfg, c.B, c.T, params, data.batch, doc_mask);
 
   const double loss_err = std::abs(out.loss.mean() - ref.loss.mean()) / std::abs(ref.loss.mean());
   EXPECT_LT(loss_err, kLossTol) << "loss cuda " << out.loss.mean() << " cpu " << ref.loss.mean();
@@ -142,7 +146,7 @@ TEST_P(ModelCuda, LossAndEveryGradientMatchTheCpuReference) {
            ref.loss.mean(), loss_err, worst_name, worst);
 
   // Bitwise determinism: the same step again on a fresh model.
-  const Result again = run(*gpu, cfg, c.B, c.T, params, data.batch);
+  const Result again = run(*gpu, cfg, c.B, c.T, params, data.batch, doc_mask);
   EXPECT_EQ(again.loss.sum, out.loss.sum);
   EXPECT_EQ(0, std::memcmp(again.grads.data(), out.grads.data(), out.grads.size() * sizeof(float)))
       << "two CUDA runs gave different gradients";
@@ -153,7 +157,13 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"llama_hd64_gqa4to1", Arch::Llama, 64, 8, 2, 2, 200},
                       Case{"qwen2_hd64_gqa7to1_bias_tied", Arch::Qwen2, 64, 14, 2, 3, 129},
                       Case{"qwen3_hd128_qknorm", Arch::Qwen3, 128, 4, 2, 2, 320},
-                      Case{"llama_hd128_gqa4to1_T1000", Arch::Llama, 128, 8, 2, 1, 1000}),
+                      Case{"llama_hd128_gqa4to1_T1000", Arch::Llama, 128, 8, 2, 1, 1000},
+                      // Documents of 1 token, of a tile and more, a row of one document; T = 129 pads the
+                      // mask's rows.
+                      Case{"qwen2_hd64_gqa7to1_docmask", Arch::Qwen2, 64, 14, 2, 3, 200,
+                           {{0, 1, 2, 60, 188}, {0}, {0, 128, 129, 150}}},
+                      Case{"qwen3_hd128_qknorm_docmask_T129", Arch::Qwen3, 128, 4, 2, 2, 129,
+                           {{0, 64, 65, 128}, {0, 100}}}),
     [](const auto& info) { return info.param.name; });
 
 TEST(ModelCudaBatch, ASmallerBatchThanPlannedGivesWhatAModelPlannedForItGives) {

@@ -59,6 +59,13 @@ if has curve && [ -f data/brown/meta.json ]; then
   $BUILD/tokamak "${CURVE[@]}" --device cuda --out "$OUT/curve-cuda2" > "$OUT/curve-cuda2.log" 2>&1
   wait
   python3 tests/gpu/curve.py "$OUT/curve-cpu" "$OUT/curve-cuda" "$OUT/curve-cuda2" | tee "$OUT/curve.txt" | tail -6
+  # The same with document masking (attention within documents, positions restarting at each).
+  $BUILD/tokamak "${CURVE[@]}" --doc-mask --device cpu --out "$OUT/curve-doc-cpu" > "$OUT/curve-doc-cpu.log" 2>&1 &
+  $BUILD/tokamak "${CURVE[@]}" --doc-mask --device cuda --out "$OUT/curve-doc-cuda" > "$OUT/curve-doc-cuda.log" 2>&1
+  $BUILD/tokamak "${CURVE[@]}" --doc-mask --device cuda --out "$OUT/curve-doc-cuda2" > "$OUT/curve-doc-cuda2.log" 2>&1
+  wait
+  python3 tests/gpu/curve.py "$OUT/curve-doc-cpu" "$OUT/curve-doc-cuda" "$OUT/curve-doc-cuda2" \
+    | tee "$OUT/curve-doc.txt" | tail -3
   echo "curve: $(( $(date +%s) - start ))s"
 fi
 if has report && [ -f data/brown/meta.json ]; then

@@ -9,6 +9,15 @@
 // cuDNN's Q K^T wants K^T, the same memory with the last two dims and strides swapped. GQA is the batch
 // broadcast of the matmuls over heads (Hq = g * Hkv); in the backward, dK and dV are formed per query head
 // and reduced over each group of g heads inside the fused kernel.
+//
+// Document masking adds a bias tensor [B, 1, T, T] (broadcast over heads) to the scaled scores, before the
+// causal mask, in both graphs: 0 within a document, kDocumentMasked across documents (document_mask.h).
+// Shapes, plans, the backward's batch groups and the lse layout stay those of the unmasked graphs. cuDNN's
+// other route, every document a sequence of a ragged batch (padding mask and ragged offsets), would need
+// the number of documents on the host to give the graph its batch size (it is only on the device: a
+// synchronisation per call), and its deterministic backward's dP workspace grows with that batch at the
+// graph's maximum length, B' * Hq * T^2 bf16 for B' documents. The bias costs a [T, T] read per row and
+// head instead, and the cross-document tiles are computed and then masked rather than skipped.
 #include "ops/cuda/attention_cudnn.h"
 
 #include <cudnn.h>
@@ -23,6 +32,7 @@
 #include "core/log.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/cudnn_backend.h"
+#include "ops/cuda/document_mask.h"
 
 namespace tk::cuda {
 
@@ -35,7 +45,7 @@ using Tensor = cudnnBackendDescriptor_t;
 // Uids of the tensors bound at execution.
 enum Uid : int64_t {
   kQ = 1, kK, kV, kO, kStats, kScale, kNegInf, kNegInfPadding, kOne, kDO, kDQ, kDK, kDV, kSoftmaxSum, kSeqLenQ,
-  kSeqLenKV
+  kSeqLenKV, kBias
 };
 
 // The dims and strides of every tensor of one graph, for a batch of B rows.
@@ -49,6 +59,7 @@ struct Views {
   Dims s_t_str;         // scores viewed transposed ([B, Hq, T_kv, T_q] over the same elements)
   Dims row, row_str;    // per-query statistics [B, Hq, T, 1]
   Dims batch, batch_str;  // per-batch-row scalars [B, 1, 1, 1]
+  Dims bias, bias_str;    // the document mask [B, 1, T, T], rows document_mask_stride(T) apart
 };
 
 Views views(int64_t B, const AttnShape& a) {
@@ -70,6 +81,9 @@ Views views(int64_t B, const AttnShape& a) {
   v.row_str = {Hq * T, T, 1, 1};
   v.batch = {B, 1, 1, 1};
   v.batch_str = {1, 1, 1, 1};
+  int64_t row = document_mask_stride(a.T);
+  v.bias = {B, 1, T, T};
+  v.bias_str = {T * row, T * row, row, 1};
   return v;
 }
 
@@ -103,12 +117,21 @@ Tensor padding_mask(GraphBuilder& g, const Views& v, Tensor x, Tensor neg_inf, T
   return y;
 }
 
-std::string describe(const char* which, int64_t B, const AttnShape& a) {
-  return fmt::format("the attention {} graph (B={}, T={}, heads {}:{}, head_dim {})", which, B, a.T, a.n_heads,
-                     a.n_kv_heads, a.head_dim);
+// y = x + the document mask, when there is one.
+Tensor add_document_mask(GraphBuilder& g, const Views& v, Tensor x, bool doc_mask) {
+  if (!doc_mask) return x;
+  Tensor bias = g.tensor(kBias, CUDNN_DATA_BFLOAT16, v.bias, v.bias_str);
+  Tensor y = g.virtual_tensor(CUDNN_DATA_FLOAT, v.s, v.s_str);
+  g.pointwise(CUDNN_POINTWISE_ADD, y, x, bias);
+  return y;
 }
 
-cudnn::ExecutionPlan build_forward(cudnnHandle_t handle, int64_t B, const AttnShape& a) {
+std::string describe(const char* which, int64_t B, const AttnShape& a, bool doc_mask) {
+  return fmt::format("the attention {} graph (B={}, T={}, heads {}:{}, head_dim {}{})", which, B, a.T, a.n_heads,
+                     a.n_kv_heads, a.head_dim, doc_mask ? ", document mask" : "");
+}
+
+cudnn::ExecutionPlan build_forward(cudnnHandle_t handle, int64_t B, const AttnShape& a, bool doc_mask) {
   GraphBuilder g(handle);
   Views v = views(B, a);
   Tensor q = g.tensor(kQ, CUDNN_DATA_BFLOAT16, v.q, v.q_str);
@@ -123,7 +146,7 @@ cudnn::ExecutionPlan build_forward(cudnnHandle_t handle, int64_t B, const AttnSh
   g.matmul(s, q, kt);
   Tensor scaled = g.virtual_tensor(CUDNN_DATA_FLOAT, v.s, v.s_str);
   g.pointwise(CUDNN_POINTWISE_MUL, scaled, s, scale);
-  Tensor masked = causal_mask(g, v, scaled, neg_inf);
+  Tensor masked = causal_mask(g, v, add_document_mask(g, v, scaled, doc_mask), neg_inf);
 
   // Softmax, keeping its statistics: stats = max + log(sum exp(x - max)), the natural-log logsumexp.
   Tensor max = g.virtual_tensor(CUDNN_DATA_FLOAT, v.row, v.row_str);
@@ -141,7 +164,7 @@ cudnn::ExecutionPlan build_forward(cudnnHandle_t handle, int64_t B, const AttnSh
   g.pointwise(CUDNN_POINTWISE_DIV, p, e, sum);
 
   g.matmul(o, p, val);
-  return g.build(describe("forward", B, a));
+  return g.build(describe("forward", B, a, doc_mask));
 }
 
 // dX for X in {K, V}: per query head into a packed virtual, then summed over each GQA group into the
@@ -161,7 +184,7 @@ void grad_per_kv_head(GraphBuilder& g, const Views& v, const AttnShape& a, Tenso
 // equal to T, so nothing is masked): cuDNN up to 9.15 needs this for a T that is not a multiple of 128.
 // dQ is written directly by the last matmul (no f32 dQ accumulator): that is the form for which cuDNN's
 // Hopper backward uses its deterministic dP-workspace kernel instead of atomics.
-cudnn::ExecutionPlan build_backward(cudnnHandle_t handle, int64_t B, const AttnShape& a, bool padded) {
+cudnn::ExecutionPlan build_backward(cudnnHandle_t handle, int64_t B, const AttnShape& a, bool padded, bool doc_mask) {
   GraphBuilder g(handle);
   Views v = views(B, a);
   Tensor q = g.tensor(kQ, CUDNN_DATA_BFLOAT16, v.q, v.q_str);
@@ -193,6 +216,7 @@ cudnn::ExecutionPlan build_backward(cudnnHandle_t handle, int64_t B, const AttnS
   g.matmul(s, q, kt, seq_q, seq_kv);
   Tensor scaled = g.virtual_tensor(CUDNN_DATA_FLOAT, v.s, v.s_str);
   g.pointwise(CUDNN_POINTWISE_MUL, scaled, s, scale);
+  scaled = add_document_mask(g, v, scaled, doc_mask);
   if (padded) scaled = padding_mask(g, v, scaled, neg_inf_padding, seq_q, seq_kv);
   Tensor shifted = g.virtual_tensor(CUDNN_DATA_FLOAT, v.s, v.s_str);
   g.pointwise(CUDNN_POINTWISE_SUB, shifted, scaled, stats);
@@ -224,12 +248,12 @@ cudnn::ExecutionPlan build_backward(cudnnHandle_t handle, int64_t B, const AttnS
   Tensor k = g.virtual_tensor(CUDNN_DATA_FLOAT, v.kv, v.kv_str);
   g.reshape(k, kt);
   g.matmul(dq, ds, k, seq_q, nullptr, seq_kv);
-  return g.build(describe("backward", B, a));
+  return g.build(describe("backward", B, a, doc_mask));
 }
 
 struct PlanKey {
   int64_t B, T, Hq, Hkv, hd;
-  bool backward;
+  bool backward, doc_mask;
   auto operator<=>(const PlanKey&) const = default;
 };
 
@@ -261,30 +285,36 @@ struct CudnnAttention::Impl {
   cudnnHandle_t handle = nullptr;
   GrowingBuffer workspace, softmax_sum;
   size_t seq_len_bytes = 0;
+  // The document mask (document_mask.h): the bias, and the segment ids it was built from followed by one
+  // change flag per batch row; mask_B/mask_T: the shape of the last build (0: none yet).
+  GrowingBuffer mask_bias, mask_segments;
+  int mask_B = 0, mask_T = 0;
   std::map<PlanKey, std::unique_ptr<Plan>> plans;
   // By-value scalars: cuDNN reads them from these host addresses at each execution.
   float neg_inf = -std::numeric_limits<float>::infinity();
   float one = 1.0f;
 
-  const Plan& plan_for(const AttnShape& a, bool backward);
+  const Plan& plan_for(const AttnShape& a, bool backward, bool doc_mask);
+  const bf16* document_mask(const int32_t* segment_ids, const AttnShape& a);
   void* workspace_for(const Plan& p) {
     return workspace.ensure(alloc, size_t(p.exec.workspace_bytes()), "cuDNN attention workspace");
   }
 };
 
-const Plan& CudnnAttention::Impl::plan_for(const AttnShape& a, bool backward) {
-  PlanKey key{a.B, a.T, a.n_heads, a.n_kv_heads, a.head_dim, backward};
+const Plan& CudnnAttention::Impl::plan_for(const AttnShape& a, bool backward, bool doc_mask) {
+  PlanKey key{a.B, a.T, a.n_heads, a.n_kv_heads, a.head_dim, backward, doc_mask};
   auto it = plans.find(key);
   if (it != plans.end()) return *it->second;
 
   int64_t group = backward ? backward_batch_group(a) : a.B;
   bool padded = backward && a.T % 128 != 0;
-  auto exec = backward ? build_backward(handle, group, a, padded) : build_forward(handle, group, a);
+  auto exec = backward ? build_backward(handle, group, a, padded, doc_mask) : build_forward(handle, group, a, doc_mask);
   auto plan = std::make_unique<Plan>(Plan{std::move(exec), group, padded, nullptr, 0});
-  log::debug("cuDNN attention {} plan for B={} T={} heads {}:{} hd {}: engine {}, workspace {} bytes, {} row(s) "
+  log::debug("cuDNN attention {} plan for B={} T={} heads {}:{} hd {}{}: engine {}, workspace {} bytes, {} row(s) "
              "per execution{}",
-             backward ? "backward" : "forward", a.B, a.T, a.n_heads, a.n_kv_heads, a.head_dim, plan->exec.engine(),
-             plan->exec.workspace_bytes(), group, plan->exec.deterministic() ? "" : ", nondeterministic");
+             backward ? "backward" : "forward", a.B, a.T, a.n_heads, a.n_kv_heads, a.head_dim,
+             doc_mask ? " with a document mask" : "", plan->exec.engine(), plan->exec.workspace_bytes(), group,
+             plan->exec.deterministic() ? "" : ", nondeterministic");
   if (padded) {
     // First use of this shape: the per-row lengths (all T) are written once and never change.
     plan->kv_lens_offset = (group + 63) / 64 * 64;
@@ -296,6 +326,22 @@ const Plan& CudnnAttention::Impl::plan_for(const AttnShape& a, bool backward) {
     TK_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   return *plans.emplace(key, std::move(plan)).first->second;
+}
+
+// The bias for these segment ids: rebuilt for the rows whose ids changed since the last build, all rows
+// when the shape changed or the buffers were (re)allocated.
+const bf16* CudnnAttention::Impl::document_mask(const int32_t* segment_ids, const AttnShape& a) {
+  size_t cells = size_t(a.B) * size_t(a.T);
+  void *old_bias = mask_bias.data(), *old_segments = mask_segments.data();
+  auto* bias = static_cast<bf16*>(mask_bias.ensure(
+      alloc, cells * size_t(document_mask_stride(a.T)) * sizeof(bf16), "attention document mask"));
+  auto* seen = static_cast<int32_t*>(
+      mask_segments.ensure(alloc, (cells + size_t(a.B)) * sizeof(int32_t), "attention document mask segment ids"));
+  bool rebuild = bias != old_bias || seen != old_segments || a.B != mask_B || a.T != mask_T;
+  document_mask_bias(bias, seen, seen + cells, segment_ids, a.B, a.T, rebuild, stream);
+  mask_B = a.B;
+  mask_T = a.T;
+  return bias;
 }
 
 CudnnAttention::CudnnAttention(cudaStream_t stream, const DeviceAlloc& alloc) : impl_(std::make_unique<Impl>()) {
@@ -317,7 +363,8 @@ CudnnAttention::~CudnnAttention() {
 int64_t CudnnAttention::cudnn_version() { return int64_t(cudnnGetVersion()); }
 
 size_t CudnnAttention::workspace_bytes() const {
-  return impl_->workspace.bytes() + impl_->softmax_sum.bytes() + impl_->seq_len_bytes;
+  return impl_->workspace.bytes() + impl_->softmax_sum.bytes() + impl_->seq_len_bytes + impl_->mask_bias.bytes() +
+         impl_->mask_segments.bytes();
 }
 
 namespace {
@@ -332,9 +379,11 @@ void check_shape(const AttnShape& a) {
 
 }  // namespace
 
-void CudnnAttention::forward(bf16* out, float* lse, const bf16* qkv, const AttnShape& s) {
+void CudnnAttention::forward(bf16* out, float* lse, const bf16* qkv, const int32_t* segment_ids,
+                             const AttnShape& s) {
   check_shape(s);
-  const Plan& plan = impl_->plan_for(s, false);
+  const bool doc_mask = segment_ids != nullptr;
+  const Plan& plan = impl_->plan_for(s, false, doc_mask);
   void* workspace = impl_->workspace_for(plan);
   float scale = 1.0f / std::sqrt(float(s.head_dim));
   int64_t hd = s.head_dim;
@@ -342,13 +391,18 @@ void CudnnAttention::forward(bf16* out, float* lse, const bf16* qkv, const AttnS
   std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
   std::vector<void*> ptrs = {base, base + s.n_heads * hd, base + (s.n_heads + s.n_kv_heads) * hd, out, lse, &scale,
                              &impl_->neg_inf};
+  if (doc_mask) {
+    uids.push_back(kBias);
+    ptrs.push_back(const_cast<bf16*>(impl_->document_mask(segment_ids, s)));
+  }
   plan.exec.execute(impl_->handle, uids, ptrs, workspace);
 }
 
 void CudnnAttention::backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
-                              const AttnShape& s) {
+                              const int32_t* segment_ids, const AttnShape& s) {
   check_shape(s);
-  const Plan& plan = impl_->plan_for(s, true);
+  const bool doc_mask = segment_ids != nullptr;
+  const Plan& plan = impl_->plan_for(s, true, doc_mask);
   void* workspace = impl_->workspace_for(plan);
   int64_t group = plan.batch_group, T = s.T, hd = s.head_dim, Hq = s.n_heads;
   auto* softmax_sum = static_cast<float*>(
@@ -356,9 +410,12 @@ void CudnnAttention::backward(bf16* dqkv, const bf16* dout, const bf16* qkv, con
   float scale = 1.0f / std::sqrt(float(hd));
   int64_t k_off = Hq * hd, v_off = (Hq + s.n_kv_heads) * hd;
   int64_t qkv_rows = group * T * int64_t(s.qkv_width()), o_rows = group * T * Hq * hd, lse_rows = group * Hq * T;
+  int64_t bias_rows = group * T * document_mask_stride(s.T);
+  bf16* bias = doc_mask ? const_cast<bf16*>(impl_->document_mask(segment_ids, s)) : nullptr;
 
   std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kScale, kNegInf, kOne, kSoftmaxSum};
   if (plan.padded) uids.insert(uids.end(), {kNegInfPadding, kSeqLenQ, kSeqLenKV});
+  if (doc_mask) uids.push_back(kBias);
   for (int64_t b0 = 0; b0 < s.B; b0 += group) {
     auto* x = const_cast<bf16*>(qkv) + (b0 / group) * qkv_rows;
     bf16* dx = dqkv + (b0 / group) * qkv_rows;
@@ -369,6 +426,7 @@ void CudnnAttention::backward(bf16* dqkv, const bf16* dout, const bf16* qkv, con
                                d_o,    dx,                 dx + k_off,  dx + v_off,  &scale,
                                &impl_->neg_inf, &impl_->one, softmax_sum};
     if (plan.padded) ptrs.insert(ptrs.end(), {&impl_->neg_inf, plan.seq_lens, plan.seq_lens + plan.kv_lens_offset});
+    if (doc_mask) ptrs.push_back(bias + (b0 / group) * bias_rows);
     plan.exec.execute(impl_->handle, uids, ptrs, workspace);
   }
 }

@@ -42,13 +42,6 @@ int64_t rows_of(const Tensor& x, int64_t d, const char* op) {
   return x.numel() / d;
 }
 
-void reject_segment_ids(const Tensor& segment_ids, const char* op) {
-  TK_CHECK(segment_ids.empty(),
-           "{}: document masking (segment ids) is not supported on CUDA yet; train without document masking "
-           "(positions still restart per document only on the CPU backend)",
-           op);
-}
-
 std::string human_bytes(size_t b) {
   if (b >= (size_t(1) << 30)) return fmt::format("{:.2f} GiB", double(b) / double(size_t(1) << 30));
   if (b >= (size_t(1) << 20)) return fmt::format("{:.1f} MiB", double(b) / double(size_t(1) << 20));
@@ -426,26 +419,27 @@ void CudaOps::attention_forward(const Tensor& out, const Tensor& lse, const Tens
                                 const AttnShape& s) {
   const char* op = "attention_forward";
   check_attn_shape(s, op);
-  reject_segment_ids(segment_ids, op);
   int64_t B = s.B, T = s.T, Hq = s.n_heads, hd = s.head_dim;
   expect(qkv, DType::BF16, {B, T, Hq + 2 * s.n_kv_heads, hd}, op, "qkv");
   expect(out, DType::BF16, {B, T, Hq, hd}, op, "out");
   expect(lse, DType::F32, {B, Hq, T}, op, "lse");
-  impl_->attention->forward(ptr<bf16>(out), ptr<float>(lse), ptr<bf16>(qkv), s);
+  expect_optional(segment_ids, DType::I32, {B, T}, op, "segment_ids");
+  impl_->attention->forward(ptr<bf16>(out), ptr<float>(lse), ptr<bf16>(qkv), ptr<int32_t>(segment_ids), s);
 }
 
 void CudaOps::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                  const Tensor& lse, const Tensor& segment_ids, const AttnShape& s) {
   const char* op = "attention_backward";
   check_attn_shape(s, op);
-  reject_segment_ids(segment_ids, op);
   int64_t B = s.B, T = s.T, Hq = s.n_heads, Hkv = s.n_kv_heads, hd = s.head_dim;
   expect(qkv, DType::BF16, {B, T, Hq + 2 * Hkv, hd}, op, "qkv");
   expect(dqkv, DType::BF16, {B, T, Hq + 2 * Hkv, hd}, op, "dqkv");
   expect(out, DType::BF16, {B, T, Hq, hd}, op, "out");
   expect(dout, DType::BF16, {B, T, Hq, hd}, op, "dout");
   expect(lse, DType::F32, {B, Hq, T}, op, "lse");
-  impl_->attention->backward(ptr<bf16>(dqkv), ptr<bf16>(dout), ptr<bf16>(qkv), ptr<bf16>(out), ptr<float>(lse), s);
+  expect_optional(segment_ids, DType::I32, {B, T}, op, "segment_ids");
+  impl_->attention->backward(ptr<bf16>(dqkv), ptr<bf16>(dout), ptr<bf16>(qkv), ptr<bf16>(out), ptr<float>(lse),
+                             ptr<int32_t>(segment_ids), s);
 }
 
 void CudaOps::attention_decode(const Tensor& out, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv,
