@@ -131,7 +131,7 @@ if has budget && [ -f data/brown/meta.json ]; then
     for one in ${m//,/ }; do
       for flags in "" "--memory-budget ${BUDGET:-16GiB}"; do
         $BUILD/tokamak train --data data/brown --model $one --batch 8 --seq 2048 --batch-tokens $GB --steps ${BUDGET_STEPS:-3} \
-          --warmup 1 --eval-tokens 0 --save-every 0 --device cuda $flags ${BUDGET_EXTRA:-} --out /tmp/budget-run --overwrite \
+          --warmup 1 --eval-tokens 0 --save-every -1 --device cuda $flags ${BUDGET_EXTRA:-} --out /tmp/budget-run --overwrite \
           > "$OUT/budget-$one${flags:+-16}.log" 2>&1 || { tail -4 "$OUT/budget-$one${flags:+-16}.log"; continue; }
         python3 - "$one ${flags:-unconstrained}" /tmp/budget-run/log.jsonl /tmp/budget-run/memory.json <<'PY'
 import json, sys
@@ -154,7 +154,7 @@ if has plan && [ -f data/brown/meta.json ]; then
   for run in "none" "norm,swiglu" "norm,swiglu,attention,qkv" "block" "budget:28GiB"; do
     if [[ $run == budget:* ]]; then FLAGS=(--memory-budget "${run#budget:}"); else FLAGS=(--recompute "$run"); fi
     $BUILD/tokamak train --data data/brown --model llama3.2-1b --batch 8 --seq 2048 --steps 8 --warmup 2 \
-      --eval-tokens 0 --save-every 0 --device cuda "${FLAGS[@]}" --out /tmp/plan-run --overwrite > /tmp/plan-run.log 2>&1 \
+      --eval-tokens 0 --save-every -1 --device cuda "${FLAGS[@]}" --out /tmp/plan-run --overwrite > /tmp/plan-run.log 2>&1 \
       || { tail -3 /tmp/plan-run.log; continue; }
     python3 - "$run" /tmp/plan-run/log.jsonl /tmp/plan-run/memory.json <<'PY'
 import json, sys
