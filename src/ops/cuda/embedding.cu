@@ -1,10 +1,10 @@
-// Token embedding: the forward gathers table rows (a warp gathers a few rows at once); the backward adds
-// dout rows into the f32 table gradient deterministically, without floating-point atomics: the token ids are
-// stably sorted (so each id's rows appear in token order) by a counting sort of one launch, tiles of sorted
-// positions sum their runs of equal ids, and runs that cross tiles are joined by a second pass in tile
-// order: three launches in all, whatever N and V.
+// Token embedding: the forward gathers table rows (a warp gathers a few rows at once); the backward adds dout rows into the f32 table gradient
+// deterministically, without floating-point atomics: the token ids are stably radix-sorted (so each id's
+// rows appear in token order), tiles of sorted positions sum their runs of equal ids, and runs that cross
+// tiles are joined by a second pass in tile order.
 #include <algorithm>
 #include <type_traits>
+#include <cub/device/device_radix_sort.cuh>
 
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
@@ -16,7 +16,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kTile = 32;          // sorted positions per tile of the backward
 constexpr int kBatch = 8;          // positions whose rows are loaded together
-constexpr uint32_t kNoKey = ~0u;   // beyond the ends of the sorted ids; no key equals it
+constexpr uint32_t kNoKey = ~0u;   // beyond the ends of the sorted ids; no token id equals it
 
 // ---- forward ----------------------------------------------------------------------------------------
 // A warp gathers K rows: the K ids are read by K lanes at once and shuffled to all, then every chunk of
@@ -52,119 +52,37 @@ __global__ void __launch_bounds__(32 * kForwardWarps)
   }
 }
 
-// ---- backward: the sort -------------------------------------------------------------------------------
-// A stable counting sort of the ids in one launch (a device-wide radix sort takes several, and at training
-// sizes its launches, not its work, are what cost). The key of a token is its id, or V for an id outside
-// [0, V) (sorted past every valid id; the kernels after skip it). Block b owns the keys
-// [b kSortKeys, (b + 1) kSortKeys) and reads all N ids; its warp w owns the tokens [w S, (w + 1) S),
-// S = ceil(N / kSortWarps). Pass 1 counts, per warp, its tokens of each owned key (hist[key - lo][w]) and
-// the tokens below lo. An exclusive scan of hist in (key, warp) order then says where warp w's first token of
-// each key goes. Pass 2 places the tokens in token order: within 32 tokens of a warp, equal keys are
-// ranked by lane (__match_any_sync), and the key's slot then moves past them.
-constexpr int kSortWarps = 16;
-constexpr int kSortThreads = 32 * kSortWarps;
-constexpr int kSortKeys = 512;               // hist: kSortKeys x kSortWarps ints, 32 KiB
-constexpr int kSortRounds = 8;               // rounds of 32 ids whose loads are in flight together
-constexpr int kScanPerThread = kSortKeys * kSortWarps / kSortThreads;
-
-__device__ __forceinline__ uint32_t sort_key(int32_t id, int64_t V) {
-  return uint32_t(id) < uint64_t(V) ? uint32_t(id) : uint32_t(V);
+__global__ void iota_kernel(int32_t* rows, int64_t N) {
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i < N) rows[i] = int32_t(i);
 }
 
-// hist[i] = the sum of hist[j < i] (in place, every thread of the block) and *total = the sum of all.
-__device__ void block_exclusive_scan(int32_t* hist, int32_t* warp_totals) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
-  int32_t* mine = hist + threadIdx.x * kScanPerThread;
-  int32_t sum = 0;
-#pragma unroll
-  for (int i = 0; i < kScanPerThread; i++) sum += mine[i];
-  int32_t incl = sum;  // inclusive scan over the warp's lanes
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int32_t up = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += up;
-  }
-  if (lane == 31) warp_totals[warp] = incl;
-  __syncthreads();
-  int32_t before = incl - sum;
-  for (int w = 0; w < warp; w++) before += warp_totals[w];
-#pragma unroll
-  for (int i = 0; i < kScanPerThread; i++) {
-    const int32_t c = mine[i];
-    mine[i] = before;
-    before += c;
-  }
-  __syncthreads();
-}
-
-__global__ void __launch_bounds__(kSortThreads)
-    sort_ids_kernel(uint32_t* keys, int32_t* rows, const int32_t* tokens, int64_t N, int64_t V) {
-  __shared__ int32_t hist[kSortKeys * kSortWarps];
-  __shared__ int32_t warp_totals[kSortWarps], warp_below[kSortWarps];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
-  const int64_t lo = int64_t(blockIdx.x) * kSortKeys, hi = std::min<int64_t>(lo + kSortKeys, V + 1);
-  for (int i = threadIdx.x; i < kSortKeys * kSortWarps; i += kSortThreads) hist[i] = 0;
-  __syncthreads();
-  const int64_t seg = (N + kSortWarps - 1) / kSortWarps, begin = warp * seg, end = std::min<int64_t>(N, begin + seg);
-  // The keys of rounds [r0, r0 + kSortRounds) of this warp's tokens, all loads first (kNoKey past the end).
-  auto load_keys = [&](int64_t t0, uint32_t (&key)[kSortRounds]) {
-#pragma unroll
-    for (int r = 0; r < kSortRounds; r++) {
-      const int64_t t = t0 + r * 32 + lane;
-      key[r] = t < end ? sort_key(tokens[t], V) : kNoKey;
-    }
-  };
-  int64_t below = 0;
-  for (int64_t t0 = begin; t0 < end; t0 += 32 * kSortRounds) {
-    uint32_t key[kSortRounds];
-    load_keys(t0, key);
-#pragma unroll
-    for (int r = 0; r < kSortRounds; r++) {
-      below += __popc(__ballot_sync(0xffffffffu, key[r] < lo));
-      if (key[r] >= lo && key[r] < hi) atomicAdd(&hist[(key[r] - lo) * kSortWarps + warp], 1);
-    }
-  }
-  if (lane == 0) warp_below[warp] = int32_t(below);
-  block_exclusive_scan(hist, warp_totals);  // its barriers also publish warp_below
-  int32_t base = 0;
-  for (int w = 0; w < kSortWarps; w++) base += warp_below[w];
-  const uint32_t lanes_before = (1u << lane) - 1;
-  for (int64_t t0 = begin; t0 < end; t0 += 32 * kSortRounds) {
-    uint32_t key[kSortRounds];
-    load_keys(t0, key);
-#pragma unroll
-    for (int r = 0; r < kSortRounds; r++) {
-      const bool mine = key[r] >= lo && key[r] < hi;
-      if (!__any_sync(0xffffffffu, mine)) continue;
-      const uint32_t peers = __match_any_sync(0xffffffffu, mine ? key[r] : kNoKey);
-      const int rank = __popc(peers & lanes_before);
-      int32_t* slot = &hist[(mine ? key[r] - lo : 0) * kSortWarps + warp];
-      if (mine) {
-        const int32_t pos = base + *slot + rank;
-        keys[pos] = key[r];
-        rows[pos] = int32_t(t0 + r * 32 + lane);
-      }
-      __syncwarp();
-      if (mine && rank == 0) *slot += __popc(peers);
-      __syncwarp();
-    }
-  }
-}
-
-// The backward's scratch, carved from one buffer: the sorted keys with their token indices, and two
-// partial sums per tile (slot 0: the piece of a run that began in an earlier tile; slot 1: the piece of a
-// run that begins here and continues in the next tile).
+// The backward's scratch, carved from one buffer: the sort's temporary storage, the sorted ids with their
+// token indices, and two partial sums per tile (slot 0: the piece of a run that began in an earlier tile;
+// slot 1: the piece of a run that begins here and continues in the next tile).
 struct BackwardScratch {
-  uint32_t* keys;    // sorted keys [N]
-  int32_t* rows;     // token index of each sorted key [N]
+  void* sort_temp;
+  size_t sort_temp_bytes;
+  uint32_t* keys;    // sorted ids [N]
+  int32_t* rows;     // token index of each sorted id [N]
+  int32_t* iota;     // 0..N-1, the sort's values in
   float* partial;    // [tiles, 2, d]
   size_t total_bytes;
 };
 
+int sort_end_bit(int64_t V) {
+  int bits = 1;
+  while (bits < 32 && (int64_t(1) << bits) < V) bits++;
+  return bits;
+}
+
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
-BackwardScratch carve_scratch(void* base, int64_t N, int d) {
+BackwardScratch carve_scratch(void* base, int64_t N, int64_t V, int d) {
   BackwardScratch s{};
+  TK_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, s.sort_temp_bytes, static_cast<const uint32_t*>(nullptr),
+                                                static_cast<uint32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+                                                static_cast<int32_t*>(nullptr), int(N), 0, sort_end_bit(V)));
   char* p = static_cast<char*>(base);
   size_t off = 0;
   auto take = [&](size_t bytes) {
@@ -172,8 +90,10 @@ BackwardScratch carve_scratch(void* base, int64_t N, int d) {
     off += align256(bytes);
     return at;
   };
+  s.sort_temp = take(s.sort_temp_bytes);
   s.keys = static_cast<uint32_t*>(take(size_t(N) * sizeof(uint32_t)));
   s.rows = static_cast<int32_t*>(take(size_t(N) * sizeof(int32_t)));
+  s.iota = static_cast<int32_t*>(take(size_t(N) * sizeof(int32_t)));
   s.partial = static_cast<float*>(take(size_t(ceil_div(N, kTile)) * 2 * size_t(d) * sizeof(float)));
   s.total_bytes = off;
   return s;
@@ -209,11 +129,11 @@ __device__ void load_tile_keys(TileKeys& t, const uint32_t* keys, const int32_t*
 
 // One block per tile of kTile sorted positions; each thread owns V columns at a time. A run piece that is
 // a whole run goes straight into dtable (no other block touches that id); a piece of a longer run goes to
-// its tile's partial slot for the join pass. Keys of invalid ids (n_ids, sorted last) end the work.
+// its tile's partial slot for the join pass.
 template <int V>
 __global__ void __launch_bounds__(kThreads)
     embedding_backward_tile_kernel(float* dtable, float* partial, const uint32_t* keys, const int32_t* rows,
-                                   const __nv_bfloat16* dout, int64_t N, int d, uint32_t n_ids) {
+                                   const __nv_bfloat16* dout, int64_t N, int d) {
   __shared__ TileKeys t;
   load_tile_keys(t, keys, rows, N);
   for (int col = threadIdx.x * V; col < d; col += blockDim.x * V) {
@@ -226,7 +146,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int k = 0; k < kBatch; k++) {
         const int i = b + k;
-        if (i >= t.len || t.at(i) >= n_ids) break;
+        if (i >= t.len) break;
         load_packed(x[k], dout + int64_t(t.row[i]) * d + col);
         if (t.closes(i) && !t.from_before(i) && !t.into_next(i))
           load_f32(old[k], dtable + int64_t(t.at(i)) * d + col);
@@ -234,7 +154,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int k = 0; k < kBatch; k++) {
         const int i = b + k;
-        if (i >= t.len || t.at(i) >= n_ids) break;
+        if (i >= t.len) break;
         float xf[V];
         unpack(xf, x[k]);
 #pragma unroll
@@ -259,11 +179,9 @@ __global__ void __launch_bounds__(kThreads)
 // order (slot 1 here, then slot 0 of each following tile the run reaches) and the sum into dtable.
 template <int V>
 __global__ void __launch_bounds__(kThreads)
-    embedding_backward_join_kernel(float* dtable, const float* partial, const uint32_t* keys, int64_t N, int d,
-                                   uint32_t n_ids) {
+    embedding_backward_join_kernel(float* dtable, const float* partial, const uint32_t* keys, int64_t N, int d) {
   const int64_t tile = blockIdx.x, start = tile * kTile, end = std::min<int64_t>(N, start + kTile);
   const uint32_t id = keys[end - 1];
-  if (id >= n_ids) return;
   const bool into_next = end < N && keys[end] == id;
   const bool whole_tile_from_before = start > 0 && keys[start - 1] == id && keys[start] == id;
   if (!into_next || whole_tile_from_before) return;
@@ -315,37 +233,36 @@ void embedding_forward(bf16* out, const int32_t* tokens, const bf16* table, int6
 }
 
 size_t embedding_backward_scratch_bytes(int64_t N, int64_t V, int d) {
-  (void)V;  // the sort needs no scratch of its own
-  return carve_scratch(nullptr, N, d).total_bytes;
+  return carve_scratch(nullptr, N, V, d).total_bytes;
 }
 
 void embedding_backward(float* dtable, const int32_t* tokens, const bf16* dout, int64_t N, int64_t V, int d,
                         void* scratch, size_t scratch_bytes, cudaStream_t s) {
   TK_CUDA_REQUIRE(d > 0 && V > 0, "embedding: table [%lld, %d] is empty", (long long)V, d);
-  TK_CUDA_REQUIRE(N < (int64_t(1) << 31) && V < (int64_t(1) << 31),
-                  "embedding_backward: %lld tokens or %lld ids are more than one call sorts", (long long)N,
-                  (long long)V);
+  TK_CUDA_REQUIRE(N < (int64_t(1) << 31), "embedding_backward: %lld tokens are more than one call sorts",
+                  (long long)N);
   if (N == 0) return;
-  BackwardScratch sc = carve_scratch(scratch, N, d);
+  BackwardScratch sc = carve_scratch(scratch, N, V, d);
   TK_CUDA_REQUIRE(scratch_bytes >= sc.total_bytes,
                   "embedding_backward: the scratch buffer holds %zu bytes, %zu are needed", scratch_bytes,
                   sc.total_bytes);
-  sort_ids_kernel<<<ceil_div(V + 1, kSortKeys), kSortThreads, 0, s>>>(sc.keys, sc.rows, tokens, N, V);
+  iota_kernel<<<ceil_div(N, kThreads), kThreads, 0, s>>>(sc.iota, N);
   TK_CUDA_CHECK_LAUNCH();
+  // Ids are non-negative, so sorting their bits as unsigned keeps their order; radix sort is stable.
+  TK_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sc.sort_temp, sc.sort_temp_bytes,
+                                                reinterpret_cast<const uint32_t*>(tokens), sc.keys, sc.iota, sc.rows,
+                                                int(N), 0, sort_end_bit(V), s));
   const int64_t tiles = ceil_div(N, kTile);
-  const uint32_t n_ids = uint32_t(V);
   if (d % kVec == 0 && aligned16(dtable) && aligned16(dout)) {
     const int threads = block_threads(d, kVec);
-    embedding_backward_tile_kernel<kVec>
-        <<<tiles, threads, 0, s>>>(dtable, sc.partial, sc.keys, sc.rows, dout, N, d, n_ids);
+    embedding_backward_tile_kernel<kVec><<<tiles, threads, 0, s>>>(dtable, sc.partial, sc.keys, sc.rows, dout, N, d);
     TK_CUDA_CHECK_LAUNCH();
-    embedding_backward_join_kernel<kVec><<<tiles, threads, 0, s>>>(dtable, sc.partial, sc.keys, N, d, n_ids);
+    embedding_backward_join_kernel<kVec><<<tiles, threads, 0, s>>>(dtable, sc.partial, sc.keys, N, d);
   } else {
     const int threads = block_threads(d, 1);
-    embedding_backward_tile_kernel<1>
-        <<<tiles, threads, 0, s>>>(dtable, sc.partial, sc.keys, sc.rows, dout, N, d, n_ids);
+    embedding_backward_tile_kernel<1><<<tiles, threads, 0, s>>>(dtable, sc.partial, sc.keys, sc.rows, dout, N, d);
     TK_CUDA_CHECK_LAUNCH();
-    embedding_backward_join_kernel<1><<<tiles, threads, 0, s>>>(dtable, sc.partial, sc.keys, N, d, n_ids);
+    embedding_backward_join_kernel<1><<<tiles, threads, 0, s>>>(dtable, sc.partial, sc.keys, N, d);
   }
   TK_CUDA_CHECK_LAUNCH();
 }
