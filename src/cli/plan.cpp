@@ -17,7 +17,7 @@ struct PlanFlags {
   std::string model = "qwen2.5-0.5b", budget, device = "cuda", gpu = "NVIDIA H100 80GB HBM3", host_memory;
   int batch = 8, seq = 2048;
   int64_t batch_tokens = 0;
-  double efficiency = 0.65, bandwidth_gbs = 3350, host_gbs = 20;
+  double efficiency = 0.65, bandwidth_gbs = 3350, host_gbs = 45;
   bool json = false, all = false, doc_mask = false;
 };
 

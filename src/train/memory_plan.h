@@ -23,7 +23,9 @@ struct PlanTarget {
   double peak_flops = 989e12;      // dense bf16 peak, for the speed prediction
   double matmul_efficiency = 0.65;  // achieved / peak on the GEMMs (0.62-0.72 measured on an H200, NOTES.md)
   double bandwidth = 4.0e12;       // bytes/s of the memory-bound ops
-  double host_bandwidth = 20e9;    // bytes/s each way between page-locked host memory and the device
+  // Bytes/s each way between page-locked host memory and the device, both ways at once: 47 GB/s measured
+  // on the H200 machine's PCIe 5 link (bench/NOTES.md); a PCIe 4 x16 link gives about half.
+  double host_bandwidth = 45e9;
   int64_t offload_chunk = int64_t(16) << 20;
   // Page-locked host memory a setting may take (offload), 0: no limit. Pinned pages cannot be swapped, so
   // a plan past the machine's memory would fail at start or starve the rest of the system.
