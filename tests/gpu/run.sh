@@ -32,7 +32,7 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv,nohea
 if has tests; then
   (cd $BUILD && ctest -L gpu -R "$REGEX" --output-on-failure --timeout 300) > "$OUT/gpu-tests.log" 2>&1
   grep -E "tests passed|FAILED|Failed|\*\*\*|Expected|Which is|error" "$OUT/gpu-tests.log" | head -40
-  echo "tests: $(( $(date +%s) - start ))s"
+  echo "tests: $(( $(date +%s) - start ))s"; pack
 fi
 if has hf; then
   PYTHONUNBUFFERED=1 python3 tests/hf/compare_hf.py --tokamak $BUILD/tokamak > "$OUT/hf.log" 2>&1
@@ -40,7 +40,7 @@ if has hf; then
   PYTHONUNBUFFERED=1 python3 tests/hf/compare_hf.py --tokamak $BUILD/tokamak --device cuda --tol 2e-2 \
     > "$OUT/hf-cuda.log" 2>&1
   grep -E "FAIL|PASS" "$OUT/hf-cuda.log" | tail -8
-  echo "hf: $(( $(date +%s) - start ))s"
+  echo "hf: $(( $(date +%s) - start ))s"; pack
 fi
 if has fixtures && [ -f tests/fixtures/tokenizer/make_fixtures_py.py ]; then
   PYTHONUNBUFFERED=1 python3 tests/fixtures/tokenizer/make_fixtures_py.py --out "$OUT" > "$OUT/fixtures.log" 2>&1
@@ -48,7 +48,7 @@ if has fixtures && [ -f tests/fixtures/tokenizer/make_fixtures_py.py ]; then
 fi
 if has kernels && [ -x $BUILD/bench/kernels_bench ]; then
   $BUILD/bench/kernels_bench > "$OUT/kernels_bench.log" 2>&1; tail -30 "$OUT/kernels_bench.log"
-  echo "kernels: $(( $(date +%s) - start ))s"
+  echo "kernels: $(( $(date +%s) - start ))s"; pack
 fi
 if has curve && [ -f data/brown/meta.json ]; then
   # 300 steps of the tiny model on Brown: CUDA bf16 against the CPU fp32 reference, and CUDA twice.
@@ -66,7 +66,7 @@ if has curve && [ -f data/brown/meta.json ]; then
   wait
   python3 tests/gpu/curve.py "$OUT/curve-doc-cpu" "$OUT/curve-doc-cuda" "$OUT/curve-doc-cuda2" \
     | tee "$OUT/curve-doc.txt" | tail -3
-  echo "curve: $(( $(date +%s) - start ))s"
+  echo "curve: $(( $(date +%s) - start ))s"; pack
 fi
 if has report && [ -f data/brown/meta.json ]; then
   # A GPU run for the report: train, then profile into the same run directory, then the page.
@@ -77,7 +77,7 @@ if has report && [ -f data/brown/meta.json ]; then
   $BUILD/tokamak profile "${RUN[@]}" --out "$OUT/gpu-run" > "$OUT/gpu-run-profile.log" 2>&1 || tail -5 "$OUT/gpu-run-profile.log"
   $BUILD/tokamak report "$OUT/gpu-run" > /dev/null 2>&1 || echo "report failed"
   ls -la "$OUT/gpu-run" | head -20
-  echo "report: $(( $(date +%s) - start ))s"
+  echo "report: $(( $(date +%s) - start ))s"; pack
 fi
 if has profile && [ -f data/brown/meta.json ]; then
   # The profile of the benchmark shapes.
@@ -88,7 +88,7 @@ if has profile && [ -f data/brown/meta.json ]; then
       head -60 "$OUT/profile-$one.log" | tail -45
     done
   done
-  echo "profile: $(( $(date +%s) - start ))s"
+  echo "profile: $(( $(date +%s) - start ))s"; pack
 fi
 if has needless && [ -f data/brown/meta.json ]; then
   # A run made slow on purpose by needless recompute (block, with most of the GPU free): the advice
@@ -97,7 +97,7 @@ if has needless && [ -f data/brown/meta.json ]; then
     --out "$OUT/needless" > "$OUT/needless.log" 2>&1 || tail -5 "$OUT/needless.log"
   grep -iE "step|MFU|recompute" "$OUT/needless.log" | head -12
   sed -n '/dvice/,$p' "$OUT/needless.log" | head -30
-  echo "needless: $(( $(date +%s) - start ))s"
+  echo "needless: $(( $(date +%s) - start ))s"; pack
 fi
 if has offload && [ -f data/brown/meta.json ]; then
   # The offloaded optimizer (and gradients) against the on-device ones: same losses, same final weights and
@@ -122,7 +122,7 @@ for b in sys.argv[2:]:
     da, db = digests(a), digests(b)
     print(os.path.basename(b), "checkpoint files equal:", da == db, da if da != db else "")
 PY
-  echo "offload: $(( $(date +%s) - start ))s"
+  echo "offload: $(( $(date +%s) - start ))s"; pack
 fi
 if has budget && [ -f data/brown/meta.json ]; then
   # Issue 6's bar: --memory-budget 16GiB against the unconstrained run, same global batch, one call.
@@ -147,7 +147,7 @@ PY
       done
     done
   done | tee "$OUT/budget.txt"
-  echo "budget: $(( $(date +%s) - start ))s"
+  echo "budget: $(( $(date +%s) - start ))s"; pack
 fi
 if has plan && [ -f data/brown/meta.json ]; then
   # Recompute policies and --memory-budget on the 1B shape: measured peak and tokens/s against the plan.
@@ -172,7 +172,7 @@ PY
     echo "plan $r: $($BUILD/tokamak plan --model llama3.2-1b --batch 8 --seq 2048 --gpu "NVIDIA H200" --bandwidth 4300 --json \
       | python3 -c "import json,sys; j=json.load(sys.stdin); print([round(c['total_bytes']/2**30,2) for c in j['candidates'] if c['recompute']=='$r' and c['micro_batch']==8 and c['offload']=='none'][0], 'GiB', [round(c['predicted_tokens_per_s']) for c in j['candidates'] if c['recompute']=='$r' and c['micro_batch']==8 and c['offload']=='none'][0], 'tok/s')")"
   done | tee -a "$OUT/plan-measured.txt"
-  echo "plan: $(( $(date +%s) - start ))s"
+  echo "plan: $(( $(date +%s) - start ))s"; pack
 fi
 if has ncu && command -v ncu >/dev/null; then
   # Every kernel of one Qwen2.5-0.5B step (after one warm-up step), timed by Nsight Compute.
@@ -181,7 +181,7 @@ if has ncu && command -v ncu >/dev/null; then
     > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
   python3 bench/kernel_breakdown.py "$OUT/ncu.csv" --skip "${NCU_SKIP:-half}" > "$OUT/ncu-breakdown.txt" 2>&1
   head -30 "$OUT/ncu-breakdown.txt"
-  echo "ncu: $(( $(date +%s) - start ))s"
+  echo "ncu: $(( $(date +%s) - start ))s"; pack
 fi
 if has bench; then
   bash bench/run.sh "${BENCH_CONFIGS:-qwen2.5-0.5b,llama3.2-1b,qwen2.5-1.5b}"
