@@ -11,8 +11,9 @@ RESULTS=${OUT:-$PWD/gpu-out}
 export OUT=/tmp/gpu-logs
 rm -rf "$OUT"; mkdir -p "$OUT" "$RESULTS"
 pack() {
-  tar czf "$RESULTS/logs.tgz" -C "$OUT" --exclude='step_*' --exclude='trace.json' --exclude='*.safetensors' \
-    --exclude='*.bin' . 2>/dev/null
+  # Written aside and renamed, so that a call killed mid-write still brings back the last whole archive.
+  tar czf "$RESULTS/logs.tgz.new" -C "$OUT" --exclude='step_*' --exclude='trace.json' --exclude='*.safetensors' \
+    --exclude='*.bin' . 2>/dev/null && mv "$RESULTS/logs.tgz.new" "$RESULTS/logs.tgz"
   [ -f "$OUT/gpu-run/report.html" ] && cp "$OUT/gpu-run/report.html" "$RESULTS/report-gpu.html"
 }
 trap pack EXIT
