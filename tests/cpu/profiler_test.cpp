@@ -468,23 +468,30 @@ TEST_F(TinyProfile, AOneRowMicroBatchIsTooSmallAndAFullOneIsNot) {
   EXPECT_FALSE(has_advice(full, "Micro-batch too small")) << format_profile(full);
 }
 
-TEST(ProfileAdvice, RankedByPayoff) {
+// Advice inputs for one linear_forward GEMM of `ms` and `flops` (compute-bound) against a 1e12 FLOP/s,
+// 1e11 B/s ceiling, the data on a local disk.
+AdviceInputs one_gemm(double step_ms, double ms, double flops) {
   AdviceInputs in;
-  in.totals.step_ms = 100;
-  in.totals.data_wait_ms = 10;
-  in.totals.gaps_ms = 30;
-  in.micro_batch = 1;
-  in.seq = 64;
+  in.totals.step_ms = step_ms;
   in.mount_type = "ext4";
   in.ceilings = Ceilings{1e12, 1e11, "test"};
   OpRow mm;
   mm.name = "linear_forward";
   mm.category = OpCategory::Matmul;
-  mm.ms = 40;
-  mm.flops = 4e9;  // 1e11 FLOP/s: 10% of the ceiling
+  mm.ms = ms;
+  mm.flops = flops;
   mm.bytes = 1e6;
   mm.compute_bound = true;
   in.ops = {mm};
+  return in;
+}
+
+TEST(ProfileAdvice, RankedByPayoff) {
+  AdviceInputs in = one_gemm(100, 40, 4e9);  // 1e11 FLOP/s: 10% of the ceiling
+  in.totals.data_wait_ms = 10;
+  in.totals.gaps_ms = 30;
+  in.micro_batch = 1;
+  in.seq = 64;
   const std::vector<Advice> a = rank_advice(in);
   ASSERT_EQ(a.size(), 3u);
   EXPECT_EQ(a[0].title, "Micro-batch too small to fill the matmuls");  // 40 ms * (1 - 0.1 / 0.5) = 32%
@@ -498,23 +505,12 @@ TEST(ProfileAdvice, RankedByPayoff) {
 // A change tokamak cannot make yet (FP8 on a GPU that has it) ranks after those the user can make, even
 // when its estimated payoff is larger: the first advice is one to act on.
 TEST(ProfileAdvice, NotYetAvailableRanksLast) {
-  AdviceInputs in;
+  AdviceInputs in = one_gemm(100, 80, 7e10);  // 8.75e11 FLOP/s: 87.5% of the ceiling, so no micro-batch advice
   in.gpu = true;
   in.fp8_tensor_cores = true;
-  in.totals.step_ms = 100;
   in.totals.data_wait_ms = 5;
   in.micro_batch = 8;
   in.seq = 2048;
-  in.mount_type = "ext4";
-  in.ceilings = Ceilings{1e12, 1e11, "test"};
-  OpRow mm;
-  mm.name = "linear_forward";
-  mm.category = OpCategory::Matmul;
-  mm.ms = 80;
-  mm.flops = 7e10;  // 8.75e11 FLOP/s: 87.5% of the ceiling, so no micro-batch advice
-  mm.bytes = 1e6;
-  mm.compute_bound = true;
-  in.ops = {mm};
   const std::vector<Advice> a = rank_advice(in);
   ASSERT_EQ(a.size(), 2u);
   EXPECT_EQ(a[0].title, "Data: the step waits for the loader");
