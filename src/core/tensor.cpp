@@ -13,6 +13,8 @@ const char* dtype_name(DType t) {
     case DType::I32: return "i32";
     case DType::U16: return "u16";
     case DType::U32: return "u32";
+    case DType::I8: return "i8";
+    case DType::U8: return "u8";
   }
   return "?";
 }

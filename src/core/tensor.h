@@ -11,13 +11,14 @@
 
 namespace tk {
 
-enum class DType : uint8_t { F32, F64, BF16, I32, U16, U32 };
+enum class DType : uint8_t { F32, F64, BF16, I32, U16, U32, I8, U8 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
     case DType::F64: return 8;
     case DType::F32: case DType::I32: case DType::U32: return 4;
     case DType::BF16: case DType::U16: return 2;
+    case DType::I8: case DType::U8: return 1;
   }
   return 0;
 }
