@@ -304,10 +304,33 @@ void bench_optimizer() {
     TK_CUDA_CHECK(cudaMemcpy(d_segments, segments.data(), segments.size() * sizeof(AdamWSegment),
                              cudaMemcpyHostToDevice));
     const AdamWStep step{1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.f, 0.1f, 0.05f};
-    record("adamw_update", label + " (" + std::to_string(segments.size()) + " segments)", 30.0 * double(P),
-           [&](int) {
-             adamw_update(params, master, grads, m, v, d_segments, int(segments.size()), blocks, step, nullptr);
-           });
+    const std::string segs = " (" + std::to_string(segments.size()) + " segments)";
+    AdamWMoments f32_moments;
+    f32_moments.m = m;
+    f32_moments.v = v;
+    record("adamw_update", label + segs, 30.0 * double(P), [&](int) {
+      adamw_update(params, master, grads, f32_moments, P, d_segments, int(segments.size()), blocks, step, nullptr);
+    });
+    // Narrow moments (zero to start: a valid state in every form). Bytes: grads 4, master 8, params 2, and
+    // m and v read and written: bf16 8, int8 4 plus the block scales.
+    AdamWMoments bf16_moments{MomentForm::BF16, pool.alloc<bf16>(P), pool.alloc<bf16>(P)};
+    TK_CUDA_CHECK(cudaMemset(bf16_moments.m, 0, size_t(P) * 2));
+    TK_CUDA_CHECK(cudaMemset(bf16_moments.v, 0, size_t(P) * 2));
+    record("adamw_update bf16 moments", label + segs, 22.0 * double(P), [&](int) {
+      adamw_update(params, master, grads, bf16_moments, P, d_segments, int(segments.size()), blocks, step, nullptr);
+    });
+    const int64_t scales = moment_blocks(P);
+    AdamWMoments int8_moments{MomentForm::Int8, pool.alloc<int8_t>(P), pool.alloc<uint8_t>(P),
+                              pool.alloc<float>(scales), pool.alloc<float>(scales), pool.alloc<MomentCodeBook>(1)};
+    TK_CUDA_CHECK(cudaMemset(int8_moments.m, 0, size_t(P)));
+    TK_CUDA_CHECK(cudaMemset(int8_moments.v, 0, size_t(P)));
+    TK_CUDA_CHECK(cudaMemset(int8_moments.m_scale, 0, size_t(scales) * 4));
+    TK_CUDA_CHECK(cudaMemset(int8_moments.v_scale, 0, size_t(scales) * 4));
+    TK_CUDA_CHECK(cudaMemcpy(const_cast<MomentCodeBook*>(int8_moments.book), &moment_code_book(),
+                             sizeof(MomentCodeBook), cudaMemcpyHostToDevice));
+    record("adamw_update int8 moments", label + segs, (18.0 + 16.0 / 256) * double(P), [&](int) {
+      adamw_update(params, master, grads, int8_moments, P, d_segments, int(segments.size()), blocks, step, nullptr);
+    });
     record("f32_to_bf16", "n=" + std::to_string(P), 6.0 * double(P),
            [&](int) { f32_to_bf16(params, master, P, nullptr); });
     record("bf16_to_f32", "n=" + std::to_string(P), 6.0 * double(P),

@@ -44,6 +44,7 @@ struct AdamWConfig {
   float lr = 3e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
   int64_t step = 1;         // 1-based step, for bias correction
   float grad_scale = 1.0f;  // multiplies every gradient first (clipping: min(1, max_norm / norm))
+  int64_t first_index = 0;  // the flat index of element 0 of the buffers given (chunks), for the rounding noise
 };
 
 class Ops {
@@ -177,9 +178,24 @@ class Ops {
   //   mh = m / (1 - b1^step); vh = v / (1 - b2^step);
   //   p = p - lr * (mh / (sqrt(vh) + eps) + (decay ? weight_decay * p : 0))
   // where p is master[i] (f32) when master is given (params then receive p rounded to act), else params[i].
-  // m, v f32[P]. grads are left as they are (the trainer zeroes them).
+  // grads are left as they are (the trainer zeroes them). m and v [P] are stored in one of three forms:
+  //  - f32 (f64 on CpuOps<double>): the values; m_scale and v_scale are empty.
+  //  - bf16: decoded exactly, updated as above, stored rounded to bf16; m_scale and v_scale are empty.
+  //  - int8 (m i8, v u8; not on CpuOps<double>): blocks of kMomentBlock (256) consecutive elements from
+  //    element 0 (the last block may be shorter), with m_scale and v_scale f32[ceil(P / 256)] holding
+  //    the block's largest |m| and largest v; a code's value is its entry in moment_codec.h's logarithmic
+  //    code book times the scale. Every block holding an element of a segment is decoded, its elements
+  //    in segments updated as above (the others keep their decoded values), its scales set to the new
+  //    largest |m| and v (0 when below the smallest normal float), and every element encoded again
+  //    (moment_codec.h encode_m / encode_v: a positive v never becomes 0; a value whose decoded form would
+  //    be subnormal does).
+  // The weights use the updated m and v before they are rounded.
+  // Rounding to bf16 or a code is stochastic (moment_codec.h: unbiased, so moments that change by less
+  // than a rounding step per update still follow their average), with noise from a hash of (c.step,
+  // c.first_index + i, which moment): deterministic, and the same for any chunking of the buffers.
   virtual void adamw_update(const Tensor& params, const Tensor& master, const Tensor& grads, const Tensor& m,
-                            const Tensor& v, const std::vector<ParamSegment>& segments, const AdamWConfig& c) = 0;
+                            const Tensor& v, const Tensor& m_scale, const Tensor& v_scale,
+                            const std::vector<ParamSegment>& segments, const AdamWConfig& c) = 0;
 
   // ---- timing (the profiler) ------------------------------------------------------------------
   // A mark takes the time at its place in the op queue: after every op queued before it has run, and

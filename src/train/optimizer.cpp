@@ -121,7 +121,7 @@ void AdamW::offloaded_update(const AdamWConfig& c) {
     ops_.wait_event(Q::compute, ops_.record_event(Q::upload));
     ops_.adamw_update(model_.params().rows(a, a + n), master ? st.master.rows(0, n) : Tensor(),
                       host_grads ? st.grads.rows(0, n) : model_.grads().rows(a, a + n), st.m.rows(0, n),
-                      st.v.rows(0, n), segs, c);
+                      st.v.rows(0, n), Tensor(), Tensor(), segs, c);
     ops_.wait_event(Q::download, ops_.record_event(Q::compute));
     ops_.copy_async(m_host_.as<float>() + a, st.m.data, bytes, Q::download);
     ops_.copy_async(v_host_.as<float>() + a, st.v.data, bytes, Q::download);
@@ -158,7 +158,7 @@ OptimizerStep AdamW::step(double lr) {
   if (opt_.offload) {
     offloaded_update(c);
   } else {
-    ops_.adamw_update(model_.params(), master_, model_.grads(), m_, v_, segments_, c);
+    ops_.adamw_update(model_.params(), master_, model_.grads(), m_, v_, Tensor(), Tensor(), segments_, c);
   }
   steps_taken_++;
   return s;

@@ -279,16 +279,19 @@ double ProfilingOps::grad_norm(const Tensor& grads) {
                [&] { return inner_->grad_norm(grads); });
 }
 
-// Per parameter: its gradient read; m and v read and written; the master weight read and written and the
-// parameter written when master weights are held, else the parameter read and written.
+// Per parameter: its gradient read; m and v read and written (and int8 moments' block scales, 2 x 4 bytes
+// per 256 parameters); the master weight read and written and the parameter written when master weights
+// are held, else the parameter read and written.
 void ProfilingOps::adamw_update(const Tensor& params, const Tensor& master, const Tensor& grads, const Tensor& m,
-                                const Tensor& v, const std::vector<ParamSegment>& segments, const AdamWConfig& c) {
+                                const Tensor& v, const Tensor& m_scale, const Tensor& v_scale,
+                                const std::vector<ParamSegment>& segments, const AdamWConfig& c) {
   double n = 0;
   for (const ParamSegment& s : segments) n += double(s.count);
-  const double per_param = elem(grads) + 2.0 * elem(m) + 2.0 * elem(v) +
+  const double scales = m_scale.empty() ? 0.0 : 2.0 * 2.0 * 4.0 / 256.0;
+  const double per_param = elem(grads) + 2.0 * elem(m) + 2.0 * elem(v) + scales +
                            (master.empty() ? 2.0 * elem(params) : 2.0 * elem(master) + elem(params));
   timed("adamw_update", OpCategory::Optimizer, {17.0 * n, per_param * n}, grads, params,
-        [&] { inner_->adamw_update(params, master, grads, m, v, segments, c); });
+        [&] { inner_->adamw_update(params, master, grads, m, v, m_scale, v_scale, segments, c); });
 }
 
 }  // namespace tk

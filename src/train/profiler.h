@@ -92,7 +92,8 @@ class ProfilingOps final : public Ops {
                              const Tensor& w, const Tensor& targets, float grad_scale, int ignore_index) override;
   double grad_norm(const Tensor& grads) override;
   void adamw_update(const Tensor& params, const Tensor& master, const Tensor& grads, const Tensor& m,
-                    const Tensor& v, const std::vector<ParamSegment>& segments, const AdamWConfig& c) override;
+                    const Tensor& v, const Tensor& m_scale, const Tensor& v_scale,
+                    const std::vector<ParamSegment>& segments, const AdamWConfig& c) override;
 
   int64_t timing_mark() override { return inner_->timing_mark(); }
   double timing_elapsed_ms(int64_t a, int64_t b) override { return inner_->timing_elapsed_ms(a, b); }

@@ -92,7 +92,7 @@ TEST(Model, MemorisesARepeatedSequenceWithAdamW) {
     if (step == 1) first = loss.mean();
     last = loss.mean();
     adam.step = step;
-    ops->adamw_update(model.params(), Tensor(), model.grads(), m, v, segments, adam);
+    ops->adamw_update(model.params(), Tensor(), model.grads(), m, v, Tensor(), Tensor(), segments, adam);
   }
   EXPECT_NEAR(first, std::log(double(cfg.vocab_size)), 0.5);  // starts near uniform
   EXPECT_LT(last, 0.02) << "first loss " << first;

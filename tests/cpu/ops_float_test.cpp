@@ -176,7 +176,8 @@ Outputs run_optimizer(uint64_t seed) {
   AdamWConfig c;
   c.step = 7;
   c.grad_scale = 0.25f;
-  ops.adamw_update(params.t, master.t, grads.t, m.t, v.t, {{0, 60000, true}, {60000, 40000, false}}, c);
+  ops.adamw_update(params.t, master.t, grads.t, m.t, v.t, Tensor(), Tensor(), {{0, 60000, true}, {60000, 40000, false}},
+                   c);
   return {{"grad_norm", widen(norm)}, {"master", widen(master)}, {"params", widen(params)}, {"m", widen(m)},
           {"v", widen(v)}};
 }

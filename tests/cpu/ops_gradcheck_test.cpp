@@ -526,7 +526,7 @@ TEST(CpuOpsGrad, AdamWMatchesHandFormula) {
     c.lr = 0.01f, c.beta1 = 0.9f, c.beta2 = 0.95f, c.eps = 1e-8f, c.weight_decay = 0.1f, c.step = 3, c.grad_scale = 0.5f;
 
     const Vec p0 = with_master ? master.v : params.v, params0 = params.v, g0 = grads.v, m0 = m.v, v0 = v.v;
-    ops.adamw_update(params.t, with_master ? master.t : Tensor(), grads.t, m.t, v.t, segments, c);
+    ops.adamw_update(params.t, with_master ? master.t : Tensor(), grads.t, m.t, v.t, Tensor(), Tensor(), segments, c);
 
     const double b1 = c.beta1, b2 = c.beta2;
     for (int i = 0; i < P; i++) {

@@ -157,7 +157,7 @@ TEST(OpCost, SwigluLossAndOptimizer) {
   EXPECT_EQ(c.ops.grad_norm(g), 0.0);  // the value comes back through the decorator
   EXPECT_DOUBLE_EQ(c.last().cost.flops, 200);
   EXPECT_DOUBLE_EQ(c.last().cost.bytes, 400);
-  c.ops.adamw_update(p, Tensor(), g, m, v, {{0, 60, true}, {60, 40, false}}, AdamWConfig{});
+  c.ops.adamw_update(p, Tensor(), g, m, v, Tensor(), Tensor(), {{0, 60, true}, {60, 40, false}}, AdamWConfig{});
   EXPECT_EQ(c.last().category, OpCategory::Optimizer);
   EXPECT_DOUBLE_EQ(c.last().cost.flops, 17.0 * 100);
   EXPECT_DOUBLE_EQ(c.last().cost.bytes, 100.0 * (4 + 8 + 8 + 8));  // grad; m, v, param read + written

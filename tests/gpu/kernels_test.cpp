@@ -18,6 +18,7 @@
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
+#include "ops/moment_codec.h"
 
 namespace tk {
 namespace {
@@ -592,13 +593,16 @@ TEST_F(KernelsTest, AdamWUpdatesEverySegmentInOneLaunch) {
     for (float& x : v0) x = x * x;
     std::vector<float> params = master0, master = master0, m = m0, v = v0, g = grads;
     cpu().adamw_update(host(params, {P}), with_master ? host(master, {P}) : Tensor(), host(g, {P}), host(m, {P}),
-                       host(v, {P}), segments, cfg);
+                       host(v, {P}), Tensor(), Tensor(), segments, cfg);
 
     auto d_params = device_bf16(master0);
     auto d_master = device_from(master0), d_grads = device_from(grads);
     auto d_m = device_from(m0), d_v = device_from(v0);
-    cuda::adamw_update(d_params->get(), with_master ? d_master->get() : nullptr, d_grads->get(), d_m->get(),
-                       d_v->get(), d_table.get(), int(table.size()), blocks, step, nullptr);
+    cuda::AdamWMoments moments;
+    moments.m = d_m->get();
+    moments.v = d_v->get();
+    cuda::adamw_update(d_params->get(), with_master ? d_master->get() : nullptr, d_grads->get(), moments, P,
+                       d_table.get(), int(table.size()), blocks, step, nullptr);
     const std::vector<float> got_params = to_host(*d_params), got_master = to_host(*d_master);
     EXPECT_LE(rel_error(to_host(*d_m), m), kF32Tol) << worst(to_host(*d_m), m);
     EXPECT_LE(rel_error(to_host(*d_v), v), kF32Tol) << worst(to_host(*d_v), v);
@@ -630,6 +634,205 @@ TEST_F(KernelsTest, AdamWUpdatesEverySegmentInOneLaunch) {
     }
     EXPECT_EQ(got_params[size_t(segments[3].offset - 1)], master0[size_t(segments[3].offset - 1)])
         << "the gap between segments changed";
+  }
+}
+
+// ---- AdamW with bf16 and int8 moments ------------------------------------------------------------
+
+template <class T>
+std::vector<T> raw_to_host(const DeviceBuffer<T>& d) {
+  TK_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<T> h(d.size());
+  TK_CUDA_CHECK(cudaMemcpy(h.data(), d.get(), d.bytes(), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// Moments in bf16 or int8 form on the host: what the reference updates and the device's result is read into.
+struct NarrowMoments {
+  std::vector<uint16_t> m16, v16;
+  std::vector<int8_t> m8;
+  std::vector<uint8_t> v8;
+  std::vector<float> ms, vs;
+  std::vector<float> m() const {
+    std::vector<float> out(std::max(m16.size(), m8.size()));
+    for (size_t i = 0; i < m16.size(); i++) out[i] = moment_from_bf16(m16[i]);
+    if (!m8.empty()) decode_int8_m(out.data(), m8.data(), ms.data(), int64_t(m8.size()));
+    return out;
+  }
+  std::vector<float> v() const {
+    std::vector<float> out(std::max(v16.size(), v8.size()));
+    for (size_t i = 0; i < v16.size(); i++) out[i] = moment_from_bf16(v16[i]);
+    if (!v8.empty()) decode_int8_v(out.data(), v8.data(), vs.data(), int64_t(v8.size()));
+    return out;
+  }
+};
+
+// The update with narrow moments against CpuOps<float> from the same state: weights as in the f32 test
+// (the update reads the decoded moments, identical on both sides); the new moments' codes equal the
+// reference's except where the f32 and double arithmetic straddle a rounding threshold (the rounding noise
+// is the same hash on both sides), then by one step; block scales to f32 rounding; elements outside every
+// segment, and int8 blocks without one, unchanged; and a second launch from the same state gives the same
+// bits.
+TEST_F(KernelsTest, AdamWWithBf16AndInt8MomentsMatchesReference) {
+  SCOPED_TRACE(seed());
+  // Odd offsets and sizes, a short gap (13) inside a block and a long one (1300: whole blocks untouched).
+  const int64_t sizes[] = {1000003, 17, 896, 5, 1, 999999};
+  std::vector<ParamSegment> segments;
+  int64_t P = 0;
+  for (size_t i = 0; i < std::size(sizes); i++) {
+    if (i == 3) P += 13;
+    if (i == 5) P += 1300;
+    segments.push_back({P, sizes[i], i % 2 == 0});
+    P += sizes[i];
+  }
+  P += 100;  // a tail no segment covers, in a partial last block
+  AdamWConfig cfg;
+  cfg.lr = 1e-2f, cfg.step = 7, cfg.grad_scale = 0.5f, cfg.weight_decay = 0.1f, cfg.first_index = 4096;
+  const cuda::AdamWStep step{cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.grad_scale,
+                             float(1.0 - std::pow(double(cfg.beta1), double(cfg.step))),
+                             float(1.0 - std::pow(double(cfg.beta2), double(cfg.step))), cfg.step, cfg.first_index};
+  std::vector<cuda::AdamWSegment> table;
+  for (const ParamSegment& s : segments) table.push_back({s.offset, s.count, s.decay ? 1 : 0, 0});
+  const int blocks = cuda::adamw_plan(table.data(), int(table.size()));
+  DeviceBuffer<cuda::AdamWSegment> d_table(table.size());
+  to_device(d_table, table);
+  DeviceBuffer<MomentCodeBook> d_book(1);
+  TK_CUDA_CHECK(cudaMemcpy(d_book.get(), &moment_code_book(), sizeof(MomentCodeBook), cudaMemcpyHostToDevice));
+  const int64_t n_scales = moment_blocks(P);
+  const double code_step = std::exp2(1.0 / kMCodesPerOctave) - 1;
+
+  for (bool int8 : {false, true}) {
+    for (bool with_master : {true, false}) {
+      SCOPED_TRACE(std::string(int8 ? "int8" : "bf16") + (with_master ? ", master weights" : ", bf16 weights only"));
+      // Moments over decades of magnitude (the int8 code book's case), encoded to nearest.
+      std::vector<float> m0 = rng.f32_normal(size_t(P), 0.1f), v0(static_cast<size_t>(P));
+      std::uniform_real_distribution<float> decades(-4.f, 0.f);
+      for (size_t i = 0; i < size_t(P); i++) {
+        m0[i] *= std::pow(10.f, decades(rng.gen()));
+        v0[i] = m0[i] * m0[i] * std::pow(10.f, decades(rng.gen()) + 2.f);
+      }
+      NarrowMoments start;
+      if (int8) {
+        start.m8.resize(size_t(P)), start.v8.resize(size_t(P));
+        start.ms.resize(size_t(n_scales)), start.vs.resize(size_t(n_scales));
+        encode_int8_m(start.m8.data(), start.ms.data(), m0.data(), P);
+        encode_int8_v(start.v8.data(), start.vs.data(), v0.data(), P);
+      } else {
+        start.m16.resize(size_t(P)), start.v16.resize(size_t(P));
+        for (size_t i = 0; i < size_t(P); i++)
+          start.m16[i] = moment_to_bf16(m0[i]), start.v16[i] = moment_to_bf16(v0[i]);
+      }
+      const std::vector<float> master0 = rng.bf16_normal(size_t(P)), grads = rng.f32_normal(size_t(P));
+
+      NarrowMoments ref = start;
+      std::vector<float> params = master0, master = master0, g = grads;
+      Tensor m_t, v_t, ms_t, vs_t;
+      if (int8) {
+        m_t = Tensor(ref.m8.data(), DType::I8, {P}), v_t = Tensor(ref.v8.data(), DType::U8, {P});
+        ms_t = host(ref.ms, {n_scales}), vs_t = host(ref.vs, {n_scales});
+      } else {
+        m_t = Tensor(ref.m16.data(), DType::BF16, {P}), v_t = Tensor(ref.v16.data(), DType::BF16, {P});
+      }
+      cpu().adamw_update(host(params, {P}), with_master ? host(master, {P}) : Tensor(), host(g, {P}), m_t, v_t, ms_t,
+                         vs_t, segments, cfg);
+
+      // Two launches from the same state.
+      NarrowMoments got[2];
+      std::vector<float> got_params[2], got_master[2];
+      for (int run = 0; run < 2; run++) {
+        auto d_params = device_bf16(master0);
+        auto d_master = device_from(master0), d_grads = device_from(grads);
+        cuda::AdamWMoments mo;
+        std::unique_ptr<DeviceBuffer<uint16_t>> d_m16, d_v16;
+        std::unique_ptr<DeviceBuffer<int8_t>> d_m8;
+        std::unique_ptr<DeviceBuffer<uint8_t>> d_v8;
+        std::unique_ptr<DeviceBuffer<float>> d_ms, d_vs;
+        if (int8) {
+          d_m8 = device_from(start.m8), d_v8 = device_from(start.v8);
+          d_ms = device_from(start.ms), d_vs = device_from(start.vs);
+          mo = {cuda::MomentForm::Int8, d_m8->get(), d_v8->get(), d_ms->get(), d_vs->get(), d_book.get()};
+        } else {
+          d_m16 = device_from(start.m16), d_v16 = device_from(start.v16);
+          mo = {cuda::MomentForm::BF16, d_m16->get(), d_v16->get()};
+        }
+        cuda::adamw_update(d_params->get(), with_master ? d_master->get() : nullptr, d_grads->get(), mo, P,
+                           d_table.get(), int(table.size()), blocks, step, nullptr);
+        got_params[run] = to_host(*d_params);
+        got_master[run] = to_host(*d_master);
+        if (int8) {
+          got[run].m8 = raw_to_host(*d_m8), got[run].v8 = raw_to_host(*d_v8);
+          got[run].ms = raw_to_host(*d_ms), got[run].vs = raw_to_host(*d_vs);
+        } else {
+          got[run].m16 = raw_to_host(*d_m16), got[run].v16 = raw_to_host(*d_v16);
+        }
+      }
+      EXPECT_EQ(got_params[0], got_params[1]) << "two launches differ";
+      EXPECT_EQ(got[0].m8, got[1].m8);
+      EXPECT_EQ(got[0].v8, got[1].v8);
+      EXPECT_EQ(got[0].ms, got[1].ms);
+      EXPECT_EQ(got[0].vs, got[1].vs);
+      EXPECT_EQ(got[0].m16, got[1].m16);
+      EXPECT_EQ(got[0].v16, got[1].v16);
+      const NarrowMoments& out = got[0];
+
+      // Weights.
+      if (with_master) {
+        EXPECT_LE(rel_error(minus(got_master[0], master0), minus(master, master0)), kF32SumTol)
+            << worst(got_master[0], master);
+        size_t unrounded = 0;
+        for (int64_t i = 0; i < P; i++) unrounded += got_params[0][i] != round_bf16(got_master[0][i]);
+        EXPECT_EQ(unrounded, 0u) << "params must be the master weights rounded to bf16";
+      } else {
+        size_t not_rounded = 0;
+        for (int64_t i = 0; i < P; i++) {
+          int e = 0, e_in = 0;
+          std::frexp(params[i], &e);
+          std::frexp(master0[i], &e_in);
+          const double half_spacing = std::ldexp(1.0, e - 9) * (1 + 1e-3) + 4 * std::ldexp(1.0, e_in - 24);
+          not_rounded += !(std::abs(double(got_params[0][i]) - params[i]) <= half_spacing);
+        }
+        EXPECT_EQ(not_rounded, 0u) << worst(got_params[0], params);
+      }
+
+      // Moments: the same codes but for rare threshold cases, each then one step away.
+      const std::vector<float> gm = out.m(), gv = out.v(), rm = ref.m(), rv = ref.v();
+      EXPECT_LE(rel_error(gm, rm), 1e-3) << worst(gm, rm);
+      EXPECT_LE(rel_error(gv, rv), 1e-3) << worst(gv, rv);
+      size_t differ = 0, far = 0;
+      const double step_rel = int8 ? code_step * (1 + 1e-5) : std::exp2(-7) * (1 + 1e-5);
+      const MomentCodeBook& book = moment_code_book();
+      for (int64_t i = 0; i < P; i++) {
+        const bool same = int8 ? out.m8[i] == ref.m8[i] && out.v8[i] == ref.v8[i]
+                               : out.m16[i] == ref.m16[i] && out.v16[i] == ref.v16[i];
+        if (same) continue;
+        differ++;
+        const double m_floor = int8 ? book.m[128] * std::max(out.ms[i / kMomentBlock], ref.ms[i / kMomentBlock]) : 0;
+        const double v_floor = int8 ? book.v[1] * std::max(out.vs[i / kMomentBlock], ref.vs[i / kMomentBlock]) : 0;
+        far += std::abs(gm[i] - rm[i]) > step_rel * std::abs(rm[i]) + m_floor ||
+               std::abs(gv[i] - rv[i]) > step_rel * rv[i] + v_floor;
+      }
+      EXPECT_LE(double(differ), 1e-3 * double(P)) << differ << " of " << P << " elements' codes differ";
+      EXPECT_EQ(far, 0u) << "codes more than one step from the reference's";
+      if (int8) {
+        EXPECT_LE(rel_error(out.ms, ref.ms), 1e-5) << worst(out.ms, ref.ms);
+        EXPECT_LE(rel_error(out.vs, ref.vs), 1e-5) << worst(out.vs, ref.vs);
+      }
+
+      // Untouched: the gap of 1300 holds whole blocks with no segment element, and the tail.
+      const int64_t gap_lo = segments[4].offset + segments[4].count, gap_hi = segments[5].offset;
+      for (int64_t i = gap_lo; i < gap_hi; i++) {
+        const int64_t blk = i / kMomentBlock;
+        const bool whole_block = blk * kMomentBlock >= gap_lo && (blk + 1) * kMomentBlock <= gap_hi;
+        if (int8 && !whole_block) continue;  // a block shared with a segment is encoded again
+        ASSERT_EQ(got_params[0][i], master0[i]) << i;
+        if (int8) {
+          ASSERT_TRUE(out.m8[i] == start.m8[i] && out.v8[i] == start.v8[i]) << i;
+          ASSERT_TRUE(out.ms[blk] == start.ms[blk] && out.vs[blk] == start.vs[blk]) << blk;
+        } else {
+          ASSERT_TRUE(out.m16[i] == start.m16[i] && out.v16[i] == start.v16[i]) << i;
+        }
+      }
+    }
   }
 }
 

@@ -76,7 +76,8 @@ class CpuOps final : public Ops {
   // adamw.cpp
   double grad_norm(const Tensor& grads) override;
   void adamw_update(const Tensor& params, const Tensor& master, const Tensor& grads, const Tensor& m,
-                    const Tensor& v, const std::vector<ParamSegment>& segments, const AdamWConfig& c) override;
+                    const Tensor& v, const Tensor& m_scale, const Tensor& v_scale,
+                    const std::vector<ParamSegment>& segments, const AdamWConfig& c) override;
 
  private:
   MemoryLedger ledger_;

@@ -75,7 +75,7 @@ struct CudaOps::Impl {
 
   // Scratch, each with GrowingBuffer's rule.
   cuda::GrowingBuffer staging, embedding_scratch, rmsnorm_scratch, rope_scratch, rope_table, logits,
-      grad_norm_scratch;
+      grad_norm_scratch, moment_book;
   int rope_table_pos = 0, rope_table_hd = 0;
   float rope_table_theta = 0;
   size_t logits_budget = cuda::kLogitsChunkBudgetBytes;
@@ -512,14 +512,40 @@ double CudaOps::grad_norm(const Tensor& grads) {
 }
 
 void CudaOps::adamw_update(const Tensor& params, const Tensor& master, const Tensor& grads, const Tensor& m,
-                           const Tensor& v, const std::vector<ParamSegment>& segments, const AdamWConfig& c) {
+                           const Tensor& v, const Tensor& m_scale, const Tensor& v_scale,
+                           const std::vector<ParamSegment>& segments, const AdamWConfig& c) {
   const char* op = "adamw_update";
   int64_t P = params.numel();
   expect(params, DType::BF16, {P}, op, "params");
   expect_optional(master, DType::F32, {P}, op, "master");
   expect(grads, DType::F32, {P}, op, "grads");
-  expect(m, DType::F32, {P}, op, "m");
-  expect(v, DType::F32, {P}, op, "v");
+  cuda::AdamWMoments mo;
+  mo.m = m.data;
+  mo.v = v.data;
+  TK_CHECK(!m.empty() && (m.dtype == DType::F32 || m.dtype == DType::BF16 || m.dtype == DType::I8),
+           "{}: m is {}: moments are f32, bf16, or int8 (m i8 and v u8, with block scales)", op,
+           m.empty() ? "missing" : m.describe());
+  if (m.dtype == DType::I8) {
+    expect(m, DType::I8, {P}, op, "m");
+    expect(v, DType::U8, {P}, op, "v");
+    expect(m_scale, DType::F32, {moment_blocks(P)}, op, "m_scale");
+    expect(v_scale, DType::F32, {moment_blocks(P)}, op, "v_scale");
+    mo.form = cuda::MomentForm::Int8;
+    mo.m_scale = ptr<float>(m_scale);
+    mo.v_scale = ptr<float>(v_scale);
+    if (!impl_->moment_book.data()) {
+      void* dev = impl_->moment_book.ensure(impl_->alloc, sizeof(MomentCodeBook), "AdamW int8 code book");
+      TK_CUDA_CHECK(cudaMemcpyAsync(dev, &moment_code_book(), sizeof(MomentCodeBook), cudaMemcpyHostToDevice,
+                                    impl_->stream));
+    }
+    mo.book = static_cast<const MomentCodeBook*>(impl_->moment_book.data());
+  } else {
+    expect(m, m.dtype, {P}, op, "m");
+    expect(v, m.dtype, {P}, op, "v");
+    TK_CHECK(m_scale.empty() && v_scale.empty(), "{}: block scales are given but the moments are {}, not int8", op,
+             dtype_name(m.dtype));
+    mo.form = m.dtype == DType::BF16 ? cuda::MomentForm::BF16 : cuda::MomentForm::F32;
+  }
   TK_CHECK(c.step >= 1, "{}: step must count from 1, got {}", op, c.step);
   std::vector<cuda::AdamWSegment> table;
   for (const ParamSegment& seg : segments) {
@@ -553,8 +579,10 @@ void CudaOps::adamw_update(const Tensor& params, const Tensor& master, const Ten
                        c.weight_decay,
                        c.grad_scale,
                        float(1.0 - std::pow(double(c.beta1), double(c.step))),
-                       float(1.0 - std::pow(double(c.beta2), double(c.step)))};
-  cuda::adamw_update(ptr<bf16>(params), ptr<float>(master), ptr<float>(grads), ptr<float>(m), ptr<float>(v),
+                       float(1.0 - std::pow(double(c.beta2), double(c.step))),
+                       c.step,
+                       c.first_index};
+  cuda::adamw_update(ptr<bf16>(params), ptr<float>(master), ptr<float>(grads), mo, P,
                      static_cast<const cuda::AdamWSegment*>(found->device), int(found->host.size()), found->blocks,
                      step, impl_->stream);
 }

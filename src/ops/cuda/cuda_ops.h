@@ -83,7 +83,8 @@ class CudaOps final : public Ops {
                              const Tensor& w, const Tensor& targets, float grad_scale, int ignore_index) override;
   double grad_norm(const Tensor& grads) override;
   void adamw_update(const Tensor& params, const Tensor& master, const Tensor& grads, const Tensor& m,
-                    const Tensor& v, const std::vector<ParamSegment>& segments, const AdamWConfig& c) override;
+                    const Tensor& v, const Tensor& m_scale, const Tensor& v_scale,
+                    const std::vector<ParamSegment>& segments, const AdamWConfig& c) override;
 
   // ---- timing (cuda_timing.cpp): events on the compute stream, NVTX ranges ----
   int64_t timing_mark() override;

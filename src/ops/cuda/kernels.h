@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ops/moment_codec.h"
+
 namespace tk::cuda {
 
 using bf16 = __nv_bfloat16;
@@ -105,11 +107,25 @@ struct AdamWStep {
   float grad_scale;          // multiplies every gradient first
   float bias_correction1;    // 1 - beta1^step, computed on the host (in double)
   float bias_correction2;    // 1 - beta2^step
+  int64_t step = 1;          // the step and the flat index of element 0: the rounding noise of narrow moments
+  int64_t first_index = 0;
 };
-// ops.h adamw_update in one launch over all segments. With master (f32[P]) the update runs on master and
-// params (bf16[P]) receive it rounded; with master null it runs on params (read as f32, written rounded).
-// grads f32[P] are only read. segments: the device copy of the table adamw_plan filled.
-void adamw_update(bf16* params, float* master, const float* grads, float* m, float* v,
+// AdamW's moments in one of ops.h's three forms (moment_codec.h): f32; bf16; or int8 (m i8 and v u8 codes,
+// with f32 block scales [ceil(P / kMomentBlock)] and the code book in device memory).
+enum class MomentForm { F32, BF16, Int8 };
+struct AdamWMoments {
+  MomentForm form = MomentForm::F32;
+  void* m = nullptr;
+  void* v = nullptr;
+  float* m_scale = nullptr;  // int8 only
+  float* v_scale = nullptr;
+  const MomentCodeBook* book = nullptr;
+};
+// ops.h adamw_update in one launch over all segments of a buffer of P elements. With master (f32[P]) the
+// update runs on master and params (bf16[P]) receive it rounded; with master null it runs on params (read
+// as f32, written rounded). grads f32[P] are only read. segments: the device copy of the table adamw_plan
+// filled; n_blocks its result (f32 and bf16 moments; int8 moments launch one warp per block of kMomentBlock).
+void adamw_update(bf16* params, float* master, const float* grads, const AdamWMoments& moments, int64_t P,
                   const AdamWSegment* segments, int n_segments, int n_blocks, const AdamWStep& step,
                   cudaStream_t s);
 
