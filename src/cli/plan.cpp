@@ -15,6 +15,7 @@ namespace {
 
 struct PlanFlags {
   std::string model = "qwen2.5-0.5b", budget, device = "cuda", gpu = "NVIDIA H100 80GB HBM3", host_memory;
+  std::string moments = "f32";
   int batch = 8, seq = 2048;
   int64_t batch_tokens = 0;
   double efficiency = 0.65, bandwidth_gbs = 3350, host_gbs = 45;
@@ -28,6 +29,7 @@ nlohmann::ordered_json to_json(const tk::MemoryPlan& p, double budget, const tk:
   j["accumulation_steps"] = p.accumulation;
   j["recompute"] = p.recompute.describe();
   j["offload"] = p.offload_name();
+  j["moments"] = tk::moments_name(p.moments);
   j["total_bytes"] = p.total_bytes;
   j["host_bytes"] = p.host_bytes;
   j["fits"] = p.fits(budget, target);
@@ -49,6 +51,7 @@ int run(const PlanFlags& f) {
   target.host_bandwidth = f.host_gbs * 1e9;
   target.host_memory_limit = f.host_memory.empty() ? tk::local_host_memory_limit() : tk::parse_bytes(f.host_memory);
   target.doc_mask = f.doc_mask;
+  target.moments = tk::parse_moments(f.moments);
   const double budget = f.budget.empty() ? 0 : tk::parse_bytes(f.budget);
   const int64_t global = f.batch_tokens > 0 ? f.batch_tokens : int64_t(f.batch) * f.seq;
   const std::vector<tk::MemoryPlan> all = tk::plan_candidates(cfg, f.batch, f.seq, global, target);
@@ -102,6 +105,10 @@ tk::cli::Command plan_cmd("plan", "The memory a training run needs, and the fast
                                            "Page-locked host memory offload may take, e.g. 100GiB (default: 80% of "
                                            "this machine's memory)");
                             app.add_flag("--doc-mask", f->doc_mask, "Plan for train --doc-mask (with its attention mask)");
+                            app.add_option("--moments", f->moments,
+                                           "AdamW's m and v as train --moments: f32, bf16 or int8 (every setting "
+                                           "tried keeps it)")
+                                ->capture_default_str();
                             app.add_flag("--all", f->all, "List every setting tried");
                             app.add_flag("--json", f->json, "Print the plan as JSON");
                             return [f] { return run(*f); };

@@ -34,7 +34,12 @@ void add_recipe_options(CLI::App& app, TrainConfig& c) {
                  "device in chunks at each update (same results, less device memory); optimizer,gradients: the "
                  "gradients too, each layer's brought to the device for its backward")
       ->capture_default_str();
-  app.add_option("--offload-chunk", c.offload_chunk, "Elements of optimizer state per device round trip")
+  app.add_option("--offload-chunk", c.offload_chunk,
+                 "Elements of optimizer state per device round trip (rounded down to a multiple of 256)")
+      ->capture_default_str();
+  app.add_option("--moments", c.moments,
+                 "AdamW's m and v: f32, bf16 (half the memory) or int8 (a quarter: blocks of 256 with a scale each, "
+                 "logarithmic codes); bf16 and int8 round stochastically (docs/memory.md)")
       ->capture_default_str();
   app.add_option("--memory-budget", c.memory_budget,
                  "Fit the run into this much device memory (e.g. 16GiB): picks the micro-batch (at most --batch) and "

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "model/params.h"
+#include "ops/moment_codec.h"
 #include "train/metrics.h"
 
 namespace tk {
@@ -61,7 +62,10 @@ double seconds_per_token(const ModelConfig& c, int B, int T, int accumulation, c
   }
   const double loss_bytes = 3.0 * c.vocab_size * 2;
   const double P = double(ParamLayout::build(c).total);
-  const double optimizer_bytes = P * (30 + 8);  // AdamW's reads and writes, the gradient norm and zeroing
+  // AdamW reads the gradient, reads and writes m, v and the master weight, writes the bf16 weight; then the
+  // gradient norm and zeroing.
+  const double adamw_bytes = 4 + 2 * moment_bytes_per_param(t.moments) + 8 + 2;
+  const double optimizer_bytes = P * (adamw_bytes + 8);
   const double tokens_per_step = N * accumulation;
   return (model + redo) / (t.peak_flops * eff) + (L * layer_bytes + loss_bytes) / t.bandwidth +
          optimizer_bytes / t.bandwidth / tokens_per_step;
@@ -94,24 +98,33 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, c
   o.offload_grads = p.offload_grads;
   const DType act = target.gpu ? DType::BF16 : DType::F32;
   for (const auto& [label, bytes] : model_memory(cfg, o, act, DType::F32)) p.rows.push_back({label, double(bytes)});
-  const double P = double(ParamLayout::build(cfg).total);
+  const int64_t params = ParamLayout::build(cfg).total;
+  const double P = double(params);
+  // The optimizer's allocations (AdamW's constructor): m and v in their precision, int8's block scales.
+  p.moments = target.moments;
+  const bool int8 = target.moments == MomentPrecision::Int8;
+  const double moment_bytes = int8 ? 1.0 : target.moments == MomentPrecision::BF16 ? 2.0 : 4.0;
+  auto scale_bytes = [](int64_t n) { return 2.0 * 4.0 * double(moment_blocks(n)); };  // m's and v's
   if (p.offload) {
     // AdamW's state in host memory; on the device two chunks of each stream through (AdamW::offloaded_update).
-    const double chunk = 2 * std::min(double(target.offload_chunk), P) * 4;
+    const int64_t chunk = std::min(offload_chunk_elements(target.offload_chunk), params);
     p.rows.push_back({"fp32 master weights (host)", P * 4, true, true});
-    p.rows.push_back({"AdamW first moments (host)", P * 4, true, true});
-    p.rows.push_back({"AdamW second moments (host)", P * 4, true, true});
-    p.rows.push_back({"offload staging: m chunks", chunk});
-    p.rows.push_back({"offload staging: v chunks", chunk});
-    p.rows.push_back({"offload staging: master weight chunks", chunk});
+    p.rows.push_back({"AdamW first moments (host)", P * moment_bytes, true, true});
+    p.rows.push_back({"AdamW second moments (host)", P * moment_bytes, true, true});
+    if (int8) p.rows.push_back({"AdamW int8 block scales (host)", scale_bytes(params), true, true});
+    p.rows.push_back({"offload staging: m chunks", 2 * double(chunk) * moment_bytes});
+    p.rows.push_back({"offload staging: v chunks", 2 * double(chunk) * moment_bytes});
+    if (int8) p.rows.push_back({"offload staging: int8 block scale chunks", 2 * scale_bytes(chunk)});
+    p.rows.push_back({"offload staging: master weight chunks", 2 * double(chunk) * 4});
     if (p.offload_grads) {
       p.rows.push_back({"parameter gradients (host)", P * 4, true, true});
-      p.rows.push_back({"offload staging: gradient chunks", chunk});
+      p.rows.push_back({"offload staging: gradient chunks", 2 * double(chunk) * 4});
     }
   } else {
     if (target.gpu) p.rows.push_back({"fp32 master weights", P * 4});
-    p.rows.push_back({"AdamW first moments", P * 4});
-    p.rows.push_back({"AdamW second moments", P * 4});
+    p.rows.push_back({"AdamW first moments", P * moment_bytes});
+    p.rows.push_back({"AdamW second moments", P * moment_bytes});
+    if (int8) p.rows.push_back({"AdamW int8 block scales", scale_bytes(params)});
   }
   if (target.gpu) {
     const int64_t N = int64_t(B) * T;
@@ -134,9 +147,11 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, c
   for (const PlanRow& row : p.rows) (row.host ? p.host_bytes : p.total_bytes) += row.bytes;
   p.recompute_flops_per_token = r.flops_per_token(cfg, T);
   double s = seconds_per_token(cfg, B, T, accumulation, r, target);
-  // Offload: master, m and v go up and come back once per update, the two directions overlapping each
-  // other (and the chunks' updates) but not the forward and backward.
-  if (p.offload) s += (p.offload_grads ? 16 : 12) * P / target.host_bandwidth / (double(B) * T * accumulation);
+  // Offload: master, m and v (and the gradients) go up and come back once per update, the two directions
+  // overlapping each other (and the chunks' updates) but not the forward and backward.
+  if (p.offload)
+    s += (4 + moment_bytes_per_param(target.moments) + (p.offload_grads ? 4 : 0)) * P / target.host_bandwidth /
+         (double(B) * T * accumulation);
   // Gradient offload: each micro-step takes every gradient down (and, after the first, brings it up first),
   // overlapping the backward only in part: counted in full, plus the host's gradient norm.
   if (p.offload_grads) s += (4 * P * (accumulation > 1 ? 2 : 1) / target.host_bandwidth) / (double(B) * T) +
@@ -217,8 +232,10 @@ double parse_bytes(const std::string& text) {
 }
 
 std::string format_plan(const MemoryPlan& p, double budget_bytes) {
-  std::string out = fmt::format("micro-batch {} x {} tokens, {} accumulation step(s), recompute {}, offload {}\n", p.B,
-                                p.T, p.accumulation, p.recompute.describe(), p.offload_name());
+  std::string out = fmt::format("micro-batch {} x {} tokens, {} accumulation step(s), recompute {}, offload {}, "
+                                "{} moments\n",
+                                p.B, p.T, p.accumulation, p.recompute.describe(), p.offload_name(),
+                                moments_name(p.moments));
   for (const PlanRow& r : p.rows) {
     if (r.host) continue;
     out += fmt::format("  {:>11}  {:>5.1f}%  {}{}\n", human(r.bytes), 100.0 * r.bytes / p.total_bytes, r.component,

@@ -8,6 +8,7 @@
 
 #include "model/config.h"
 #include "model/model.h"
+#include "train/optimizer.h"
 
 namespace tk {
 
@@ -31,6 +32,7 @@ struct PlanTarget {
   // a plan past the machine's memory would fail at start or starve the rest of the system.
   double host_memory_limit = 0;
   bool doc_mask = false;           // train --doc-mask: the attention's document mask (GPU targets)
+  MomentPrecision moments = MomentPrecision::F32;  // AdamW's m and v (train --moments); the search keeps it
 };
 
 struct MemoryPlan {
@@ -38,6 +40,7 @@ struct MemoryPlan {
   Recompute recompute;
   bool offload = false;        // the optimizer state in host memory (train --offload optimizer)
   bool offload_grads = false;  // the gradients too (train --offload optimizer,gradients)
+  MomentPrecision moments = MomentPrecision::F32;
   std::string offload_name() const { return offload_grads ? "optimizer,gradients" : offload ? "optimizer" : "none"; }
   std::vector<PlanRow> rows;
   double total_bytes = 0;

@@ -1,12 +1,15 @@
 // AdamW: global-norm clipping folded into the update's gradient scale, one adamw_update over the
-// layout's segments (weight decay on matrices only), and the state's host round trip.
+// layout's segments (weight decay on matrices only), the moments in the precision asked for, and the
+// state's host round trip.
 #include "train/optimizer.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/moment_codec.h"
 
 namespace tk {
 namespace {
@@ -16,91 +19,162 @@ DType state_dtype(const Ops& ops) { return ops.act_dtype() == DType::F64 ? DType
 
 }  // namespace
 
+MomentPrecision parse_moments(const std::string& name) {
+  if (name == "f32") return MomentPrecision::F32;
+  if (name == "bf16") return MomentPrecision::BF16;
+  if (name == "int8") return MomentPrecision::Int8;
+  fail("--moments must be f32, bf16 or int8, got '{}'", name);
+}
+
+const char* moments_name(MomentPrecision p) {
+  switch (p) {
+    case MomentPrecision::F32: return "f32";
+    case MomentPrecision::BF16: return "bf16";
+    case MomentPrecision::Int8: return "int8";
+  }
+  return "?";
+}
+
+double moment_bytes_per_param(MomentPrecision p) {
+  switch (p) {
+    case MomentPrecision::F32: return 8;
+    case MomentPrecision::BF16: return 4;
+    case MomentPrecision::Int8: return 2 + 2.0 * 4 / double(kMomentBlock);
+  }
+  return 8;
+}
+
+int64_t offload_chunk_elements(int64_t requested) {
+  return std::max<int64_t>(kMomentBlock, requested / kMomentBlock * kMomentBlock);
+}
+
 AdamW::AdamW(Model& model, const AdamWOptions& opt)
     : model_(model), ops_(model.ops()), opt_(opt), segments_(model.layout().segments()) {
   TK_CHECK(opt.beta1 >= 0 && opt.beta1 < 1, "--beta1 must be in [0, 1), got {}", opt.beta1);
   TK_CHECK(opt.beta2 >= 0 && opt.beta2 < 1, "--beta2 must be in [0, 1), got {}", opt.beta2);
   TK_CHECK(opt.eps > 0, "--adam-eps must be positive, got {}", opt.eps);
   TK_CHECK(opt.weight_decay >= 0, "--weight-decay must not be negative, got {}", opt.weight_decay);
+  TK_CHECK(opt.moments == MomentPrecision::F32 || state_dtype(ops_) == DType::F32,
+           "--moments {}: the {} backend keeps its moments in {} only", moments_name(opt.moments), ops_.name(),
+           dtype_name(state_dtype(ops_)));
+  // An int8 m is i8 codes, an int8 v u8 codes (v >= 0), each with f32 block scales.
+  const DType m_dtype = opt.moments == MomentPrecision::BF16   ? DType::BF16
+                        : opt.moments == MomentPrecision::Int8 ? DType::I8
+                                                               : state_dtype(ops_);
+  const DType v_dtype = m_dtype == DType::I8 ? DType::U8 : m_dtype;
+  const int64_t P = model_.layout().total;
   // bf16 weights cannot absorb updates smaller than their rounding step: keep an fp32 copy to update.
   const bool master = dtype_size(ops_.act_dtype()) < 4;
   TK_CHECK(!model.grads_on_host() || opt.offload,
            "gradients in host memory need the optimizer state there too (--offload optimizer,gradients)");
   if (opt.offload) {
-    TK_CHECK(state_dtype(ops_) == DType::F32, "optimizer offload keeps fp32 state; the {} backend's is not", ops_.name());
-    TK_CHECK(opt.offload_chunk >= 256, "the offload chunk must be at least 256 elements, got {}", opt.offload_chunk);
-    m_host_ = allocate_host("AdamW first moments (host)");
-    v_host_ = allocate_host("AdamW second moments (host)");
-    const int64_t chunk = std::min(opt.offload_chunk, model_.layout().total);
+    TK_CHECK(state_dtype(ops_) == DType::F32, "optimizer offload keeps fp32 state; the {} backend's is not",
+             ops_.name());
+    TK_CHECK(opt.offload_chunk >= kMomentBlock, "the offload chunk must be at least {} elements, got {}", kMomentBlock,
+             opt.offload_chunk);
+    const char* host_scales = "AdamW int8 block scales (host)";
+    m_host_ = allocate_moment(m_dtype, "AdamW first moments (host)", host_scales, P, true);
+    v_host_ = allocate_moment(v_dtype, "AdamW second moments (host)", host_scales, P, true);
+    const int64_t chunk = std::min(offload_chunk_elements(opt.offload_chunk), P);
+    const char* staged_scales = "offload staging: int8 block scale chunks";
     for (Stage& s : stage_) {
-      s.m = allocate(DType::F32, "offload staging: m chunks", chunk);
-      s.v = allocate(DType::F32, "offload staging: v chunks", chunk);
+      s.m = allocate_moment(m_dtype, "offload staging: m chunks", staged_scales, chunk, false);
+      s.v = allocate_moment(v_dtype, "offload staging: v chunks", staged_scales, chunk, false);
       if (master) s.master = allocate(DType::F32, "offload staging: master weight chunks", chunk);
       if (model.grads_on_host()) s.grads = allocate(DType::F32, "offload staging: gradient chunks", chunk);
     }
     if (model.grads_on_host()) host_ops_ = make_cpu_ops(DType::F32);
     if (master) {
-      master_host_ = allocate_host("fp32 master weights (host)");
+      master_host_ = allocate_host(DType::F32, "fp32 master weights (host)", P);
       const std::vector<float> w = model_.params_f32();
       std::copy(w.begin(), w.end(), master_host_.as<float>());
     }
     return;
   }
-  m_ = allocate(state_dtype(ops_), "AdamW first moments");
-  v_ = allocate(state_dtype(ops_), "AdamW second moments");
-  ops_.zero(m_);
-  ops_.zero(v_);
+  m_ = allocate_moment(m_dtype, "AdamW first moments", "AdamW int8 block scales", P, false);
+  v_ = allocate_moment(v_dtype, "AdamW second moments", "AdamW int8 block scales", P, false);
   if (master) {
-    master_ = allocate(DType::F32, "fp32 master weights");
+    master_ = allocate(DType::F32, "fp32 master weights", P);
     upload(master_, model_.params_f32(), "weights");
   }
 }
 
 AdamW::~AdamW() {
   ops_.synchronize();  // no copy may still read or write what is freed
-  for (Tensor* t : {&m_, &v_, &master_, &stage_[0].m, &stage_[0].v, &stage_[0].master, &stage_[0].grads,
-                    &stage_[1].m, &stage_[1].v, &stage_[1].master, &stage_[1].grads})
+  std::vector<Tensor*> device = {&m_.values, &m_.scales, &v_.values, &v_.scales, &master_};
+  for (Stage& s : stage_)
+    for (Tensor* t : {&s.m.values, &s.m.scales, &s.v.values, &s.v.scales, &s.master, &s.grads}) device.push_back(t);
+  for (Tensor* t : device)
     if (!t->empty()) ops_.release(t->data);
-  for (Tensor* t : {&m_host_, &v_host_, &master_host_})
+  for (Tensor* t : {&m_host_.values, &m_host_.scales, &v_host_.values, &v_host_.scales, &master_host_})
     if (!t->empty()) ops_.release_host(t->data);
 }
 
+// [n] on the device, zeroed.
 Tensor AdamW::allocate(DType dtype, const char* label, int64_t n) {
-  if (n < 0) n = model_.layout().total;
-  return Tensor(ops_.allocate(size_t(n) * dtype_size(dtype), label), dtype, {n});
-}
-
-// f32 [P] in host memory, zeroed.
-Tensor AdamW::allocate_host(const char* label) {
-  const int64_t n = model_.layout().total;
-  Tensor t(ops_.allocate_host(size_t(n) * sizeof(float), label), DType::F32, {n});
-  std::fill(t.as<float>(), t.as<float>() + n, 0.0f);
+  Tensor t(ops_.allocate(size_t(n) * dtype_size(dtype), label), dtype, {n});
+  ops_.zero(t);
   return t;
 }
 
+// [n] in host memory, zeroed.
+Tensor AdamW::allocate_host(DType dtype, const char* label, int64_t n) {
+  Tensor t(ops_.allocate_host(size_t(n) * dtype_size(dtype), label), dtype, {n});
+  std::memset(t.data, 0, t.nbytes());
+  return t;
+}
+
+// A moment of n elements, zero: all-zero bytes are 0 in every form (int8 code 0 is 0, whatever the scale).
+AdamW::Moment AdamW::allocate_moment(DType dtype, const char* label, const char* scales_label, int64_t n,
+                                     bool host) {
+  Moment mt;
+  mt.values = host ? allocate_host(dtype, label, n) : allocate(dtype, label, n);
+  if (dtype == DType::I8 || dtype == DType::U8)
+    mt.scales = host ? allocate_host(DType::F32, scales_label, moment_blocks(n))
+                     : allocate(DType::F32, scales_label, moment_blocks(n));
+  return mt;
+}
+
 size_t AdamW::state_bytes() const {
-  size_t bytes = m_.nbytes() + v_.nbytes() + master_.nbytes();
-  for (const Stage& s : stage_) bytes += s.m.nbytes() + s.v.nbytes() + s.master.nbytes() + s.grads.nbytes();
+  size_t bytes = m_.values.nbytes() + m_.scales.nbytes() + v_.values.nbytes() + v_.scales.nbytes() + master_.nbytes();
+  for (const Stage& s : stage_)
+    bytes += s.m.values.nbytes() + s.m.scales.nbytes() + s.v.values.nbytes() + s.v.scales.nbytes() +
+             s.master.nbytes() + s.grads.nbytes();
   return bytes;
 }
-size_t AdamW::host_state_bytes() const { return m_host_.nbytes() + v_host_.nbytes() + master_host_.nbytes(); }
+size_t AdamW::host_state_bytes() const {
+  return m_host_.values.nbytes() + m_host_.scales.nbytes() + v_host_.values.nbytes() + v_host_.scales.nbytes() +
+         master_host_.nbytes();
+}
 
 // The update over the layout in chunks: the chunk's state goes up to a staging set, the same adamw_update
-// runs on the chunk (segments cut at the chunk's edges and rebased; the update is element by element, so
-// cutting changes nothing), and the state comes back. Two staging sets and a queue per direction make a
+// runs on the chunk (segments cut at the chunk's edges and rebased, c.first_index the chunk's offset; the
+// update is element by element within whole int8 blocks, so cutting changes nothing), and the state comes
+// back. Two staging sets and a queue per direction make a
 // pipeline: while chunk i is updated, chunk i+1 goes up and chunk i-1 comes down. The order:
 //   upload queue:   [wait: chunk i-2's download freed the set]  upload i            record `uploaded`
 //   compute queue:  [wait: uploaded]                            adamw_update i      record `updated`
 //   download queue: [wait: updated]                             download i          record the set's free event
 // and at the end the compute queue waits for the last download, so whatever follows (the next step, a
 // checkpoint reading the host state after synchronize()) sees the whole update.
-void AdamW::offloaded_update(const AdamWConfig& c) {
+void AdamW::offloaded_update(const AdamWConfig& config) {
   using Q = Ops::Queue;
-  const int64_t P = model_.layout().total, chunk = stage_[0].m.numel();
+  const int64_t P = model_.layout().total, chunk = stage_[0].m.values.numel();
   const bool master = !stage_[0].master.empty();
   // The uploads may start once every earlier use of the staging sets on the compute queue has run.
   ops_.wait_event(Q::upload, ops_.record_event(Q::compute));
   for (Stage& st : stage_) st.free_event = -1;  // the wait above covers the last update's downloads
+  // A chunk's host range of a state tensor and its staging: elements [a, a + n), or their int8 blocks.
+  struct Part {
+    char* host;
+    void* staging;
+    size_t bytes;
+  };
+  auto part = [](const Tensor& host, const Tensor& staging, int64_t from, int64_t count) {
+    const size_t size = dtype_size(host.dtype);
+    return Part{static_cast<char*>(host.data) + size_t(from) * size, staging.data, size_t(count) * size};
+  };
+  auto rows = [](const Tensor& t, int64_t count) { return t.empty() ? Tensor() : t.rows(0, count); };
   int last_download = -1, i = 0;
   for (int64_t a = 0; a < P; a += chunk) {
     const int64_t n = std::min(chunk, P - a);
@@ -111,21 +185,26 @@ void AdamW::offloaded_update(const AdamWConfig& c) {
     }
     if (segs.empty()) continue;
     Stage& st = stage_[i++ % 2];
-    const size_t bytes = size_t(n) * sizeof(float);
-    if (st.free_event >= 0) ops_.wait_event(Q::upload, st.free_event);
-    ops_.copy_async(st.m.data, m_host_.as<float>() + a, bytes, Q::upload);
-    ops_.copy_async(st.v.data, v_host_.as<float>() + a, bytes, Q::upload);
-    if (master) ops_.copy_async(st.master.data, master_host_.as<float>() + a, bytes, Q::upload);
     const bool host_grads = !st.grads.empty();
-    if (host_grads) ops_.copy_async(st.grads.data, model_.grads().as<float>() + a, bytes, Q::upload);
+    std::vector<Part> state = {part(m_host_.values, st.m.values, a, n), part(v_host_.values, st.v.values, a, n)};
+    if (!m_host_.scales.empty()) {
+      state.push_back(part(m_host_.scales, st.m.scales, a / kMomentBlock, moment_blocks(n)));
+      state.push_back(part(v_host_.scales, st.v.scales, a / kMomentBlock, moment_blocks(n)));
+    }
+    if (master) state.push_back(part(master_host_, st.master, a, n));
+    if (st.free_event >= 0) ops_.wait_event(Q::upload, st.free_event);
+    for (const Part& pt : state) ops_.copy_async(pt.staging, pt.host, pt.bytes, Q::upload);
+    if (host_grads)
+      ops_.copy_async(st.grads.data, model_.grads().as<float>() + a, size_t(n) * sizeof(float), Q::upload);
     ops_.wait_event(Q::compute, ops_.record_event(Q::upload));
-    ops_.adamw_update(model_.params().rows(a, a + n), master ? st.master.rows(0, n) : Tensor(),
-                      host_grads ? st.grads.rows(0, n) : model_.grads().rows(a, a + n), st.m.rows(0, n),
-                      st.v.rows(0, n), Tensor(), Tensor(), segs, c);
+    AdamWConfig c = config;
+    c.first_index = a;
+    ops_.adamw_update(model_.params().rows(a, a + n), rows(st.master, n),
+                      host_grads ? st.grads.rows(0, n) : model_.grads().rows(a, a + n), st.m.values.rows(0, n),
+                      st.v.values.rows(0, n), rows(st.m.scales, moment_blocks(n)),
+                      rows(st.v.scales, moment_blocks(n)), segs, c);
     ops_.wait_event(Q::download, ops_.record_event(Q::compute));
-    ops_.copy_async(m_host_.as<float>() + a, st.m.data, bytes, Q::download);
-    ops_.copy_async(v_host_.as<float>() + a, st.v.data, bytes, Q::download);
-    if (master) ops_.copy_async(master_host_.as<float>() + a, st.master.data, bytes, Q::download);
+    for (const Part& pt : state) ops_.copy_async(pt.host, pt.staging, pt.bytes, Q::download);
     st.free_event = last_download = ops_.record_event(Q::download);
   }
   if (last_download >= 0) ops_.wait_event(Q::compute, last_download);
@@ -158,7 +237,8 @@ OptimizerStep AdamW::step(double lr) {
   if (opt_.offload) {
     offloaded_update(c);
   } else {
-    ops_.adamw_update(model_.params(), master_, model_.grads(), m_, v_, Tensor(), Tensor(), segments_, c);
+    ops_.adamw_update(model_.params(), master_, model_.grads(), m_.values, v_.values, m_.scales, v_.scales,
+                      segments_, c);
   }
   steps_taken_++;
   return s;
@@ -176,24 +256,75 @@ void AdamW::upload(const Tensor& t, const std::vector<float>& host, const char* 
   ops_.upload_f32(t, host.data());
 }
 
-namespace {
-std::vector<float> host_copy(const Tensor& t) { return std::vector<float>(t.as<float>(), t.as<float>() + t.numel()); }
-}  // namespace
-
 // The host state may still be in flight (the offloaded update's downloads, queued asynchronously):
 // every access to it waits for the device first.
 std::vector<float> AdamW::host_state(const Tensor& t) const {
   ops_.synchronize();
-  return host_copy(t);
+  return std::vector<float>(t.as<float>(), t.as<float>() + t.numel());
 }
 
-namespace {
-void set_host(const Tensor& t, const std::vector<float>& v, const char* what) {
-  TK_CHECK(int64_t(v.size()) == t.numel(), "internal error: {} has {} values, the model has {} parameters", what,
-           v.size(), t.numel());
-  std::copy(v.begin(), v.end(), t.as<float>());
+// The bytes of a state tensor, on the device or (offloaded, once the device is done) in host memory.
+void AdamW::read_bytes(void* dst, const Tensor& t) const {
+  if (t.empty()) return;
+  ops_.synchronize();
+  if (opt_.offload) std::memcpy(dst, t.data, t.nbytes());
+  else ops_.download(dst, t.data, t.nbytes());
 }
-}  // namespace
+void AdamW::write_bytes(const Tensor& t, const void* src) {
+  if (t.empty()) return;
+  ops_.synchronize();
+  if (opt_.offload) std::memcpy(t.data, src, t.nbytes());
+  else ops_.upload(t.data, src, t.nbytes());
+  ops_.synchronize();
+}
+
+// A moment's values as f32: on the device the backend converts f32 and bf16; otherwise its bytes (and
+// block scales) come to the host and are decoded here.
+std::vector<float> AdamW::moment_f32(const Moment& mt) const {
+  const Tensor& t = mt.values;
+  if (!opt_.offload && (t.dtype == DType::F32 || t.dtype == DType::F64 || t.dtype == DType::BF16)) return download(t);
+  const int64_t n = t.numel();
+  std::vector<float> out(static_cast<size_t>(n)), scales(mt.scales.empty() ? 0 : size_t(mt.scales.numel()));
+  std::vector<uint8_t> raw(t.nbytes());
+  read_bytes(raw.data(), t);
+  read_bytes(scales.data(), mt.scales);
+  if (t.dtype == DType::F32) {
+    std::memcpy(out.data(), raw.data(), raw.size());
+  } else if (t.dtype == DType::BF16) {
+    const auto* b = reinterpret_cast<const uint16_t*>(raw.data());
+    for (int64_t i = 0; i < n; i++) out[size_t(i)] = moment_from_bf16(b[i]);
+  } else if (t.dtype == DType::I8) {
+    decode_int8_m(out.data(), reinterpret_cast<const int8_t*>(raw.data()), scales.data(), n);
+  } else {
+    decode_int8_v(out.data(), raw.data(), scales.data(), n);
+  }
+  return out;
+}
+
+// The inverse: narrow forms are encoded to nearest, which gives values that a narrow state decoded back
+// their bits.
+void AdamW::set_moment_f32(const Moment& mt, const std::vector<float>& values, const char* what) {
+  const Tensor& t = mt.values;
+  const int64_t n = t.numel();
+  TK_CHECK(int64_t(values.size()) == n, "internal error: {} has {} values, the model has {} parameters", what,
+           values.size(), n);
+  if (!opt_.offload && (t.dtype == DType::F32 || t.dtype == DType::F64 || t.dtype == DType::BF16))
+    return upload(t, values, what);
+  std::vector<uint8_t> raw(t.nbytes());
+  std::vector<float> scales(mt.scales.empty() ? 0 : size_t(mt.scales.numel()));
+  if (t.dtype == DType::F32) {
+    std::memcpy(raw.data(), values.data(), raw.size());
+  } else if (t.dtype == DType::BF16) {
+    auto* b = reinterpret_cast<uint16_t*>(raw.data());
+    for (int64_t i = 0; i < n; i++) b[i] = moment_to_bf16(values[size_t(i)]);
+  } else if (t.dtype == DType::I8) {
+    encode_int8_m(reinterpret_cast<int8_t*>(raw.data()), scales.data(), values.data(), n);
+  } else {
+    encode_int8_v(raw.data(), scales.data(), values.data(), n);
+  }
+  write_bytes(t, raw.data());
+  write_bytes(mt.scales, scales.data());
+}
 
 std::vector<float> AdamW::weights_f32() const {
   if (!master_host_.empty()) return host_state(master_host_);
@@ -203,25 +334,22 @@ std::vector<float> AdamW::weights_f32() const {
 void AdamW::set_weights_f32(const std::vector<float>& weights) {
   upload(model_.params(), weights, "weights");
   if (!master_host_.empty()) {
+    TK_CHECK(int64_t(weights.size()) == master_host_.numel(), "internal error: {} weights for {} parameters",
+             weights.size(), master_host_.numel());
     ops_.synchronize();
-    set_host(master_host_, weights, "weights");
+    std::copy(weights.begin(), weights.end(), master_host_.as<float>());
   } else if (!master_.empty()) {
     upload(master_, weights, "weights");
   }
 }
 
-std::vector<float> AdamW::exp_avg_f32() const { return opt_.offload ? host_state(m_host_) : download(m_); }
-std::vector<float> AdamW::exp_avg_sq_f32() const { return opt_.offload ? host_state(v_host_) : download(v_); }
+std::vector<float> AdamW::exp_avg_f32() const { return moment_f32(opt_.offload ? m_host_ : m_); }
+std::vector<float> AdamW::exp_avg_sq_f32() const { return moment_f32(opt_.offload ? v_host_ : v_); }
 
-void AdamW::set_state_f32(const std::vector<float>& exp_avg, const std::vector<float>& exp_avg_sq, int64_t steps_taken) {
-  if (opt_.offload) {
-    ops_.synchronize();
-    set_host(m_host_, exp_avg, "exp_avg");
-    set_host(v_host_, exp_avg_sq, "exp_avg_sq");
-  } else {
-    upload(m_, exp_avg, "exp_avg");
-    upload(v_, exp_avg_sq, "exp_avg_sq");
-  }
+void AdamW::set_state_f32(const std::vector<float>& exp_avg, const std::vector<float>& exp_avg_sq,
+                          int64_t steps_taken) {
+  set_moment_f32(opt_.offload ? m_host_ : m_, exp_avg, "exp_avg");
+  set_moment_f32(opt_.offload ? v_host_ : v_, exp_avg_sq, "exp_avg_sq");
   steps_taken_ = steps_taken;
 }
 

@@ -1,9 +1,10 @@
-// AdamW for one model: its moment buffers (and fp32 master weights when the backend's weights are
-// bf16) allocated once at start, gradient clipping by the global norm, and the host round trip of
-// that state that checkpoints need.
+// AdamW for one model: its moment buffers (f32, bf16 or int8) and fp32 master weights when the backend's
+// weights are bf16, allocated once at start; gradient clipping by the global norm; and the host round trip
+// of that state that checkpoints need (always as f32 values).
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "model/model.h"
@@ -11,13 +12,23 @@
 
 namespace tk {
 
+// How m and v are stored (train --moments): ops.h adamw_update gives the exact forms.
+enum class MomentPrecision { F32, BF16, Int8 };
+MomentPrecision parse_moments(const std::string& name);  // "f32", "bf16" or "int8"
+const char* moments_name(MomentPrecision p);
+// Bytes per parameter of m and v together: 8, 4, or 2 plus the block scales.
+double moment_bytes_per_param(MomentPrecision p);
+// The offload chunk actually used: a whole number of int8 blocks, at least one.
+int64_t offload_chunk_elements(int64_t requested);
+
 struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
   double max_grad_norm = 1.0;  // clip to this global norm; <= 0 disables clipping
+  MomentPrecision moments = MomentPrecision::F32;
   // Offload: m, v and the master weights live in (page-locked) host memory; each step streams them through
   // two sets of device staging buffers in chunks of this many elements, the upload of one chunk, the
   // update of the one before and the download of the one before that overlapping (results bitwise the
-  // same as on the device).
+  // same as on the device). The chunk is rounded down to whole int8 blocks.
   bool offload = false;
   int64_t offload_chunk = int64_t(16) << 20;
 };
@@ -43,34 +54,49 @@ class AdamW {
 
   bool has_master_weights() const { return !master_.empty() || !master_host_.empty(); }
   bool offloaded() const { return opt_.offload; }
-  size_t state_bytes() const;       // on the device: m, v and master weights, or the offload staging
+  MomentPrecision moments() const { return opt_.moments; }
+  size_t state_bytes() const;       // on the device: m, v (and scales) and master weights, or the offload staging
   size_t host_state_bytes() const;  // in host memory when offloaded (else 0)
 
   // Weights at full precision: the master weights when held, else the parameters (layout order).
   std::vector<float> weights_f32() const;
   // Sets the parameters (and the master weights when held) from fp32 values, e.g. loaded weights.
   void set_weights_f32(const std::vector<float>& weights);
+  // m and v as f32 values (narrow moments decoded exactly).
   std::vector<float> exp_avg_f32() const;     // m
   std::vector<float> exp_avg_sq_f32() const;  // v
-  // Restores m, v and the step count saved by a checkpoint.
+  // Restores m, v and the step count saved by a checkpoint (narrow moments encoded to nearest: values that
+  // a narrow state of the same precision saved come back as the same bits).
   void set_state_f32(const std::vector<float>& exp_avg, const std::vector<float>& exp_avg_sq, int64_t steps_taken);
 
  private:
-  Tensor allocate(DType dtype, const char* label, int64_t n = -1);
-  Tensor allocate_host(const char* label);
+  // One moment's buffers: values or codes, and the block scales of int8.
+  struct Moment {
+    Tensor values, scales;
+  };
+  Tensor allocate(DType dtype, const char* label, int64_t n);
+  Tensor allocate_host(DType dtype, const char* label, int64_t n);
+  Moment allocate_moment(DType dtype, const char* label, const char* scales_label, int64_t n, bool host);
   void offloaded_update(const AdamWConfig& c);
   std::vector<float> download(const Tensor& t) const;
   std::vector<float> host_state(const Tensor& t) const;
   void upload(const Tensor& t, const std::vector<float>& host, const char* what);
+  void read_bytes(void* dst, const Tensor& t) const;
+  void write_bytes(const Tensor& t, const void* src);
+  std::vector<float> moment_f32(const Moment& mt) const;
+  void set_moment_f32(const Moment& mt, const std::vector<float>& values, const char* what);
 
   Model& model_;
   Ops& ops_;
   AdamWOptions opt_;
   std::vector<ParamSegment> segments_;
-  Tensor m_, v_, master_;                     // on the device (not offloaded)
-  Tensor m_host_, v_host_, master_host_;      // f32 [P] in host memory when offloaded
+  Moment m_, v_;                              // on the device (not offloaded)
+  Tensor master_;
+  Moment m_host_, v_host_;                    // [P] in host memory when offloaded
+  Tensor master_host_;
   struct Stage {                              // one chunk's staging on the device (offloaded)
-    Tensor m, v, master, grads;               // grads: when the model's gradients are in host memory
+    Moment m, v;
+    Tensor master, grads;                     // grads: when the model's gradients are in host memory
     int free_event = -1;                      // the download that last read it (-1: none yet)
   };
   Stage stage_[2];

@@ -32,7 +32,7 @@
 namespace tk {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, model, data, out, tokenizer, device, batch, seq,
-                                                batch_tokens, doc_mask, recompute, offload, offload_chunk, memory_budget, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
+                                                batch_tokens, doc_mask, recompute, offload, offload_chunk, moments, memory_budget, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
                                                 decay_fraction, beta1, beta2, adam_eps, weight_decay, grad_clip, seed,
                                                 eval_every, eval_tokens, save_every, keep_checkpoints, peak_tflops)
 
@@ -70,7 +70,7 @@ using Clock = std::chrono::steady_clock;
 // Flags whose change makes a resumed run differ from the one it continues.
 const char* const kRecipeKeys[] = {"model", "data", "batch", "seq", "batch_tokens", "doc_mask", "vocab_size", "steps",
                                    "lr", "min_lr_ratio", "warmup", "schedule", "decay_fraction", "beta1",
-                                   "beta2", "adam_eps", "weight_decay", "grad_clip", "seed"};
+                                   "beta2", "adam_eps", "weight_decay", "grad_clip", "seed", "moments"};
 
 // ---- stopping on SIGINT / SIGTERM -------------------------------------------------------------
 
@@ -302,6 +302,7 @@ void TrainingRun::resolve_config() {
   schedule_.min_lr_ratio = cfg_.min_lr_ratio;
   schedule_.decay_fraction = cfg_.decay_fraction;
   schedule_.validate();
+  parse_moments(cfg_.moments);  // a misspelt --moments fails before any work
   TK_CHECK(cfg_.eval_every >= 0 && cfg_.eval_tokens >= 0 && cfg_.save_every >= -1,
            "--eval-every and --eval-tokens must not be negative, --save-every not below -1");
 
@@ -393,6 +394,7 @@ void TrainingRun::build_model() {
   ao.max_grad_norm = cfg_.grad_clip;
   ao.offload = cfg_.offload != "none";
   ao.offload_chunk = cfg_.offload_chunk;
+  ao.moments = parse_moments(cfg_.moments);
   optimizer_ = std::make_unique<AdamW>(*model_, ao);
   if (!source_.weights_path.empty()) {
     log::info("loading weights from {}", source_.weights_path);
@@ -459,9 +461,10 @@ void TrainingRun::print_plan() const {
              format_count(double(global_batch_tokens_) * double(cfg_.steps)));
   fmt::print("backend {} on {}; {:.3g} GFLOP per token; {}\n", ops.name(), throughput_->device().name,
              throughput_->model_flops_per_token() / 1e9, throughput_->peak_description());
-  fmt::print("memory plan: parameters {} ({}), gradients {} ({}), optimizer {} (m, v{}), activations {}; total {}\n",
+  fmt::print("memory plan: parameters {} ({}), gradients {} ({}), optimizer {} ({} m, v{}), activations {}; total {}\n",
              format_bytes(params), dtype_name(ops.act_dtype()), format_bytes(grads), dtype_name(ops.grad_dtype()),
-             format_bytes(opt), optimizer_->has_master_weights() ? ", fp32 master weights" : "", format_bytes(acts),
+             format_bytes(opt), moments_name(optimizer_->moments()),
+             optimizer_->has_master_weights() ? ", fp32 master weights" : "", format_bytes(acts),
              format_bytes(params + grads + opt + acts));
   if (optimizer_->offloaded())
     fmt::print("offload: {} of optimizer state in host memory; the optimizer figure above is its device staging\n",
@@ -640,6 +643,7 @@ void TrainingRun::apply_memory_budget() {
   const double budget = parse_bytes(cfg_.memory_budget);
   PlanTarget target;
   target.offload_chunk = cfg_.offload_chunk;
+  target.moments = parse_moments(cfg_.moments);
   target.host_memory_limit = local_host_memory_limit();
   target.doc_mask = cfg_.doc_mask;
   target.peak_flops = describe_device(true, cfg_.peak_tflops * 1e12).peak_flops;

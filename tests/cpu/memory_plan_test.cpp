@@ -95,6 +95,42 @@ TEST(MemoryPlan, DocumentMaskingAddsTheAttentionBiasAndItsSegmentIds) {
   EXPECT_NEAR(masked.total_bytes - plain.total_bytes, 8.0 * 2050 * 2056 * 2 + (8.0 * 2050 + 8) * 4, 1.0);
 }
 
+// Moments precision: m and v take 4, 2 or 1 byte a parameter (int8 adds the block scales), on the device
+// or, offloaded, in host memory with chunk staging of the same precision; smaller moments let a tight
+// budget keep more on the device.
+TEST(MemoryPlan, MomentPrecisionSetsTheOptimizerRows) {
+  const ModelConfig cfg = preset("qwen2.5-0.5b");
+  const int64_t params = ParamLayout::build(cfg).total;
+  const double P = double(params);
+  PlanTarget gpu;
+  for (MomentPrecision m : {MomentPrecision::F32, MomentPrecision::BF16, MomentPrecision::Int8}) {
+    SCOPED_TRACE(moments_name(m));
+    gpu.moments = m;
+    const double bytes = m == MomentPrecision::F32 ? 4 : m == MomentPrecision::BF16 ? 2 : 1;
+    const double scales = m == MomentPrecision::Int8 ? 8.0 * double((params + 255) / 256) : -1;
+    const MemoryPlan device = plan_memory(cfg, 8, 2048, 1, Recompute(), gpu);
+    EXPECT_EQ(device.moments, m);
+    EXPECT_EQ(row(device, "AdamW first moments"), bytes * P);
+    EXPECT_EQ(row(device, "AdamW second moments"), bytes * P);
+    EXPECT_EQ(row(device, "AdamW int8 block scales"), scales);
+    EXPECT_EQ(row(device, "fp32 master weights"), 4 * P);
+    gpu.offload_chunk = 1000;  // rounded down to whole int8 blocks, as the optimizer does; two staging sets
+    const MemoryPlan offload = plan_memory(cfg, 8, 2048, 1, Recompute(), gpu, true);
+    EXPECT_EQ(row(offload, "AdamW first moments (host)"), bytes * P);
+    EXPECT_EQ(row(offload, "offload staging: m chunks"), 2 * bytes * 768);
+    EXPECT_EQ(row(offload, "offload staging: master weight chunks"), 2 * 4.0 * 768);
+    EXPECT_EQ(row(offload, "offload staging: int8 block scale chunks"), scales < 0 ? -1 : 2 * 8.0 * 3);
+    gpu.offload_chunk = PlanTarget().offload_chunk;
+  }
+  gpu.moments = MomentPrecision::F32;
+  const double f32_total = plan_memory(cfg, 8, 2048, 1, Recompute(), gpu).total_bytes;
+  gpu.moments = MomentPrecision::Int8;
+  EXPECT_EQ(f32_total - plan_memory(cfg, 8, 2048, 1, Recompute(), gpu).total_bytes,
+            6 * P - 8.0 * double((params + 255) / 256));
+  EXPECT_EQ(parse_moments("bf16"), MomentPrecision::BF16);
+  EXPECT_THROW(parse_moments("fp8"), Error);
+}
+
 TEST(MemoryPlan, SizesParse) {
   EXPECT_EQ(parse_bytes("16GiB"), 16.0 * (1ull << 30));
   EXPECT_EQ(parse_bytes("24 GB"), 24e9);
