@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -36,6 +37,19 @@ std::vector<float> spread(Rng& rng, int64_t n, double decades, bool signed_value
     if (signed_values && rng.uniform(0, 1) < 0.5) e = -e;
   }
   return x;
+}
+
+// The encoding rules of moment_codec.h written out with a bisection (what the device runs).
+template <class Bisect>
+int pick_nearest_reference(const float* values, const float* mid, int n, float u, Bisect bisect) {
+  const int i = bisect(values, n, u);
+  return i + 1 < n && u > mid[i] ? i + 1 : i;
+}
+template <class Bisect>
+int pick_stochastic_reference(const float* values, int n, float u, float noise, Bisect bisect) {
+  const int i = bisect(values, n, u);
+  if (i + 1 >= n) return i;
+  return noise < (u - values[i]) / (values[i + 1] - values[i]) ? i + 1 : i;
 }
 
 TEST(MomentCodec, CodeBooksAreAscendingLogarithmicAndEndAtOne) {
@@ -115,6 +129,38 @@ TEST(MomentCodec, RoundTripErrorBoundsAndExactness) {
   EXPECT_EQ(vq2, vq);
   EXPECT_EQ(ms2, ms);
   EXPECT_EQ(vs2, vs);
+}
+
+// The host finds a code from a guess and the device by bisection: the same entry for any u, including
+// codes themselves, midpoints, the ends and values far below the books' ranges.
+TEST(MomentCodec, HostSearchFindsWhatBisectionFinds) {
+  const MomentCodeBook& b = moment_code_book();
+  auto bisect = [](const float* values, int n, float u) {
+    int i = 0;
+    for (int step = 128; step > 0; step >>= 1)
+      if (i + step < n && values[i + step] <= u) i += step;
+    return i;
+  };
+  Rng rng(6);
+  std::vector<float> us = {0.f, -0.f, 1.f, -1.f, 1e-30f, -1e-30f, 1e-45f};
+  for (int i = 0; i < kMCodes; i++) us.push_back(b.m[i]);
+  for (int i = 0; i + 1 < kMCodes; i++) us.push_back(b.m_mid[i]), us.push_back(std::nextafter(b.m_mid[i], 2.f));
+  for (int i = 0; i < kVCodes; i++) us.push_back(b.v[i]);
+  for (int i = 0; i + 1 < kVCodes; i++) us.push_back(b.v_mid[i]), us.push_back(std::nextafter(b.v_mid[i], 2.f));
+  for (int k = 0; k < 200000; k++) {
+    const float u = float(std::pow(10.0, -15 * rng.uniform(0, 1)));
+    us.push_back(u);
+    us.push_back(-u);
+  }
+  for (float u : us) {
+    const float um = std::clamp(u, -1.f, 1.f), uv = std::clamp(std::abs(u), 0.f, 1.f);
+    ASSERT_EQ(encode_m(b, um, 1.f, -1.f), pick_nearest_reference(b.m, b.m_mid, kMCodes, um, bisect) - 127) << um;
+    ASSERT_EQ(encode_m(b, um, 1.f, 0.37f), pick_stochastic_reference(b.m, kMCodes, um, 0.37f, bisect) - 127) << um;
+    const int v_near = pick_nearest_reference(b.v, b.v_mid, kVCodes, uv, bisect);
+    const int v_sr = pick_stochastic_reference(b.v, kVCodes, uv, 0.37f, bisect);
+    ASSERT_EQ(encode_v(b, uv, 1.f, -1.f), uv > 0 ? std::max(1, v_near) : v_near) << uv;
+    ASSERT_EQ(encode_v(b, uv, 1.f, 0.37f), uv > 0 ? std::max(1, v_sr) : v_sr) << uv;
+  }
 }
 
 // Values so small that their decoded form would be subnormal are 0, so that decoded values are exact.
