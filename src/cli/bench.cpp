@@ -21,6 +21,7 @@ namespace {
 struct BenchOptions {
   std::string model = "tiny";
   std::string device = "auto";
+  std::string moments = "f32";
   int batch = 8, seq = 2048, steps = 10, warmup = 3;
   uint64_t seed = 1;
   bool json = false;
@@ -49,7 +50,9 @@ int run_bench(const BenchOptions& o) {
   const size_t mem_before = tk::memory_in_use_bytes(be.gpu);
   tk::Model model(cfg, *be.ops, tk::ModelOptions{o.batch, o.seq, false});
   model.init_params(o.seed);
-  tk::AdamW opt(model, tk::AdamWOptions{});
+  tk::AdamWOptions adam;
+  adam.moments = tk::parse_moments(o.moments);
+  tk::AdamW opt(model, adam);
   std::vector<std::vector<int32_t>> store;
   auto batches = random_batches(o.batch, o.seq, cfg.vocab_size, o.seed + 1, store);
   const float grad_scale = 1.0f / float(int64_t(o.batch) * o.seq);
@@ -109,6 +112,8 @@ tk::cli::Command bench_cmd("bench", "Time full training steps of a model shape o
                              app.add_option("--steps", o->steps, "Timed steps")->capture_default_str();
                              app.add_option("--warmup", o->warmup, "Untimed steps first")->capture_default_str();
                              app.add_option("--seed", o->seed, "Seed of weights and tokens")->capture_default_str();
+                             app.add_option("--moments", o->moments, "AdamW's m and v: f32, bf16 or int8")
+                                 ->capture_default_str();
                              app.add_flag("--json", o->json, "Print one JSON row (the peer benchmark's fields)");
                              return [o] { return run_bench(*o); };
                            });

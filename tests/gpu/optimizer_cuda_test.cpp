@@ -74,7 +74,7 @@ State train(Ops& ops, MomentPrecision moments, bool offload, int from, int to, c
     HostBatch data(kB, kT, cfg.vocab_size, 100 + uint64_t(step));
     model.zero_grads();
     s.losses.push_back(model.forward_backward(data.batch, 1.0f / float(kB * kT)).sum);
-    opt.step(1e-3);
+    opt.step(2e-3);
   }
   s.weights = opt.weights_f32();
   s.m = opt.exp_avg_f32();
@@ -117,7 +117,7 @@ TEST(OptimizerCuda, MomentsOnDeviceOffloadedAndRestoredGiveTheSameBits) {
       num += (d - d_ref) * (d - d_ref);
       den += d_ref * d_ref;
     }
-    EXPECT_LE(std::sqrt(num / den), moments == MomentPrecision::BF16 ? 0.02 : 0.1);
+    EXPECT_LE(std::sqrt(num / den), moments == MomentPrecision::BF16 ? 0.02 : 0.15);
   }
 }
 
