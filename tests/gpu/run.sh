@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU machine, in one call: build tokamak for sm_90, then the steps asked
 # for (default all): tests (ctest -L gpu), hf (comparison with transformers), kernels (fused-kernel
-# bandwidth), fixtures (tokenizer fixtures from python tokenizers/tiktoken), bench (tokamak vs the
-# PyTorch peer). Usage: tests/gpu/run.sh [step,step...] [test-regex]. Logs under $OUT.
+# bandwidth), moments (bf16 and int8 AdamW moments against f32), fixtures (tokenizer fixtures from
+# python tokenizers/tiktoken), bench (tokamak vs the PyTorch peer). Usage: tests/gpu/run.sh
+# [step,step...] [test-regex]. Logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 # Every log goes to $LOGS; at the end they are packed into $OUT/logs.tgz with the few files worth
@@ -17,7 +18,7 @@ pack() {
   [ -f "$OUT/gpu-run/report.html" ] && cp "$OUT/gpu-run/report.html" "$RESULTS/report-gpu.html"
 }
 trap pack EXIT
-STEPS=${1:-tests,hf,kernels,curve,report,profile,needless,plan,offload,budget,ncu,fixtures,bench}
+STEPS=${1:-tests,hf,kernels,curve,moments,report,profile,needless,plan,offload,budget,ncu,fixtures,bench}
 REGEX=${2:-.}
 source tests/gpu/env.sh
 BUILD=build-gpu
@@ -68,6 +69,31 @@ if has curve && [ -f data/brown/meta.json ]; then
   python3 tests/gpu/curve.py "$OUT/curve-doc-cpu" "$OUT/curve-doc-cuda" "$OUT/curve-doc-cuda2" \
     | tee "$OUT/curve-doc.txt" | tail -3
   echo "curve: $(( $(date +%s) - start ))s"; pack
+fi
+if has moments && [ -f data/brown/meta.json ]; then
+  # AdamW moments in bf16 and int8 against f32 on CUDA: the tiny model's curve on Brown (last 50 steps'
+  # mean loss), then a 1B model's step time and peak memory.
+  MOM=(train --data data/brown --model tiny --batch 4 --seq 128 --steps 300 --lr 3e-3 --warmup 10
+       --eval-every 0 --eval-tokens 0 --save-every 0 --seed 7 --overwrite --device cuda)
+  for m in f32 bf16 int8; do
+    $BUILD/tokamak "${MOM[@]}" --moments $m --out "$OUT/moments-$m" > "$OUT/moments-$m.log" 2>&1 \
+      || tail -3 "$OUT/moments-$m.log"
+  done
+  python3 - "$OUT" <<'PY' | tee "$OUT/moments.txt"
+import json, sys
+def tail_mean(m):
+    rows = [json.loads(l) for l in open(f"{sys.argv[1]}/moments-{m}/log.jsonl")]
+    rows = [r for r in rows if "loss" in r and "val_loss" not in r and r.get("type", "train") == "train"]
+    return sum(r["loss"] for r in rows[-50:]) / len(rows[-50:])
+ref = tail_mean("f32")
+for m in ("bf16", "int8"):
+    print(f"moments {m}: last 50 steps mean loss {tail_mean(m):.4f} vs f32 {ref:.4f} ({tail_mean(m) - ref:+.4f})")
+PY
+  for m in f32 bf16 int8; do
+    echo "bench llama3.2-1b --moments $m: $($BUILD/tokamak bench --model llama3.2-1b --batch 8 --seq 2048 \
+      --device cuda --moments $m 2>&1 | tail -1)"
+  done | tee -a "$OUT/moments.txt"
+  echo "moments: $(( $(date +%s) - start ))s"; pack
 fi
 if has report && [ -f data/brown/meta.json ]; then
   # A GPU run for the report: train, then profile into the same run directory, then the page.
