@@ -191,10 +191,12 @@ MemoryPlan choose_plan(const ModelConfig& cfg, int max_B, int T, int64_t global_
     if (p.total_bytes < smallest->total_bytes) smallest = &p;
   if (smallest->total_bytes <= budget_bytes)  // only the host memory stood in the way
     fail("{} fits {} on the device only by offloading, which needs {} of page-locked host memory (micro-batch {} x "
-         "{}, recompute {}, offload {}); this machine allows {} (80% of its memory); lower-precision optimizer state "
-         "(--moments) or more host memory would be needed",
+         "{}, recompute {}, offload {}, {} moments); this machine allows {} (80% of its memory); {}more host memory "
+         "would be needed",
          cfg.name, human(budget_bytes), human(smallest->host_bytes), smallest->B, smallest->T,
-         smallest->recompute.describe(), smallest->offload_name(), human(target.host_memory_limit));
+         smallest->recompute.describe(), smallest->offload_name(), moments_name(target.moments),
+         human(target.host_memory_limit),
+         target.moments == MomentPrecision::Int8 ? "" : "narrower optimizer moments (--moments bf16 or int8) or ");
   const PlanRow* top = nullptr;  // the largest part on the device
   for (const PlanRow& r : smallest->rows)
     if (!r.host && (!top || r.bytes > top->bytes)) top = &r;
