@@ -302,6 +302,11 @@ void SafeTensorsWriter::add_f32_as_bf16(const std::string& name, std::vector<int
 
 void SafeTensorsWriter::set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
 
+void SafeTensorsWriter::add_generated(const std::string& name, const std::string& dtype, std::vector<int64_t> shape,
+                                      size_t nbytes, std::function<void(void* dst)> generate) {
+  add_entry(name, dtype, std::move(shape), nbytes).generate = std::move(generate);
+}
+
 void SafeTensorsWriter::write(const std::string& path) const {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata_.empty()) header["__metadata__"] = metadata_;
@@ -317,7 +322,16 @@ void SafeTensorsWriter::write(const std::string& path) const {
   fs::AtomicFile file(path);
   file.write(&header_len, 8);
   file.write(text);
-  for (const Entry& e : entries_) file.write(e.bytes(), e.nbytes);
+  std::vector<uint8_t> made;
+  for (const Entry& e : entries_) {
+    if (e.generate) {
+      made.resize(e.nbytes);
+      e.generate(made.data());
+      file.write(made.data(), e.nbytes);
+    } else {
+      file.write(e.bytes(), e.nbytes);
+    }
+  }
   file.commit();
 }
 

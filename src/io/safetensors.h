@@ -3,6 +3,7 @@
 // writer builds one in memory order and writes it atomically.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -45,6 +46,10 @@ class SafeTensorsWriter {
   // of a large model, which a copy would double in memory).
   void add_borrowed(const std::string& name, const std::string& dtype, std::vector<int64_t> shape, const void* data,
                     size_t nbytes);
+  // Bytes made only when write() reaches the tensor, into a buffer of nbytes that is freed after it: the
+  // file's tensors never need to be in memory all at once (a 7B model's optimizer state is 61 GB).
+  void add_generated(const std::string& name, const std::string& dtype, std::vector<int64_t> shape, size_t nbytes,
+                     std::function<void(void* dst)> generate);
   void add_f32(const std::string& name, std::vector<int64_t> shape, const float* data);
   // float32 data stored as BF16 (round to nearest even).
   void add_f32_as_bf16(const std::string& name, std::vector<int64_t> shape, const float* data);
@@ -58,6 +63,7 @@ class SafeTensorsWriter {
     std::vector<int64_t> shape;
     std::vector<uint8_t> owned;        // the bytes, copied by add()
     const void* borrowed = nullptr;    // or the caller's bytes (add_borrowed)
+    std::function<void(void*)> generate;  // or made at write time (add_generated)
     size_t nbytes = 0;
     const void* bytes() const { return borrowed ? borrowed : owned.data(); }
   };

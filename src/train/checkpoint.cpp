@@ -63,21 +63,28 @@ void rename_or_fail(const std::string& from, const std::string& to) {
 
 std::string shape_str(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
-void write_model_weights(const std::string& path, const ParamLayout& layout, const std::vector<float>& weights) {
+// Both files are written a tensor at a time, each made from the optimizer's state as the write reaches it.
+void write_model_weights(const std::string& path, const ParamLayout& layout, const AdamW& optimizer) {
   SafeTensorsWriter w;
   w.set_metadata("format", "pt");
   for (const ParamInfo& p : layout.params)
-    w.add_borrowed(p.name, "F32", p.shape, weights.data() + p.offset, size_t(p.numel) * sizeof(float));
+    w.add_generated(p.name, "F32", p.shape, size_t(p.numel) * sizeof(float), [&optimizer, p](void* dst) {
+      optimizer.weights_f32(p.offset, p.numel, static_cast<float*>(dst));
+    });
   w.write(path);
 }
 
 void write_optimizer_state(const std::string& path, const ParamLayout& layout, const AdamW& optimizer) {
-  const std::vector<float> m = optimizer.exp_avg_f32(), v = optimizer.exp_avg_sq_f32();
   SafeTensorsWriter w;
   w.set_metadata("format", "pt");
   for (const ParamInfo& p : layout.params) {
-    w.add_borrowed(kExpAvg + p.name, "F32", p.shape, m.data() + p.offset, size_t(p.numel) * sizeof(float));
-    w.add_borrowed(kExpAvgSq + p.name, "F32", p.shape, v.data() + p.offset, size_t(p.numel) * sizeof(float));
+    const size_t bytes = size_t(p.numel) * sizeof(float);
+    w.add_generated(kExpAvg + p.name, "F32", p.shape, bytes, [&optimizer, p](void* dst) {
+      optimizer.exp_avg_f32(p.offset, p.numel, static_cast<float*>(dst));
+    });
+    w.add_generated(kExpAvgSq + p.name, "F32", p.shape, bytes, [&optimizer, p](void* dst) {
+      optimizer.exp_avg_sq_f32(p.offset, p.numel, static_cast<float*>(dst));
+    });
   }
   w.write(path);
 }
@@ -174,7 +181,7 @@ std::string save_checkpoint(const std::string& run_dir, const Model& model, cons
   if (ec) fail("cannot create the checkpoint directory {}: {}", tmp, ec.message());
 
   fs::write_file_atomic(join_path(tmp, "config.json"), model.config().to_hf_json().dump(2) + "\n");
-  write_model_weights(join_path(tmp, "model.safetensors"), model.layout(), optimizer.weights_f32());
+  write_model_weights(join_path(tmp, "model.safetensors"), model.layout(), optimizer);
   write_optimizer_state(join_path(tmp, "optimizer.safetensors"), model.layout(), optimizer);
   // Written last: a directory without it is not a checkpoint (is_checkpoint).
   fs::write_file_atomic(join_path(tmp, "trainer_state.json"), state.to_json().dump(2) + "\n");

@@ -93,7 +93,9 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, c
   p.T = T;
   p.accumulation = accumulation;
   p.recompute = r;
-  ModelOptions o{B, T, false};
+  ModelOptions o;
+  o.B = B;
+  o.T = T;
   o.recompute = r;
   o.offload_grads = p.offload_grads;
   const DType act = target.gpu ? DType::BF16 : DType::F32;

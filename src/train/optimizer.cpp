@@ -86,8 +86,9 @@ AdamW::AdamW(Model& model, const AdamWOptions& opt)
     if (model.grads_on_host()) host_ops_ = make_cpu_ops(DType::F32);
     if (master) {
       master_host_ = allocate_host(DType::F32, "fp32 master weights (host)", P);
-      const std::vector<float> w = model_.params_f32();
-      std::copy(w.begin(), w.end(), master_host_.as<float>());
+      // Straight into the page-locked copy: a temporary [P] vector would add 4 bytes a parameter (28 GiB
+      // for a 7B model) to the host's peak.
+      ops_.download_f32(master_host_.as<float>(), model_.params());
     }
     return;
   }
@@ -301,6 +302,33 @@ std::vector<float> AdamW::moment_f32(const Moment& mt) const {
   return out;
 }
 
+void AdamW::moment_range_f32(const Moment& mt, int64_t offset, int64_t n, float* out) const {
+  const Tensor& t = mt.values;
+  TK_CHECK(offset >= 0 && n >= 0 && offset + n <= t.numel(), "internal error: moments [{}, {}) of {}", offset,
+           offset + n, t.numel());
+  if (!opt_.offload) {
+    if (t.dtype == DType::I8 || t.dtype == DType::U8) {  // int8 on the device: decoded whole (the state fits)
+      const std::vector<float> all = moment_f32(mt);
+      std::memcpy(out, all.data() + offset, size_t(n) * sizeof(float));
+    } else {
+      ops_.download_f32(out, t.rows(offset, offset + n));
+    }
+    return;
+  }
+  ops_.synchronize();  // the offloaded update's downloads
+  const MomentCodeBook& book = moment_code_book();
+  const float* scales = mt.scales.empty() ? nullptr : mt.scales.as<float>();
+  for (int64_t i = 0; i < n; i++) {
+    const int64_t j = offset + i;
+    switch (t.dtype) {
+      case DType::F32: out[i] = t.as<float>()[j]; break;
+      case DType::BF16: out[i] = moment_from_bf16(static_cast<const uint16_t*>(t.data)[j]); break;
+      case DType::I8: out[i] = decode_m(book, static_cast<const int8_t*>(t.data)[j], scales[j / kMomentBlock]); break;
+      default: out[i] = decode_v(book, static_cast<const uint8_t*>(t.data)[j], scales[j / kMomentBlock]); break;
+    }
+  }
+}
+
 // The inverse: narrow forms are encoded to nearest, which gives values that a narrow state decoded back
 // their bits.
 void AdamW::set_moment_f32(const Moment& mt, const std::vector<float>& values, const char* what) {
@@ -341,6 +369,23 @@ void AdamW::set_weights_f32(const std::vector<float>& weights) {
   } else if (!master_.empty()) {
     upload(master_, weights, "weights");
   }
+}
+
+void AdamW::weights_f32(int64_t offset, int64_t n, float* out) const {
+  if (!master_host_.empty()) {
+    ops_.synchronize();
+    std::memcpy(out, master_host_.as<float>() + offset, size_t(n) * sizeof(float));
+  } else {
+    ops_.download_f32(out, (!master_.empty() ? master_ : model_.params()).rows(offset, offset + n));
+  }
+}
+
+void AdamW::exp_avg_f32(int64_t offset, int64_t n, float* out) const {
+  moment_range_f32(opt_.offload ? m_host_ : m_, offset, n, out);
+}
+
+void AdamW::exp_avg_sq_f32(int64_t offset, int64_t n, float* out) const {
+  moment_range_f32(opt_.offload ? v_host_ : v_, offset, n, out);
 }
 
 std::vector<float> AdamW::exp_avg_f32() const { return moment_f32(opt_.offload ? m_host_ : m_); }

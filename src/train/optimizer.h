@@ -63,6 +63,11 @@ class AdamW {
   // Sets the parameters (and the master weights when held) from fp32 values, e.g. loaded weights.
   void set_weights_f32(const std::vector<float>& weights);
   // m and v as f32 values (narrow moments decoded exactly).
+  // The same for the run [offset, offset + n) of the layout, into out: checkpoints write a tensor at a time,
+  // so that the whole state is never copied at once (a 7B model's weights, m and v are 91 GB as f32).
+  void weights_f32(int64_t offset, int64_t n, float* out) const;
+  void exp_avg_f32(int64_t offset, int64_t n, float* out) const;
+  void exp_avg_sq_f32(int64_t offset, int64_t n, float* out) const;
   std::vector<float> exp_avg_f32() const;     // m
   std::vector<float> exp_avg_sq_f32() const;  // v
   // Restores m, v and the step count saved by a checkpoint (narrow moments encoded to nearest: values that
@@ -84,6 +89,7 @@ class AdamW {
   void read_bytes(void* dst, const Tensor& t) const;
   void write_bytes(const Tensor& t, const void* src);
   std::vector<float> moment_f32(const Moment& mt) const;
+  void moment_range_f32(const Moment& mt, int64_t offset, int64_t n, float* out) const;
   void set_moment_f32(const Moment& mt, const std::vector<float>& values, const char* what);
 
   Model& model_;
