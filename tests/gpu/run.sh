@@ -18,7 +18,7 @@ pack() {
   [ -f "$OUT/gpu-run/report.html" ] && cp "$OUT/gpu-run/report.html" "$RESULTS/report-gpu.html"
 }
 trap pack EXIT
-STEPS=${1:-tests,hf,kernels,curve,moments,report,profile,needless,plan,offload,budget,ncu,fixtures,bench}
+STEPS=${1:-tests,hf,kernels,curve,moments,report,profile,needless,plan,offload,budget,seven,ncu,fixtures,bench}
 REGEX=${2:-.}
 source tests/gpu/env.sh
 BUILD=build-gpu
@@ -175,6 +175,16 @@ PY
     done
   done | tee "$OUT/budget.txt"
   echo "budget: $(( $(date +%s) - start ))s"; pack
+fi
+if has seven && [ -f data/brown/meta.json ]; then
+  # Issue 6's 7B bar: a Qwen2.5-7B shape within 24 GiB (the plan picks gradient offload; bf16 moments keep the
+  # pinned host state at 85 GiB of this machine's 128).
+  $BUILD/tokamak train --data data/brown --model qwen2.5-7b --batch 8 --seq 2048 --batch-tokens 16384 --steps 3 \
+    --warmup 1 --eval-tokens 0 --save-every -1 --device cuda --memory-budget 24GiB --moments ${SEVEN_MOMENTS:-bf16} \
+    --out /tmp/seven-run --overwrite > "$OUT/seven.log" 2>&1 || tail -5 "$OUT/seven.log"
+  grep -E "memory budget|^step|offload" "$OUT/seven.log" | cut -c1-160
+  grep -A22 "memory held" "$OUT/seven.log" | head -24
+  echo "seven: $(( $(date +%s) - start ))s"; pack
 fi
 if has plan && [ -f data/brown/meta.json ]; then
   # Recompute policies and --memory-budget on the 1B shape: measured peak and tokens/s against the plan.
