@@ -89,10 +89,11 @@ void write_optimizer_state(const std::string& path, const ParamLayout& layout, c
   w.write(path);
 }
 
-// Reads one per-parameter tensor of the optimizer file into its place in a flat buffer.
-void read_state_tensor(const SafeTensorsFile& f, const std::string& name, const ParamInfo& p, float* flat) {
+// Reads one per-parameter tensor of a checkpoint file into its place in a flat buffer.
+void read_state_tensor(const SafeTensorsFile& f, const std::string& name, const ParamInfo& p, float* flat,
+                       const char* what = "the optimizer state") {
   const SafeTensorInfo* t = f.find(name);
-  TK_CHECK(t, "{} has no tensor {}: the optimizer state is incomplete", f.path(), name);
+  TK_CHECK(t, "{} has no tensor {}: {} is incomplete", f.path(), name, what);
   TK_CHECK(t->shape == p.shape, "{}: tensor {} has shape {} but the model's {} has shape {}", f.path(), name,
            shape_str(t->shape), p.name, shape_str(p.shape));
   f.read_f32(*t, flat + p.offset);
@@ -236,11 +237,27 @@ TrainerState load_checkpoint(const std::string& checkpoint_dir, Model& model, Ad
   TrainerState state = read_trainer_state(checkpoint_dir);
   check_same_model(model.config(), load_hf_config(checkpoint_dir), checkpoint_dir);
   const ParamLayout& layout = model.layout();
-  // load_params names any missing tensor, or one whose shape differs, with both shapes.
-  std::vector<float> weights = load_params(model.config(), layout, join_path(checkpoint_dir, "model.safetensors"));
-
   const std::string opt_path = join_path(checkpoint_dir, "optimizer.safetensors");
   std::unique_ptr<SafeTensorsFile> f = SafeTensorsFile::open(opt_path);
+  if (optimizer.moments_settable_by_range()) {
+    // A tensor at a time: the whole state never sits in memory twice (a 7B model's is 91 GB as f32).
+    std::unique_ptr<SafeTensorsFile> wf = SafeTensorsFile::open(join_path(checkpoint_dir, "model.safetensors"));
+    std::vector<float> w, m, v;
+    for (const ParamInfo& p : layout.params) {
+      ParamInfo at0 = p;
+      at0.offset = 0;
+      for (std::vector<float>* b : {&w, &m, &v}) b->resize(size_t(p.numel));
+      read_state_tensor(*wf, p.name, at0, w.data(), "the checkpoint's weights");
+      read_state_tensor(*f, kExpAvg + p.name, at0, m.data());
+      read_state_tensor(*f, kExpAvgSq + p.name, at0, v.data());
+      optimizer.set_weights_f32(p.offset, p.numel, w.data());
+      optimizer.set_moments_f32(p.offset, p.numel, m.data(), v.data());
+    }
+    optimizer.set_steps_taken(state.step);
+    return state;
+  }
+  // load_params names any missing tensor, or one whose shape differs, with both shapes.
+  std::vector<float> weights = load_params(model.config(), layout, join_path(checkpoint_dir, "model.safetensors"));
   std::vector<float> m(size_t(layout.total)), v(size_t(layout.total));
   for (const ParamInfo& p : layout.params) {
     read_state_tensor(*f, kExpAvg + p.name, p, m.data());

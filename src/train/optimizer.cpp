@@ -391,6 +391,38 @@ void AdamW::exp_avg_sq_f32(int64_t offset, int64_t n, float* out) const {
 std::vector<float> AdamW::exp_avg_f32() const { return moment_f32(opt_.offload ? m_host_ : m_); }
 std::vector<float> AdamW::exp_avg_sq_f32() const { return moment_f32(opt_.offload ? v_host_ : v_); }
 
+void AdamW::set_weights_f32(int64_t offset, int64_t n, const float* weights) {
+  TK_CHECK(offset >= 0 && n >= 0 && offset + n <= model_.layout().total, "internal error: weights [{}, {}) of {}",
+           offset, offset + n, model_.layout().total);
+  ops_.upload_f32(model_.params().rows(offset, offset + n), weights);
+  if (!master_host_.empty()) {
+    ops_.synchronize();
+    std::memcpy(master_host_.as<float>() + offset, weights, size_t(n) * sizeof(float));
+  } else if (!master_.empty()) {
+    ops_.upload_f32(master_.rows(offset, offset + n), weights);
+  }
+}
+
+void AdamW::set_moments_f32(int64_t offset, int64_t n, const float* exp_avg, const float* exp_avg_sq) {
+  TK_CHECK(moments_settable_by_range(), "internal error: int8 moments are set whole");
+  for (auto [mt, values] : {std::pair{&(opt_.offload ? m_host_ : m_), exp_avg}, {&(opt_.offload ? v_host_ : v_), exp_avg_sq}}) {
+    const Tensor& t = mt->values;
+    TK_CHECK(offset >= 0 && n >= 0 && offset + n <= t.numel(), "internal error: moments [{}, {}) of {}", offset,
+             offset + n, t.numel());
+    if (!opt_.offload) {
+      ops_.upload_f32(t.rows(offset, offset + n), values);  // f32, f64 or bf16 (rounded to nearest even)
+    } else {
+      ops_.synchronize();
+      if (t.dtype == DType::F32) {
+        std::memcpy(t.as<float>() + offset, values, size_t(n) * sizeof(float));
+      } else {
+        auto* b = static_cast<uint16_t*>(t.data) + offset;
+        for (int64_t i = 0; i < n; i++) b[i] = moment_to_bf16(values[i]);
+      }
+    }
+  }
+}
+
 void AdamW::set_state_f32(const std::vector<float>& exp_avg, const std::vector<float>& exp_avg_sq,
                           int64_t steps_taken) {
   set_moment_f32(opt_.offload ? m_host_ : m_, exp_avg, "exp_avg");

@@ -73,6 +73,13 @@ class AdamW {
   // Restores m, v and the step count saved by a checkpoint (narrow moments encoded to nearest: values that
   // a narrow state of the same precision saved come back as the same bits).
   void set_state_f32(const std::vector<float>& exp_avg, const std::vector<float>& exp_avg_sq, int64_t steps_taken);
+  // The same a run [offset, offset + n) at a time (a checkpoint is read a tensor at a time). Moments only
+  // when they are stored element by element (f32, bf16): int8 blocks straddle tensors, so int8 state is
+  // set whole.
+  bool moments_settable_by_range() const { return opt_.moments != MomentPrecision::Int8; }
+  void set_weights_f32(int64_t offset, int64_t n, const float* weights);
+  void set_moments_f32(int64_t offset, int64_t n, const float* exp_avg, const float* exp_avg_sq);
+  void set_steps_taken(int64_t steps_taken) { steps_taken_ = steps_taken; }
 
  private:
   // One moment's buffers: values or codes, and the block scales of int8.
