@@ -14,6 +14,7 @@
 #include "core/fs.h"
 #include "data/prepare.h"
 #include "data_testing.h"
+#include "model_testing.h"
 #include "model/model.h"
 #include "ops/cpu/cpu_ops.h"
 #include "train/profile.h"
@@ -185,26 +186,10 @@ TEST(OpCost, RecordsNestTheirMarksInCallOrder) {
   EXPECT_EQ(r0.in.data, nullptr);  // records keep shapes, not pointers
 }
 
-ModelConfig tiny_config() {
-  ModelConfig c;
-  c.name = "test-tiny";
-  c.arch = Arch::Llama;
-  c.vocab_size = 257;
-  c.d_model = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 8;
-  c.ffn_dim = 64;
-  c.max_seq = 64;
-  c.tied_embeddings = true;
-  return c;
-}
-
 // The matmul, attention and LM head FLOPs of one forward + backward are DESIGN.md's model FLOPs.
 TEST(OpCost, AModelsMatmulFlopsAreTheModelFlopsOfMfu) {
   for (bool qk_norm : {false, true}) {
-    ModelConfig cfg = tiny_config();
+    ModelConfig cfg = testing::tiny_llama_config();
     cfg.qk_norm = qk_norm;
     if (qk_norm) cfg.arch = Arch::Qwen3;
     const int B = 2, T = 16;
@@ -288,20 +273,12 @@ TEST(ProfileSummary, OpsGapsDataAndUnexplainedAddUpToTheStep) {
 
 // ---- whole profiles of a tiny model ------------------------------------------------------------------
 
-std::string random_document(std::mt19937_64& rng, int words) {
-  static const char* const kWords[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to",
-                                       "big", "red", "house", "by", "sea", "when", "it", "was", "cold", "night"};
-  std::string s;
-  for (int i = 0; i < words; i++) s += std::string(kWords[rng() % std::size(kWords)]) + " ";
-  return s;
-}
-
 class TinyProfile : public ::testing::Test {
  protected:
   void SetUp() override {
     std::mt19937_64 rng(7);
     for (int d = 0; d < 24; d++)
-      testing::write_text(dir_.path("text/doc" + std::to_string(d) + ".txt"), random_document(rng, 150));
+      testing::write_text(dir_.path("text/doc" + std::to_string(d) + ".txt"), testing::random_document(rng, 150));
     PrepareOptions p;
     p.inputs = {dir_.path("text")};
     p.out_dir = dir_.path("data");
@@ -309,7 +286,7 @@ class TinyProfile : public ::testing::Test {
     p.threads = 1;
     p.progress = false;
     prepare(testing::ByteTokenizer(), p);
-    fs::write_file_atomic(dir_.path("model.json"), tiny_config().to_hf_json().dump(2));
+    fs::write_file_atomic(dir_.path("model.json"), testing::tiny_llama_config().to_hf_json().dump(2));
   }
 
   ProfileOptions options(int batch, int seq) const {
@@ -367,7 +344,7 @@ TEST_F(TinyProfile, WritesProfileAndTraceThatAccountForTheStep) {
   ASSERT_GT(step, 0);
   EXPECT_NEAR(p["tokens_per_s"].get<double>(), 128 / (step * 1e-3), 1e-6 * p["tokens_per_s"].get<double>());
   // MFU: the trainer's own arithmetic over the measured steps.
-  EXPECT_NEAR(p["mfu"].get<double>(), tiny_config().flops_per_token(32) * p["tokens_per_s"].get<double>() / 1e10, 1e-9);
+  EXPECT_NEAR(p["mfu"].get<double>(), testing::tiny_llama_config().flops_per_token(32) * p["tokens_per_s"].get<double>() / 1e10, 1e-9);
   EXPECT_DOUBLE_EQ(p["hfu"].get<double>(), p["mfu"].get<double>());  // nothing is recomputed
   EXPECT_DOUBLE_EQ(p["peak_tflops"].get<double>(), 0.01);
 

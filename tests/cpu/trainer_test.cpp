@@ -16,6 +16,7 @@
 #include "core/fs.h"
 #include "data/prepare.h"
 #include "data_testing.h"
+#include "model_testing.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "model/params.h"
@@ -35,23 +36,10 @@ namespace stdfs = std::filesystem;
 using testing::error_of;
 using testing::TempDir;
 
-// Documents of random words from a small vocabulary: enough structure for a loss to fall, and random
-// (seeded) so no test depends on a particular text.
-std::string random_document(std::mt19937_64& rng, int words) {
-  static const char* const kWords[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to",
-                                       "big", "red", "house", "by", "sea", "when", "it", "was", "cold", "night"};
-  std::string s;
-  for (int i = 0; i < words; i++) {
-    s += kWords[rng() % std::size(kWords)];
-    s += (i % 9 == 8) ? ". " : " ";
-  }
-  return s;
-}
-
 // A prepared dataset (train and val splits) of byte tokens, vocab 257.
 std::string make_dataset(const TempDir& dir) {
   std::mt19937_64 rng(7);
-  for (int d = 0; d < 24; d++) testing::write_text(dir.path("text/doc" + std::to_string(d) + ".txt"), random_document(rng, 120));
+  for (int d = 0; d < 24; d++) testing::write_text(dir.path("text/doc" + std::to_string(d) + ".txt"), testing::random_document(rng, 120));
   PrepareOptions o;
   o.inputs = {dir.path("text")};
   o.out_dir = dir.path("data");
@@ -60,22 +48,6 @@ std::string make_dataset(const TempDir& dir) {
   o.progress = false;
   prepare(testing::ByteTokenizer(), o);
   return o.out_dir;
-}
-
-ModelConfig tiny_config(int vocab = 257) {
-  ModelConfig c;
-  c.name = "test-tiny";
-  c.arch = Arch::Llama;
-  c.vocab_size = vocab;
-  c.d_model = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 8;
-  c.ffn_dim = 64;
-  c.max_seq = 64;
-  c.tied_embeddings = true;
-  return c;
 }
 
 std::string write_config(const TempDir& dir, const ModelConfig& c, const std::string& name = "model.json") {
@@ -88,7 +60,7 @@ class TrainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     data_ = make_dataset(dir_);
-    model_ = write_config(dir_, tiny_config());
+    model_ = write_config(dir_, testing::tiny_llama_config());
   }
 
   TrainConfig config(const std::string& run) const {
@@ -169,10 +141,10 @@ TEST(Metrics, PeakTableMatchesWholeNames) {
   EXPECT_EQ(gpu_peak_flops("Some Future GPU"), 0);
 
   DeviceInfo h200{"NVIDIA H200", true, 989e12};
-  ThroughputModel tm(tiny_config(), 16, h200);
+  ThroughputModel tm(testing::tiny_llama_config(), 16, h200);
   StepMetrics m = tm.measure(1000, 0.5, 0.1);
   EXPECT_DOUBLE_EQ(m.tokens_per_s, 2000);
-  EXPECT_DOUBLE_EQ(m.achieved_flops, 2000 * tiny_config().flops_per_token(16));
+  EXPECT_DOUBLE_EQ(m.achieved_flops, 2000 * testing::tiny_llama_config().flops_per_token(16));
   EXPECT_DOUBLE_EQ(m.mfu, m.achieved_flops / 989e12);
   EXPECT_DOUBLE_EQ(m.hfu, m.mfu);  // no recompute yet
 }
@@ -288,7 +260,7 @@ TEST_F(TrainerTest, NarrowMomentsResumeAndOffloadBitwise) {
           << file;
     // The moments differ from f32 ones (they are rounded), and take the memory of their precision.
     const std::string memory = fs::read_file(dir_.path(name + "_whole/memory.json"));
-    const int64_t P = ParamLayout::build(tiny_config()).total;
+    const int64_t P = ParamLayout::build(testing::tiny_llama_config()).total;
     const nlohmann::json rows = nlohmann::json::parse(memory)["rows"];
     std::map<std::string, int64_t> bytes;
     for (const nlohmann::json& r : rows) bytes[r["component"].get<std::string>()] = r["bytes"].get<int64_t>();
@@ -407,7 +379,7 @@ TEST_F(TrainerTest, CheckpointOfAnotherModelIsRefusedByName) {
   c.warmup = 0;
   c.eval_tokens = 0;
   train(c);
-  ModelConfig deeper = tiny_config();
+  ModelConfig deeper = testing::tiny_llama_config();
   deeper.n_layers = 3;
   TrainConfig resume = c;
   resume.model = write_config(dir_, deeper, "deeper.json");
@@ -425,7 +397,7 @@ TEST_F(TrainerTest, CheckpointOfAnotherModelIsRefusedByName) {
 
 TEST_F(TrainerTest, RefusesDataOfALargerVocabulary) {
   TrainConfig c = config("vocab");
-  c.model = write_config(dir_, tiny_config(200), "small-vocab.json");
+  c.model = write_config(dir_, testing::tiny_llama_config(200), "small-vocab.json");
   std::string msg = error_of([&] { train(c); });
   EXPECT_NE(msg.find("(vocab 257) but the model has vocab 200"), std::string::npos) << msg;
 }
@@ -440,7 +412,7 @@ TEST_F(TrainerTest, GlobalBatchMustBeWholeMicroBatches) {
 TEST_F(TrainerTest, AccumulationMatchesOneLargerMicroBatch) {
   auto grads_of = [&](int B, int micro_steps, double* loss) {
     auto ops = make_cpu_ops(DType::F32);
-    Model model(tiny_config(), *ops, ModelOptions{B, 16, false});
+    Model model(testing::tiny_llama_config(), *ops, ModelOptions{B, 16, false});
     model.init_params(11);
     LoaderOptions lo;
     lo.data_dir = data_;
@@ -468,7 +440,7 @@ TEST_F(TrainerTest, AccumulationMatchesOneLargerMicroBatch) {
 // tokens, and it does not depend on how many windows share a forward pass.
 TEST_F(TrainerTest, SplitEvaluationFollowsTheDocumentedWindows) {
   const int T = 16;
-  const ModelConfig cfg = tiny_config();
+  const ModelConfig cfg = testing::tiny_llama_config();
   auto ops = make_cpu_ops(DType::F32);
   std::vector<float> weights;
   {

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "../cpu/data_testing.h"
+#include "../cpu/model_testing.h"
 #include "core/fs.h"
 #include "data/prepare.h"
 #include "ops/cuda/cuda_ops.h"
@@ -57,14 +58,6 @@ TEST(CudaTiming, MarksTimeTheQueueNotTheHost) {
   ops.release(x);
 }
 
-std::string random_document(std::mt19937_64& rng, int words) {
-  static const char* const kWords[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to",
-                                       "big", "red", "house", "by", "sea", "when", "it", "was", "cold", "night"};
-  std::string s;
-  for (int i = 0; i < words; i++) s += std::string(kWords[rng() % std::size(kWords)]) + " ";
-  return s;
-}
-
 class GpuProfile : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -72,7 +65,7 @@ class GpuProfile : public ::testing::Test {
     setenv("XDG_CACHE_HOME", dir_.path("cache").c_str(), 1);
     std::mt19937_64 rng(7);
     for (int d = 0; d < 64; d++)
-      testing::write_text(dir_.path("text/doc" + std::to_string(d) + ".txt"), random_document(rng, 3000));
+      testing::write_text(dir_.path("text/doc" + std::to_string(d) + ".txt"), testing::random_document(rng, 3000));
     PrepareOptions p;
     p.inputs = {dir_.path("text")};
     p.out_dir = dir_.path("data");
