@@ -18,7 +18,7 @@ pack() {
   [ -f "$OUT/gpu-run/report.html" ] && cp "$OUT/gpu-run/report.html" "$RESULTS/report-gpu.html"
 }
 trap pack EXIT
-STEPS=${1:-tests,hf,kernels,curve,moments,report,profile,needless,plan,offload,budget,seven,ncu,fixtures,bench}
+STEPS=${1:-tests,hf,kernels,curve,moments,report,profile,needless,plan,offload,budget,seven,docmask,ncu,fixtures,bench}
 REGEX=${2:-.}
 source tests/gpu/env.sh
 BUILD=build-gpu
@@ -185,6 +185,22 @@ if has seven && [ -f data/brown/meta.json ]; then
   grep -E "memory budget|^step|offload" "$OUT/seven.log" | cut -c1-160
   grep -A22 "memory held" "$OUT/seven.log" | head -24
   echo "seven: $(( $(date +%s) - start ))s"; pack
+fi
+if has docmask && [ -f data/brown/meta.json ]; then
+  # The cost of --doc-mask on the 0.5B bench shape: the same run with and without it (mean of steps 3-6).
+  for flags in "" "--doc-mask"; do
+    $BUILD/tokamak train --data data/brown --model qwen2.5-0.5b --batch 8 --seq 2048 --steps 6 --warmup 1 \
+      --eval-tokens 0 --save-every -1 --device cuda $flags --out /tmp/docmask-run --overwrite > "$OUT/docmask${flags}.log" 2>&1 \
+      || { tail -3 "$OUT/docmask${flags}.log"; continue; }
+    python3 - "qwen2.5-0.5b ${flags:-causal}" /tmp/docmask-run/log.jsonl <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[2]) if '"loss"' in l]
+tail = rows[2:]
+print(f"{sys.argv[1]:<28} {sum(r['tokens_per_s'] for r in tail) / len(tail):>9.0f} tok/s  losses "
+      + " ".join("%.4f" % r["loss"] for r in rows))
+PY
+  done | tee "$OUT/docmask.txt"
+  echo "docmask: $(( $(date +%s) - start ))s"; pack
 fi
 if has plan && [ -f data/brown/meta.json ]; then
   # Recompute policies and --memory-budget on the 1B shape: measured peak and tokens/s against the plan.
