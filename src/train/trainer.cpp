@@ -461,11 +461,15 @@ void TrainingRun::print_plan() const {
              format_count(double(global_batch_tokens_) * double(cfg_.steps)));
   fmt::print("backend {} on {}; {:.3g} GFLOP per token; {}\n", ops.name(), throughput_->device().name,
              throughput_->model_flops_per_token() / 1e9, throughput_->peak_description());
-  fmt::print("memory plan: parameters {} ({}), gradients {} ({}), optimizer {} ({} m, v{}), activations {}; total {}\n",
-             format_bytes(params), dtype_name(ops.act_dtype()), format_bytes(grads), dtype_name(ops.grad_dtype()),
+  // Offloaded gradients are not on the device: they count in the offload line below, not in the total.
+  const double device_grads = model_->grads_on_host() ? 0.0 : grads;
+  fmt::print("memory plan: parameters {} ({}), gradients {}, optimizer {} ({} m, v{}), activations {}; total {}\n",
+             format_bytes(params), dtype_name(ops.act_dtype()),
+             model_->grads_on_host() ? std::string("in host memory")
+                                     : fmt::format("{} ({})", format_bytes(grads), dtype_name(ops.grad_dtype())),
              format_bytes(opt), moments_name(optimizer_->moments()),
              optimizer_->has_master_weights() ? ", fp32 master weights" : "", format_bytes(acts),
-             format_bytes(params + grads + opt + acts));
+             format_bytes(params + device_grads + opt + acts));
   if (optimizer_->offloaded())
     fmt::print("offload: {} of optimizer state in host memory; the optimizer figure above is its device staging\n",
                format_bytes(double(optimizer_->host_state_bytes())));

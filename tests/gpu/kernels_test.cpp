@@ -806,10 +806,22 @@ TEST_F(KernelsTest, AdamWWithBf16AndInt8MomentsMatchesReference) {
                                : out.m16[i] == ref.m16[i] && out.v16[i] == ref.v16[i];
         if (same) continue;
         differ++;
-        const double m_floor = int8 ? book.m[128] * std::max(out.ms[i / kMomentBlock], ref.ms[i / kMomentBlock]) : 0;
+        // Besides a step: the codes' floor near zero (int8), and a few f32 roundings of the recurrence's terms,
+        // which is all the device's f32 can differ from the reference's double by. A new m that cancels to
+        // near zero (beta1 m against (1 - beta1) g) can sit that far from the reference's.
+        const double m_in = int8 ? book.m[start.m8[i] + 127] * double(start.ms[i / kMomentBlock])
+                                 : moment_from_bf16(start.m16[i]);
+        const double gs = double(grads[i]) * cfg.grad_scale;
+        const double m_round = 0x1.0p-21 * (cfg.beta1 * std::abs(m_in) + (1 - cfg.beta1) * std::abs(gs));
+        const double m_floor =
+            m_round + (int8 ? book.m[128] * std::max(out.ms[i / kMomentBlock], ref.ms[i / kMomentBlock]) : 0);
         const double v_floor = int8 ? book.v[1] * std::max(out.vs[i / kMomentBlock], ref.vs[i / kMomentBlock]) : 0;
-        far += std::abs(gm[i] - rm[i]) > step_rel * std::abs(rm[i]) + m_floor ||
-               std::abs(gv[i] - rv[i]) > step_rel * rv[i] + v_floor;
+        const bool is_far = std::abs(gm[i] - rm[i]) > step_rel * std::abs(rm[i]) + m_floor ||
+                            std::abs(gv[i] - rv[i]) > step_rel * rv[i] + v_floor;
+        if (is_far && far < 5)
+          ADD_FAILURE() << "element " << i << ": m " << gm[i] << " vs " << rm[i] << " (from " << m_in << ", g*scale "
+                        << gs << "), v " << gv[i] << " vs " << rv[i];
+        far += is_far;
       }
       EXPECT_LE(double(differ), 1e-3 * double(P)) << differ << " of " << P << " elements' codes differ";
       EXPECT_EQ(far, 0u) << "codes more than one step from the reference's";
