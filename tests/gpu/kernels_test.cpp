@@ -135,6 +135,15 @@ std::vector<float> to_host(const DeviceBuffer<float>& d) {
   return h;
 }
 
+// Any element type, as stored.
+template <class T>
+std::vector<T> raw_to_host(const DeviceBuffer<T>& d) {
+  TK_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<T> h(d.size());
+  TK_CUDA_CHECK(cudaMemcpy(h.data(), d.get(), d.bytes(), cudaMemcpyDeviceToHost));
+  return h;
+}
+
 template <class T>
 bool bitwise_equal(const DeviceBuffer<T>& a, const DeviceBuffer<T>& b) {
   std::vector<char> ha(a.bytes()), hb(b.bytes());
@@ -257,6 +266,46 @@ TEST_F(KernelsTest, EmbeddingForwardGathersRows) {
     d_out.poison();
     cuda::embedding_forward(d_out.get(), d_ids->get(), d_table->get(), c.N, c.d, nullptr);
     EXPECT_EQ(rel_error(to_host(d_out), ref), 0.0);  // a copy: exact
+  }
+}
+
+// The backward's sort, exactly: the ids in [0, V) stably sorted with their token indices, the rest
+// (negative or >= V) dropped and the tail filled with ~0u / 0. Zipf-like draws (long runs of the hottest ids,
+// as in text), uniform draws over a large vocabulary, tiny and heavily repeated cases.
+TEST_F(KernelsTest, SortTokenIdsIsStableAndExact) {
+  SCOPED_TRACE(seed());
+  struct Case { int64_t N, V; bool zipf; double invalid; };
+  for (Case c : {Case{16384, 151936, true, 0.0}, Case{16384, 151936, false, 0.0}, Case{65536, 128256, true, 0.01},
+                 Case{37, 50, false, 0.2}, Case{1000, 3, false, 0.0}, Case{5000, 513, true, 0.0},
+                 Case{1, 1, false, 0.0}}) {
+    SCOPED_TRACE("N=" + std::to_string(c.N) + " V=" + std::to_string(c.V));
+    std::vector<int32_t> ids(static_cast<size_t>(c.N));
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    for (int32_t& id : ids) {
+      const double x = u(rng.gen());
+      id = c.zipf ? int32_t(std::min<double>(double(c.V - 1), std::floor(std::pow(double(c.V), x * x * x))))
+                  : int32_t(std::min<double>(double(c.V - 1), std::floor(x * double(c.V))));
+      if (u(rng.gen()) < c.invalid) id = u(rng.gen()) < 0.5 ? -1 - id : int32_t(c.V) + id;
+    }
+    std::vector<std::pair<uint32_t, int32_t>> want;
+    for (int64_t i = 0; i < c.N; i++)
+      if (ids[size_t(i)] >= 0 && ids[size_t(i)] < c.V) want.push_back({uint32_t(ids[size_t(i)]), int32_t(i)});
+    std::stable_sort(want.begin(), want.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    while (int64_t(want.size()) < c.N) want.push_back({~0u, 0});
+
+    auto d_ids = device_from(ids);
+    DeviceBuffer<uint32_t> keys(size_t(c.N));
+    DeviceBuffer<int32_t> rows(size_t(c.N));
+    keys.poison(), rows.poison();
+    cuda::sort_token_ids(keys.get(), rows.get(), d_ids->get(), c.N, c.V, nullptr);
+    const std::vector<uint32_t> got_keys = raw_to_host(keys);
+    const std::vector<int32_t> got_rows = raw_to_host(rows);
+    size_t wrong = 0, first_wrong = 0;
+    for (size_t i = 0; i < size_t(c.N); i++)
+      if (got_keys[i] != want[i].first || got_rows[i] != want[i].second) first_wrong = wrong++ ? first_wrong : i;
+    EXPECT_EQ(wrong, 0u) << "first at " << first_wrong << ": got (" << got_keys[first_wrong] << ", "
+                         << got_rows[first_wrong] << "), want (" << want[first_wrong].first << ", "
+                         << want[first_wrong].second << ")";
   }
 }
 
@@ -638,14 +687,6 @@ TEST_F(KernelsTest, AdamWUpdatesEverySegmentInOneLaunch) {
 }
 
 // ---- AdamW with bf16 and int8 moments ------------------------------------------------------------
-
-template <class T>
-std::vector<T> raw_to_host(const DeviceBuffer<T>& d) {
-  TK_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<T> h(d.size());
-  TK_CUDA_CHECK(cudaMemcpy(h.data(), d.get(), d.bytes(), cudaMemcpyDeviceToHost));
-  return h;
-}
 
 // Moments in bf16 or int8 form on the host: what the reference updates and the device's result is read into.
 struct NarrowMoments {

@@ -1,10 +1,9 @@
 // Token embedding: the forward gathers table rows (a warp gathers a few rows at once); the backward adds dout rows into the f32 table gradient
-// deterministically, without floating-point atomics: the token ids are stably radix-sorted (so each id's
-// rows appear in token order), tiles of sorted positions sum their runs of equal ids, and runs that cross
-// tiles are joined by a second pass in tile order.
+// deterministically, without floating-point atomics: the token ids are stably sorted by a one-launch
+// counting sort (so each id's rows appear in token order), tiles of sorted positions sum their runs of
+// equal ids, and runs that cross tiles are joined by a second pass in tile order.
 #include <algorithm>
 #include <type_traits>
-#include <cub/device/device_radix_sort.cuh>
 
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
@@ -52,37 +51,131 @@ __global__ void __launch_bounds__(32 * kForwardWarps)
   }
 }
 
-__global__ void iota_kernel(int32_t* rows, int64_t N) {
-  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (i < N) rows[i] = int32_t(i);
+// ---- the stable counting sort of the ids (one launch) -------------------------------------------------
+// Block b owns ids [kSortIds b, kSortIds (b + 1)); each of its warps owns one contiguous segment of the
+// tokens. Pass 1 counts the block's ids per warp (shared-memory integer atomics: exact in any order) and
+// the tokens with smaller ids (where the block's output begins). Then each (id, warp) gets its first output
+// position, in (id, warp) order. Pass 2 walks each warp's segment in token order, 32 tokens at a time,
+// ranking equal ids among them by __match_any_sync: every id's tokens land in token order. Every block
+// reads all N ids twice (from L2 after the first); ids outside [0, V) are placed nowhere, and the last
+// block fills the positions they leave at the end with kNoKey.
+constexpr int kSortIds = 512;
+constexpr int kSortWarps = kSortIds / 32;  // a thread per id in the scan
+constexpr int kSortBatch = 8;              // ids a lane loads before using any
+
+__device__ int32_t block_exclusive_scan(int32_t x, int32_t* warp_sums, int32_t& total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int32_t inc = x;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int32_t y = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += y;
+  }
+  if (lane == 31) warp_sums[warp] = inc;
+  __syncthreads();
+  if (warp == 0) {
+    int32_t w = lane < kSortWarps ? warp_sums[lane] : 0, wi = w;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int32_t y = __shfl_up_sync(0xffffffffu, wi, o);
+      if (lane >= o) wi += y;
+    }
+    if (lane < kSortWarps) warp_sums[lane] = wi - w;  // exclusive
+    if (lane == kSortWarps - 1) warp_sums[kSortWarps] = wi;
+  }
+  __syncthreads();
+  total = warp_sums[kSortWarps];
+  const int32_t out = warp_sums[warp] + inc - x;
+  __syncthreads();  // warp_sums may be reused
+  return out;
 }
 
-// The backward's scratch, carved from one buffer: the sort's temporary storage, the sorted ids with their
-// token indices, and two partial sums per tile (slot 0: the piece of a run that began in an earlier tile;
-// slot 1: the piece of a run that begins here and continues in the next tile).
+__global__ void __launch_bounds__(32 * kSortWarps)
+    sort_ids_kernel(uint32_t* keys, int32_t* rows, const int32_t* tokens, int64_t N, uint32_t V) {
+  __shared__ int32_t pos[kSortWarps][kSortIds];  // counts, then each (warp, id)'s next output position
+  __shared__ int32_t warp_sums[kSortWarps + 1];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t lo = blockIdx.x * uint32_t(kSortIds), hi = min(lo + uint32_t(kSortIds), V);
+  for (int i = threadIdx.x; i < kSortWarps * kSortIds; i += blockDim.x) (&pos[0][0])[i] = 0;
+  __syncthreads();
+  const int64_t seg = ((N + kSortWarps - 1) / kSortWarps + 31) / 32 * 32;
+  const int64_t begin = warp * seg, end = begin + seg < N ? begin + seg : N;
+
+  int32_t below = 0;  // tokens of this lane with an id under lo
+  for (int64_t p0 = begin; p0 < end; p0 += 32 * kSortBatch) {
+    uint32_t x[kSortBatch];
+#pragma unroll
+    for (int k = 0; k < kSortBatch; k++) {
+      const int64_t p = p0 + k * 32 + lane;
+      x[k] = p < end ? uint32_t(tokens[p]) : kNoKey;
+    }
+#pragma unroll
+    for (int k = 0; k < kSortBatch; k++) {
+      if (x[k] < lo) below++;
+      else if (x[k] < hi) atomicAdd(&pos[warp][x[k] - lo], 1);
+    }
+  }
+  int32_t base;
+  block_exclusive_scan(below, warp_sums, base);  // base: all tokens with an id under lo
+
+  // Thread r: id lo + r. Its count per warp becomes a running start; then the scan over ids.
+  const int r = threadIdx.x;
+  int32_t run = 0;
+#pragma unroll
+  for (int w = 0; w < kSortWarps; w++) {
+    const int32_t c = pos[w][r];
+    pos[w][r] = run;
+    run += c;
+  }
+  int32_t block_total;
+  const int32_t first = base + block_exclusive_scan(run, warp_sums, block_total);
+#pragma unroll
+  for (int w = 0; w < kSortWarps; w++) pos[w][r] += first;
+  __syncthreads();
+
+  for (int64_t p0 = begin; p0 < end; p0 += 32 * kSortBatch) {
+    uint32_t x[kSortBatch];
+#pragma unroll
+    for (int k = 0; k < kSortBatch; k++) {
+      const int64_t p = p0 + k * 32 + lane;
+      x[k] = p < end ? uint32_t(tokens[p]) : kNoKey;
+    }
+#pragma unroll
+    for (int k = 0; k < kSortBatch; k++) {
+      const bool mine = x[k] >= lo && x[k] < hi;
+      // Lanes with other ids get keys of their own (ids are < 2^31), so they match nobody.
+      const uint32_t peers = __match_any_sync(0xffffffffu, mine ? x[k] : (0x80000000u | unsigned(lane)));
+      int32_t slot = 0;
+      if (mine) {
+        slot = pos[warp][x[k] - lo] + __popc(peers & ((1u << lane) - 1u));
+        keys[slot] = x[k];
+        rows[slot] = int32_t(p0 + k * 32 + lane);
+      }
+      __syncwarp();
+      if (mine && lane == 31 - __clz(peers)) pos[warp][x[k] - lo] = slot + 1;  // the last of the equal ids
+      __syncwarp();
+    }
+  }
+
+  if (hi == V) {  // the last block: the ends of the sorted ids, past every valid one
+    for (int64_t p = base + block_total + threadIdx.x; p < N; p += blockDim.x) keys[p] = kNoKey, rows[p] = 0;
+  }
+}
+
+// The backward's scratch, carved from one buffer: the sorted ids with their token indices, and two partial
+// sums per tile (slot 0: the piece of a run that began in an earlier tile; slot 1: the piece of a run that
+// begins here and continues in the next tile).
 struct BackwardScratch {
-  void* sort_temp;
-  size_t sort_temp_bytes;
-  uint32_t* keys;    // sorted ids [N]
+  uint32_t* keys;    // sorted ids [N], kNoKey past the valid ones
   int32_t* rows;     // token index of each sorted id [N]
-  int32_t* iota;     // 0..N-1, the sort's values in
   float* partial;    // [tiles, 2, d]
   size_t total_bytes;
 };
 
-int sort_end_bit(int64_t V) {
-  int bits = 1;
-  while (bits < 32 && (int64_t(1) << bits) < V) bits++;
-  return bits;
-}
-
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
-BackwardScratch carve_scratch(void* base, int64_t N, int64_t V, int d) {
+BackwardScratch carve_scratch(void* base, int64_t N, int d) {
   BackwardScratch s{};
-  TK_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, s.sort_temp_bytes, static_cast<const uint32_t*>(nullptr),
-                                                static_cast<uint32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
-                                                static_cast<int32_t*>(nullptr), int(N), 0, sort_end_bit(V)));
   char* p = static_cast<char*>(base);
   size_t off = 0;
   auto take = [&](size_t bytes) {
@@ -90,10 +183,8 @@ BackwardScratch carve_scratch(void* base, int64_t N, int64_t V, int d) {
     off += align256(bytes);
     return at;
   };
-  s.sort_temp = take(s.sort_temp_bytes);
   s.keys = static_cast<uint32_t*>(take(size_t(N) * sizeof(uint32_t)));
   s.rows = static_cast<int32_t*>(take(size_t(N) * sizeof(int32_t)));
-  s.iota = static_cast<int32_t*>(take(size_t(N) * sizeof(int32_t)));
   s.partial = static_cast<float*>(take(size_t(ceil_div(N, kTile)) * 2 * size_t(d) * sizeof(float)));
   s.total_bytes = off;
   return s;
@@ -123,6 +214,13 @@ __device__ void load_tile_keys(TileKeys& t, const uint32_t* keys, const int32_t*
     const int64_t i = start - 1 + k;
     t.key[k] = (i >= 0 && i < N && k <= len + 1) ? keys[i] : kNoKey;
     if (k < len) t.row[k] = rows[start + k];
+  }
+  __syncthreads();
+  // Positions past the valid ids (kNoKey, all at the end) are not part of the tile.
+  if (threadIdx.x == 0) {
+    int valid = len;
+    while (valid > 0 && t.key[valid] == kNoKey) valid--;
+    t.len = valid;
   }
   __syncthreads();
 }
@@ -182,6 +280,7 @@ __global__ void __launch_bounds__(kThreads)
     embedding_backward_join_kernel(float* dtable, const float* partial, const uint32_t* keys, int64_t N, int d) {
   const int64_t tile = blockIdx.x, start = tile * kTile, end = std::min<int64_t>(N, start + kTile);
   const uint32_t id = keys[end - 1];
+  if (id == kNoKey) return;  // past the valid ids
   const bool into_next = end < N && keys[end] == id;
   const bool whole_tile_from_before = start > 0 && keys[start - 1] == id && keys[start] == id;
   if (!into_next || whole_tile_from_before) return;
@@ -232,8 +331,16 @@ void embedding_forward(bf16* out, const int32_t* tokens, const bf16* table, int6
   else with_vec(std::integral_constant<int, 1>{});
 }
 
-size_t embedding_backward_scratch_bytes(int64_t N, int64_t V, int d) {
-  return carve_scratch(nullptr, N, V, d).total_bytes;
+size_t embedding_backward_scratch_bytes(int64_t N, int64_t /*V*/, int d) {
+  return carve_scratch(nullptr, N, d).total_bytes;
+}
+
+void sort_token_ids(uint32_t* keys, int32_t* rows, const int32_t* tokens, int64_t N, int64_t V, cudaStream_t s) {
+  TK_CUDA_REQUIRE(V > 0 && V < (int64_t(1) << 31), "sort_token_ids: vocabulary of %lld ids", (long long)V);
+  TK_CUDA_REQUIRE(N < (int64_t(1) << 31), "sort_token_ids: %lld tokens are more than one call sorts", (long long)N);
+  if (N == 0) return;
+  sort_ids_kernel<<<ceil_div(V, int64_t(kSortIds)), 32 * kSortWarps, 0, s>>>(keys, rows, tokens, N, uint32_t(V));
+  TK_CUDA_CHECK_LAUNCH();
 }
 
 void embedding_backward(float* dtable, const int32_t* tokens, const bf16* dout, int64_t N, int64_t V, int d,
@@ -242,16 +349,11 @@ void embedding_backward(float* dtable, const int32_t* tokens, const bf16* dout, 
   TK_CUDA_REQUIRE(N < (int64_t(1) << 31), "embedding_backward: %lld tokens are more than one call sorts",
                   (long long)N);
   if (N == 0) return;
-  BackwardScratch sc = carve_scratch(scratch, N, V, d);
+  BackwardScratch sc = carve_scratch(scratch, N, d);
   TK_CUDA_REQUIRE(scratch_bytes >= sc.total_bytes,
                   "embedding_backward: the scratch buffer holds %zu bytes, %zu are needed", scratch_bytes,
                   sc.total_bytes);
-  iota_kernel<<<ceil_div(N, kThreads), kThreads, 0, s>>>(sc.iota, N);
-  TK_CUDA_CHECK_LAUNCH();
-  // Ids are non-negative, so sorting their bits as unsigned keeps their order; radix sort is stable.
-  TK_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sc.sort_temp, sc.sort_temp_bytes,
-                                                reinterpret_cast<const uint32_t*>(tokens), sc.keys, sc.iota, sc.rows,
-                                                int(N), 0, sort_end_bit(V), s));
+  sort_token_ids(sc.keys, sc.rows, tokens, N, V, s);
   const int64_t tiles = ceil_div(N, kTile);
   if (d % kVec == 0 && aligned16(dtable) && aligned16(dout)) {
     const int threads = block_threads(d, kVec);

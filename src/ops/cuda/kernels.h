@@ -25,12 +25,15 @@ void bf16_to_f32(float* dst, const bf16* src, int64_t n, cudaStream_t s);
 // out[N,d] = table[tokens[n], :]; tokens i32[N] with 0 <= id < V (the caller validates ids).
 void embedding_forward(bf16* out, const int32_t* tokens, const bf16* table, int64_t N, int d, cudaStream_t s);
 // dtable[V,d] (f32) += sum over n with tokens[n] == v of dout[n,:], summed in token order: the ids are
-// stably sorted (a counting sort, one launch), each run of equal ids is summed in tiles and the tiles are
-// joined in order. Deterministic, no floating-point atomics; ids outside [0, V) are skipped.
+// stably sorted (sort_token_ids), each run of equal ids is summed in tiles and the tiles are joined in
+// order. Deterministic, no floating-point atomics; ids outside [0, V) are skipped.
 // scratch: embedding_backward_scratch_bytes(N, V, d) bytes.
 size_t embedding_backward_scratch_bytes(int64_t N, int64_t V, int d);
 void embedding_backward(float* dtable, const int32_t* tokens, const bf16* dout, int64_t N, int64_t V, int d,
                         void* scratch, size_t scratch_bytes, cudaStream_t s);
+// The stable sort of the backward, one launch: keys[i] the i-th smallest id in [0, V), rows[i] its token
+// index, equal ids in token order; the positions past the valid ids hold keys kNoKey (~0u) and rows 0.
+void sort_token_ids(uint32_t* keys, int32_t* rows, const int32_t* tokens, int64_t N, int64_t V, cudaStream_t s);
 
 // ---- RMSNorm (rmsnorm.cu) -------------------------------------------------------------------------
 // y[N,d] = x * rstd * w, rstd f32[N] = 1/sqrt(mean(x^2) + eps).
