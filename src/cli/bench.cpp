@@ -23,6 +23,7 @@ struct BenchOptions {
   std::string device = "auto";
   std::string moments = "f32";
   int batch = 8, seq = 2048, steps = 10, warmup = 3;
+  int logits_chunk_mib = 0;  // 0: the backend's default
   uint64_t seed = 1;
   bool json = false;
 };
@@ -48,6 +49,7 @@ int run_bench(const BenchOptions& o) {
   tk::ModelConfig cfg = tk::ModelConfig::resolve(o.model);
   tk::Backend be = tk::make_backend(o.device);
   const size_t mem_before = tk::memory_in_use_bytes(be.gpu);
+  if (o.logits_chunk_mib > 0) tk::set_logits_chunk_budget(*be.ops, size_t(o.logits_chunk_mib) << 20);
   tk::Model model(cfg, *be.ops, tk::ModelOptions{o.batch, o.seq, false});
   model.init_params(o.seed);
   tk::AdamWOptions adam;
@@ -114,6 +116,9 @@ tk::cli::Command bench_cmd("bench", "Time full training steps of a model shape o
                              app.add_option("--seed", o->seed, "Seed of weights and tokens")->capture_default_str();
                              app.add_option("--moments", o->moments, "AdamW's m and v: f32, bf16 or int8")
                                  ->capture_default_str();
+                             app.add_option("--logits-chunk", o->logits_chunk_mib,
+                                            "MiB of the LM head's logits chunk (CUDA; default 512)")
+                                 ->check(CLI::Range(1, 65536));
                              app.add_flag("--json", o->json, "Print one JSON row (the peer benchmark's fields)");
                              return [o] { return run_bench(*o); };
                            });

@@ -48,4 +48,12 @@ bool backend_is_gpu(const std::string& device) {
   return device == "cuda" || (device == "auto" && cuda_device_count() > 0);
 }
 
+void set_logits_chunk_budget(Ops& ops, size_t bytes) {
+#ifdef TK_HAVE_CUDA
+  if (auto* cuda = dynamic_cast<CudaOps*>(&ops)) cuda->set_logits_chunk_budget(bytes);
+#else
+  (void)ops, (void)bytes;
+#endif
+}
+
 }  // namespace tk

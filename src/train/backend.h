@@ -17,5 +17,8 @@ struct Backend {
 Backend make_backend(const std::string& device);
 // Whether make_backend(device) picks the GPU, without making the backend.
 bool backend_is_gpu(const std::string& device);
+// The CUDA LM head's bf16 logits chunk (bytes; 512 MiB unless set): larger chunks mean fewer, larger GEMMs
+// and fewer passes over the f32 LM-head gradient, for more memory. No effect on the CPU backend.
+void set_logits_chunk_budget(Ops& ops, size_t bytes);
 
 }  // namespace tk

@@ -18,7 +18,7 @@ pack() {
   [ -f "$OUT/gpu-run/report.html" ] && cp "$OUT/gpu-run/report.html" "$RESULTS/report-gpu.html"
 }
 trap pack EXIT
-STEPS=${1:-tests,hf,kernels,curve,moments,report,profile,needless,plan,offload,budget,seven,docmask,ncu,fixtures,bench}
+STEPS=${1:-tests,hf,kernels,curve,moments,report,profile,needless,plan,offload,budget,seven,docmask,chunks,ncu,fixtures,bench}
 REGEX=${2:-.}
 source tests/gpu/env.sh
 BUILD=build-gpu
@@ -204,6 +204,15 @@ print(f"{sys.argv[1]:<28} {sum(r['tokens_per_s'] for r in tail) / len(tail):>9.0
 PY
   done | tee "$OUT/docmask.txt"
   echo "docmask: $(( $(date +%s) - start ))s"; pack
+fi
+if has chunks; then
+  # The LM head's logits chunk on the 0.5B bench shape (V = 151,936): 512 MiB (the default, 10 chunks of 1,664
+  # rows), 1 GiB and 2 GiB: fewer passes over the f32 LM-head gradient and larger GEMMs, for more memory.
+  for mib in 512 1024 2048; do
+    echo "logits chunk $mib MiB: $($BUILD/tokamak bench --model qwen2.5-0.5b --batch 8 --seq 2048 --device cuda \
+      --logits-chunk $mib 2>&1 | tail -1)"
+  done | tee "$OUT/chunks.txt"
+  echo "chunks: $(( $(date +%s) - start ))s"; pack
 fi
 if has plan && [ -f data/brown/meta.json ]; then
   # Recompute policies and --memory-budget on the 1B shape: measured peak and tokens/s against the plan.
