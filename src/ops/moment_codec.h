@@ -80,32 +80,29 @@ TK_HOST_DEVICE inline float moment_from_bf16(uint16_t b) { return moment_bits_fl
 
 // ---- int8 ------------------------------------------------------------------------------------------
 
-// The last entry of `values` (n ascending, n <= 256) that is <= u, for u >= values[0]. The device bisects
-// (eight steps, no divergence); the host starts from `guess`, an estimate from u's exponent that is at most
-// a step or two off, and walks to the same entry (bisection's unpredictable branches cost it 5x).
+// The last entry of `values` (n ascending, n <= 256) that is <= u, for u >= values[0]: from `guess`, an
+// estimate from u's exponent that is at most a step or two off, walking to the entry. Two or three table
+// reads that do not depend on each other, where a bisection would make eight dependent ones (on the device,
+// eight shared-memory round trips per moment: what bounded the int8 update) and mispredict on the host.
 TK_HOST_DEVICE inline int floor_code(const float* values, int n, float u, int guess) {
-#ifdef __CUDA_ARCH__
-  int i = 0;
-  for (int step = 128; step > 0; step >>= 1)
-    if (i + step < n && values[i + step] <= u) i += step;
-  return i;
-#else
-  int i = std::clamp(guess, 0, n - 1);
+  int i = guess < 0 ? 0 : guess > n - 1 ? n - 1 : guess;
   while (i + 1 < n && values[i + 1] <= u) i++;
   while (i > 0 && values[i] > u) i--;
   return i;
-#endif
 }
 
 // floor(codes_per_octave * log2(|u|)) for a normal u, give or take one: from u's bits, the exponent plus
-// log2(1 + f) ~ f + 0.346 f (1 - f) of the mantissa's fraction f (within 0.01). Host only: floor_code's
-// guess.
-inline int log_code_guess(float u, int codes_per_octave) {
+// log2(1 + f) ~ f + 0.346 f (1 - f) of the mantissa's fraction f (within 0.01). floor_code's guess.
+TK_HOST_DEVICE inline int log_code_guess(float u, int codes_per_octave) {
+#ifdef __CUDA_ARCH__
+  const uint32_t bits = __float_as_uint(u);
+#else
   uint32_t bits;
   std::memcpy(&bits, &u, 4);
+#endif
   const float f = float(bits & 0x7fffff) * 0x1.0p-23f;
   const float log2_u = float(int((bits >> 23) & 0xff) - 127) + f + 0.346f * f * (1.f - f);
-  return int(std::floor(float(codes_per_octave) * log2_u));
+  return int(floorf(float(codes_per_octave) * log2_u));
 }
 
 // The index of the entry of `values` chosen for u (values[0] <= u <= values[n - 1]): without noise
@@ -128,10 +125,10 @@ TK_HOST_DEVICE inline int8_t encode_m(const MomentCodeBook& b, float x, float sc
   if (!(scale > 0.f)) return 0;
   const float u = x / scale;
   int guess = 127;  // m[127 + j] = 2^((j - 127) / 6) = -m[127 - j]
-#ifndef __CUDA_ARCH__
-  if (u != 0.f) guess = u > 0.f ? std::max(127, 254 + log_code_guess(u, kMCodesPerOctave))
-                                : std::min(127, -log_code_guess(u, kMCodesPerOctave) - 1);
-#endif
+  if (u != 0.f) {
+    const int g = log_code_guess(u, kMCodesPerOctave);
+    guess = u > 0.f ? (254 + g > 127 ? 254 + g : 127) : (-g - 1 < 127 ? -g - 1 : 127);
+  }
   const int q = pick_code(b.m, b.m_mid, kMCodes, u, noise, guess) - 127;
   const float back = b.m[q + 127] * scale;
   return (back < kSmallestNormal && back > -kSmallestNormal) ? int8_t(0) : int8_t(q);
@@ -140,9 +137,7 @@ TK_HOST_DEVICE inline uint8_t encode_v(const MomentCodeBook& b, float x, float s
   if (!(scale > 0.f)) return 0;
   const float u = x / scale;
   int guess = 0;  // v[q] = 2^((q - 255) / 6)
-#ifndef __CUDA_ARCH__
   if (u > 0.f) guess = 255 + log_code_guess(u, kVCodesPerOctave);
-#endif
   int q = pick_code(b.v, b.v_mid, kVCodes, u, noise, guess);
   if (q == 0 && x > 0.f) q = 1;  // never 0 for a positive v: the update would divide m by eps alone
   return b.v[q] * scale < kSmallestNormal ? uint8_t(0) : uint8_t(q);
