@@ -3,6 +3,8 @@
 // or out of place. One warp per token; the cos/sin of the token's position are fetched once and reused
 // for all of its heads, and the loads of a batch of heads (up to 8 warp steps) are all issued before any
 // of them is used, so that a token's heads are in flight together rather than one warp step at a time.
+// Small rows without norms (Qwen2.5-0.5B) take a pipelined kernel instead: a warp per run of tokens, the
+// next tokens' rows and cos/sin rows copied into shared memory (cp.async) while one is rotated.
 #include <cuda_pipeline.h>
 
 #include <algorithm>
