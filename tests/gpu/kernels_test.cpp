@@ -452,10 +452,13 @@ std::string label(const RopeCase& c) {
          std::to_string(c.Hkv) + " hd=" + std::to_string(c.hd) + (c.norm ? " norm" : "") +
          " table=" + std::to_string(c.table_rows);
 }
-// Qwen2.5-0.5B at training size, Llama-3.2-1B / Qwen3 (32:8, hd 128, norm), and the scalar layouts.
+// Qwen2.5-0.5B at training size, Llama-3.2-1B / Qwen3 (32:8, hd 128, norm), and the scalar layouts; then
+// small rows without norms (the pipelined kernel) with part of the table, none, and hd 128 and 256.
 const RopeCase kRopeCases[] = {{8, 2048, 14, 2, 64, false, 2048}, {2, 1000, 32, 8, 128, true, 500},
                                {3, 333, 14, 2, 64, true, 0},      {1, 37, 4, 2, 96, true, 37},
-                               {1, 37, 2, 1, 256, true, 37},      {1, 37, 3, 1, 10, false, 37}};
+                               {1, 37, 2, 1, 256, true, 37},      {1, 37, 3, 1, 10, false, 37},
+                               {2, 300, 14, 2, 64, false, 100},   {1, 77, 4, 2, 128, false, 0},
+                               {1, 45, 2, 1, 256, false, 45}};
 
 struct RopeSetup {
   const RopeCase& c;

@@ -146,141 +146,196 @@ bool launch_forward_warp(__nv_bfloat16* h_out, __nv_bfloat16* y, float* rstd, co
   return true;
 }
 
-// ---- backward, fast path: one warp per row --------------------------------------------------------
-// For d % 8 == 0 and d <= 32 * 8 * kMaxBackwardWarpChunks. A block of kWarpRowsPerBlock warps takes the rows
-// [blockIdx.x * rows_per_block, +rows_per_block), warp w the rows w, w + kWarpRowsPerBlock, ... of them; lane l
-// owns the 16-byte chunks l, l + 32, ... of each row. Per row, dy, h and dresidual are loaded together (dy and
-// h into registers, dresidual by asynchronous copies into shared memory, which keeps the widest rows within
-// 128 registers), the dot product sum(w * dy * h) is a warp reduction, and
-//   dh = rstd * w * dy - h * rstd^3 * dot / d (+ dresidual).
-// Each warp adds its rows' dy * h * rstd into its own row of shared memory (a column is only ever touched by
-// the lane that owns it, so no barrier is needed until the end), and the block then sums its warps' rows in
-// warp order into dw_partial[blockIdx.x, :]: the partial sums depend on N and d only, never on timing.
-constexpr int kMaxBackwardWarpChunks = 8;
-// Partial dw rows at most: with 8 warps a block, 256 blocks are 2 per SM of an H100/H200, one wave.
-constexpr int kMaxBackwardWarpBlocks = 256;
+// ---- backward, fast path: a warp per row, rows staged through shared memory ------------------------
+// For d % 8 == 0 and d <= 32 * 8 * kMaxStagedChunks (every training width). A block of kStagedWarps warps
+// takes the rows [b N / G, (b + 1) N / G) of the G = min(N, kStagedBlocks) blocks, each warp a contiguous
+// quarter of them. Each warp runs a pipeline of `stages` rows in shared memory: the rows j + 1 ..
+// j + stages - 1 are in flight (cp.async: dy, h, dresidual and the row's rstd) while row j is computed, so the
+// loads never wait on the arithmetic, and registers hold no loads in flight. Lane l copies and later reads
+// the 16-byte chunks l, l + 32, ... of each row itself (no warp barrier per row); lane 0 copies the rstd
+// and hands it to the others by a shuffle. Per row:
+//   dot = sum(w * dy * h) (a warp reduction), dh = rstd * w * dy - h * rstd^3 * dot / d (+ dresidual),
+// dh stored straight from registers, and dy * h * rstd added into the lane's own dw columns in registers.
+// At the end each warp leaves its dw row in its shared memory and the block adds its warps' rows in warp
+// order into dw_partial[b, :]: the partial sums depend on N and d only, never on timing.
+constexpr int kStagedWarps = 4;
+constexpr int kMaxStagedChunks = 8;
+// Partial dw rows at most: 256 blocks are two per SM of an H100/H200, one wave.
+constexpr int kStagedBlocks = 256;
+// Dynamic shared memory of a block at most: two blocks per SM (228 KB, 1 KB reserved per block).
+constexpr size_t kStagedSmemBudget = 113 * 1024;
+constexpr int kMaxStages = 4;
 
-// Dynamic shared memory of the warp backward: the dresidual staging [warps][VPT][32] chunks of 16 bytes, then
-// the dw rows [warps][d] f32.
-size_t backward_warp_staging_bytes(int vpt, bool residual) {
-  return residual ? size_t(kWarpRowsPerBlock) * size_t(vpt) * 32 * 16 : 0;
+struct StagedShape {
+  int d;
+  bool residual;
+  __host__ __device__ size_t row_bytes() const { return size_t(d) * sizeof(__nv_bfloat16); }  // a multiple of 16
+  // dy, h, [dresidual], then 16 bytes for the row's rstd.
+  __host__ __device__ size_t stage_bytes() const { return (residual ? 3 : 2) * row_bytes() + 16; }
+  // w (bf16 [d]) first, then [warps][stages] stages.
+  size_t smem_bytes(int stages) const { return row_bytes() + size_t(kStagedWarps) * stages * stage_bytes(); }
+  // The most stages (2 to kMaxStages) that fit the budget; 0 if not even two do.
+  int stages() const {
+    for (int s = kMaxStages; s >= 2; s--)
+      if (smem_bytes(s) <= kStagedSmemBudget) return s;
+    return 0;
+  }
+};
+
+int staged_blocks(int64_t N) { return int(std::min<int64_t>(N, kStagedBlocks)); }
+
+// An asynchronous copy of 16 (or 4) bytes global -> shared.
+__device__ __forceinline__ void copy_async(void* dst, const void* src, int bytes) {
+  __pipeline_memcpy_async(dst, src, bytes);
 }
-size_t backward_warp_smem_bytes(int vpt, int d, bool residual, bool want_dw) {
-  return backward_warp_staging_bytes(vpt, residual) +
-         (want_dw ? size_t(kWarpRowsPerBlock) * size_t(d) * sizeof(float) : 0);
+// Waits until at most `pending` of this thread's committed copy groups are still in flight (0 < pending < 4).
+__device__ __forceinline__ void wait_stages(int pending) {
+  if (pending >= 3) __pipeline_wait_prior(3);
+  else if (pending == 2) __pipeline_wait_prior(2);
+  else __pipeline_wait_prior(1);
 }
 
 template <int VPT>
-__global__ void __launch_bounds__(32 * kWarpRowsPerBlock, 2)  // at most 128 registers: two blocks per SM
-    rmsnorm_backward_warp_kernel(__nv_bfloat16* dh, float* dw_partial, const __nv_bfloat16* dy,
-                                 const __nv_bfloat16* dresidual, const __nv_bfloat16* h, const float* rstd,
-                                 const __nv_bfloat16* w, int64_t N, int d, int rows_per_block) {
+__global__ void __launch_bounds__(32 * kStagedWarps, 2)
+    rmsnorm_backward_staged_kernel(__nv_bfloat16* dh, float* dw_partial, const __nv_bfloat16* dy,
+                                   const __nv_bfloat16* dresidual, const __nv_bfloat16* h, const float* rstd,
+                                   const __nv_bfloat16* w, int64_t N, int d, int stages) {
   extern __shared__ uint4 smem[];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
-  uint4* staged = smem + warp * VPT * 32;  // this warp's dresidual chunks: [j][lane]
-  float* dw_rows = reinterpret_cast<float*>(smem + (dresidual ? kWarpRowsPerBlock * VPT * 32 : 0));
-  float* dw_row = dw_rows + warp * d;
-  if (dw_partial) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, chunks = d / kVec;
+  const StagedShape shape{d, dresidual != nullptr};
+  const size_t row_bytes = shape.row_bytes(), stage_bytes = shape.stage_bytes();
+  char* const base = reinterpret_cast<char*>(smem);
+  const __nv_bfloat16* w_s = reinterpret_cast<const __nv_bfloat16*>(base);
+  char* const mine = base + row_bytes + size_t(warp) * stages * stage_bytes;
+  for (int i = threadIdx.x; i < chunks; i += blockDim.x)
+    reinterpret_cast<uint4*>(base)[i] = reinterpret_cast<const uint4*>(w)[i];
+  __syncthreads();
+
+  const int64_t b0 = int64_t(blockIdx.x) * N / gridDim.x, b1 = int64_t(blockIdx.x + 1) * N / gridDim.x;
+  const int64_t r0 = b0 + (b1 - b0) * warp / kStagedWarps, r1 = b0 + (b1 - b0) * (warp + 1) / kStagedWarps;
+  const int count = int(r1 - r0);
+  auto stage = [&](int j) { return mine + size_t(j % stages) * stage_bytes; };
+  auto issue = [&](int j) {  // row r0 + j into its stage; always commits (an empty group past the end)
+    if (j < count) {
+      const int64_t offset = (r0 + j) * d;
+      char* st = stage(j);
 #pragma unroll
-    for (int j = 0; j < VPT; j++) {
-      const int col = (lane + 32 * j) * kVec;
-      const float zero[kVec] = {};
-      if (col < d) store_f32(dw_row + col, zero);
-    }
-  }
-  const int64_t first = int64_t(blockIdx.x) * rows_per_block;
-  const int64_t last = std::min<int64_t>(N, first + rows_per_block);
-  for (int64_t row = first + warp; row < last; row += kWarpRowsPerBlock) {
-    const int64_t offset = row * d;
-    const float rs = rstd[row];
-    PackedBf16<kVec> g[VPT], hv[VPT];
-#pragma unroll
-    for (int j = 0; j < VPT; j++) {  // every load of the row first: all in flight together
-      const int col = (lane + 32 * j) * kVec;
-      if (col >= d) continue;
-      load_packed(g[j], dy + offset + col);
-      load_packed(hv[j], h + offset + col);
-      if (dresidual) __pipeline_memcpy_async(staged + j * 32 + lane, dresidual + offset + col, 16);
+      for (int k = 0; k < VPT; k++) {
+        const int i = lane + 32 * k;
+        if (i >= chunks) continue;
+        copy_async(st + 16 * i, dy + offset + kVec * i, 16);
+        copy_async(st + row_bytes + 16 * i, h + offset + kVec * i, 16);
+        if (dresidual) copy_async(st + 2 * row_bytes + 16 * i, dresidual + offset + kVec * i, 16);
+      }
+      if (lane == 0) copy_async(st + stage_bytes - 16, rstd + r0 + j, 4);
     }
     __pipeline_commit();
+  };
+
+  float dw_acc[VPT][kVec];
+#pragma unroll
+  for (int k = 0; k < VPT; k++)
+#pragma unroll
+    for (int e = 0; e < kVec; e++) dw_acc[k][e] = 0.f;
+
+  for (int j = 0; j < stages - 1; j++) issue(j);
+  for (int j = 0; j < count; j++) {
+    issue(j + stages - 1);     // into the stage row j - 1 used: this lane has read its chunks of it
+    wait_stages(stages - 1);   // this lane's copies of row j have landed
+    const char* st = stage(j);
+    const uint4* g_s = reinterpret_cast<const uint4*>(st);
+    const uint4* h_s = reinterpret_cast<const uint4*>(st + row_bytes);
+    const uint4* res_s = reinterpret_cast<const uint4*>(st + 2 * row_bytes);
+    const float rs = __shfl_sync(0xffffffffu, lane == 0 ? *reinterpret_cast<const float*>(st + stage_bytes - 16) : 0.f, 0);
     float dot = 0.f;
 #pragma unroll
-    for (int j = 0; j < VPT; j++) {
-      const int col = (lane + 32 * j) * kVec;
-      if (col >= d) continue;
+    for (int k = 0; k < VPT; k++) {
+      const int i = lane + 32 * k;
+      if (i >= chunks) continue;
+      PackedBf16<kVec> gp, hp, wp;
+      gp.raw = g_s[i], hp.raw = h_s[i], wp.raw = reinterpret_cast<const uint4*>(w_s)[i];
       float gv[kVec], hf[kVec], wv[kVec];
-      unpack(gv, g[j]);
-      unpack(hf, hv[j]);
-      load_bf16(wv, w + col);  // a few KB: from L1 after the first row
+      unpack(gv, gp), unpack(hf, hp), unpack(wv, wp);
 #pragma unroll
-      for (int k = 0; k < kVec; k++) dot += wv[k] * gv[k] * hf[k];
+      for (int e = 0; e < kVec; e++) dot += wv[e] * gv[e] * hf[e];
     }
     const float c = rs * rs * rs * warp_sum(dot) / float(d);
-    __pipeline_wait_prior(0);  // each lane reads back only the chunks it copied itself
+    const int64_t offset = (r0 + j) * d;
 #pragma unroll
-    for (int j = 0; j < VPT; j++) {
-      const int col = (lane + 32 * j) * kVec;
-      if (col >= d) continue;
+    for (int k = 0; k < VPT; k++) {
+      const int i = lane + 32 * k;
+      if (i >= chunks) continue;
+      PackedBf16<kVec> gp, hp, wp;
+      gp.raw = g_s[i], hp.raw = h_s[i], wp.raw = reinterpret_cast<const uint4*>(w_s)[i];
       float gv[kVec], hf[kVec], wv[kVec], out[kVec];
-      unpack(gv, g[j]);
-      unpack(hf, hv[j]);
-      load_bf16(wv, w + col);
+      unpack(gv, gp), unpack(hf, hp), unpack(wv, wp);
       if (dresidual) {
-        PackedBf16<kVec> res;
-        res.raw = staged[j * 32 + lane];
-        unpack(out, res);
+        PackedBf16<kVec> rp;
+        rp.raw = res_s[i];
+        unpack(out, rp);
       } else {
 #pragma unroll
-        for (int k = 0; k < kVec; k++) out[k] = 0.f;
+        for (int e = 0; e < kVec; e++) out[e] = 0.f;
       }
 #pragma unroll
-      for (int k = 0; k < kVec; k++) out[k] += rs * wv[k] * gv[k] - hf[k] * c;
-      store_bf16(dh + offset + col, out);
-      if (dw_partial) {
-        float acc[kVec];
-        load_f32(acc, dw_row + col);
-#pragma unroll
-        for (int k = 0; k < kVec; k++) acc[k] += gv[k] * hf[k] * rs;
-        store_f32(dw_row + col, acc);
+      for (int e = 0; e < kVec; e++) {
+        out[e] += rs * wv[e] * gv[e] - hf[e] * c;
+        dw_acc[k][e] += gv[e] * hf[e] * rs;
       }
+      store_bf16(dh + offset + kVec * i, out);
     }
   }
   if (!dw_partial) return;  // the same for the whole block
+  __pipeline_wait_prior(0);  // (only empty groups remain)
+  __syncwarp();              // every lane of the warp is done with its stages: reuse them for the dw row
+  float* dw_row = reinterpret_cast<float*>(mine);
+#pragma unroll
+  for (int k = 0; k < VPT; k++) {
+    const int i = lane + 32 * k;
+    if (i < chunks) store_f32(dw_row + kVec * i, dw_acc[k]);
+  }
   __syncthreads();
   for (int col = threadIdx.x; col < d; col += blockDim.x) {
     float total = 0.f;
 #pragma unroll
-    for (int r = 0; r < kWarpRowsPerBlock; r++) total += dw_rows[r * d + col];
+    for (int r = 0; r < kStagedWarps; r++)
+      total += reinterpret_cast<const float*>(base + row_bytes + size_t(r) * stages * stage_bytes)[col];
     dw_partial[int64_t(blockIdx.x) * d + col] = total;
   }
 }
 
-// Rows per block of the warp backward: whole multiples of the block's warps, at most
-// kMaxBackwardWarpBlocks blocks. A function of N alone, so the partial sums are the same every run.
-BackwardGrid backward_warp_grid(int64_t N) {
-  int64_t rows = std::max<int64_t>(kWarpRowsPerBlock, ceil_div(N, kMaxBackwardWarpBlocks));
-  rows = ceil_div(rows, kWarpRowsPerBlock) * kWarpRowsPerBlock;
-  return {int(rows), int(std::max<int64_t>(1, ceil_div(N, rows)))};
+// The largest dynamic shared memory a block may opt into on the current device.
+size_t max_block_smem() {
+  int dev = 0, bytes = 0;
+  TK_CUDA_CHECK(cudaGetDevice(&dev));
+  TK_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return size_t(bytes);
 }
 
-bool backward_warp_fits(int d) { return ceil_div(ceil_div(d, kVec), 32) <= kMaxBackwardWarpChunks; }
+bool backward_staged_fits(int d, bool residual) {
+  if (ceil_div(ceil_div(d, kVec), 32) > kMaxStagedChunks) return false;
+  const StagedShape shape{d, residual};
+  const int stages = shape.stages();
+  return stages >= 2 && shape.smem_bytes(stages) <= max_block_smem();
+}
 
-// Launches the warp backward with exactly the chunks per lane that d needs (fewer registers, more warps).
-void launch_backward_warp(__nv_bfloat16* dh, float* dw_partial, const __nv_bfloat16* dy,
-                          const __nv_bfloat16* dresidual, const __nv_bfloat16* h, const float* rstd,
-                          const __nv_bfloat16* w, int64_t N, int d, cudaStream_t s) {
-  const BackwardGrid grid = backward_warp_grid(N);
+// Launches the staged backward with exactly the chunks per lane that d needs.
+void launch_backward_staged(__nv_bfloat16* dh, float* dw_partial, const __nv_bfloat16* dy,
+                            const __nv_bfloat16* dresidual, const __nv_bfloat16* h, const float* rstd,
+                            const __nv_bfloat16* w, int64_t N, int d, cudaStream_t s) {
+  const StagedShape shape{d, dresidual != nullptr};
+  const int stages = shape.stages();
+  const size_t smem = shape.smem_bytes(stages);
   auto launch = [&](auto vpt) {
     constexpr int VPT = decltype(vpt)::value;
-    auto kernel = rmsnorm_backward_warp_kernel<VPT>;
-    const size_t smem = backward_warp_smem_bytes(VPT, d, dresidual != nullptr, dw_partial != nullptr);
+    auto kernel = rmsnorm_backward_staged_kernel<VPT>;
     if (smem > 48 * 1024) {  // above the default limit a kernel must opt in; and room for two blocks an SM
       TK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
       TK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                          cudaSharedmemCarveoutMaxShared));
     }
-    kernel<<<grid.blocks, 32 * kWarpRowsPerBlock, smem, s>>>(dh, dw_partial, dy, dresidual, h, rstd, w, N, d,
-                                                             grid.rows_per_block);
+    kernel<<<staged_blocks(N), 32 * kStagedWarps, smem, s>>>(dh, dw_partial, dy, dresidual, h, rstd, w, N, d,
+                                                               stages);
     TK_CUDA_CHECK_LAUNCH();
   };
   switch (ceil_div(ceil_div(d, kVec), 32)) {
@@ -499,7 +554,7 @@ void residual_rmsnorm_forward(bf16* h_out, bf16* y, float* rstd, const bf16* h_i
 size_t rmsnorm_backward_scratch_bytes(int64_t N, int d) {
   // Enough for either path. The general path's grid depends on the tiling only through rows_per_step;
   // size for the smallest (most blocks).
-  const int blocks = std::max(backward_grid(N, 1).blocks, backward_warp_grid(N).blocks);
+  const int blocks = std::max(backward_grid(N, 1).blocks, staged_blocks(N));
   return size_t(blocks) * size_t(d) * sizeof(float);
 }
 
@@ -507,14 +562,14 @@ void rmsnorm_backward(bf16* dh, float* dw, const bf16* dy, const bf16* dresidual
                       const bf16* w, int64_t N, int d, void* scratch, size_t scratch_bytes, cudaStream_t s) {
   if (N == 0) return;
   const bool vectorised = vectorisable(d, {dh, dy, dresidual, h, w, scratch});
-  const bool warp_path = vectorised && backward_warp_fits(d);
+  const bool staged = vectorised && backward_staged_fits(d, dresidual != nullptr);
   const ColumnTiling t = column_tiling(d, vectorised);
-  const BackwardGrid grid = warp_path ? backward_warp_grid(N) : backward_grid(N, t.rows_per_step());
+  const BackwardGrid grid = staged ? BackwardGrid{0, staged_blocks(N)} : backward_grid(N, t.rows_per_step());
   float* partial = dw ? static_cast<float*>(scratch) : nullptr;
   TK_CUDA_REQUIRE(!dw || scratch_bytes >= size_t(grid.blocks) * size_t(d) * sizeof(float),
                   "rmsnorm_backward: the scratch buffer holds %zu bytes, %zu are needed", scratch_bytes,
                   size_t(grid.blocks) * size_t(d) * sizeof(float));
-  if (warp_path) launch_backward_warp(dh, partial, dy, dresidual, h, rstd, w, N, d, s);
+  if (staged) launch_backward_staged(dh, partial, dy, dresidual, h, rstd, w, N, d, s);
   else dispatch_tiling<LaunchBackward>(t, grid, dh, partial, dy, dresidual, h, rstd, w, N, d, s);
   if (!dw) return;
   // The second pass: 32 x 32 threads per 32 columns, so that a few hundred partial rows take two rounds of loads.

@@ -3,6 +3,10 @@
 // or out of place. One warp per token; the cos/sin of the token's position are fetched once and reused
 // for all of its heads, and the loads of a batch of heads (up to 8 warp steps) are all issued before any
 // of them is used, so that a token's heads are in flight together rather than one warp step at a time.
+// Small rows without norms (Qwen2.5-0.5B) take a pipelined kernel instead: a warp per run of tokens, the
+// next tokens' rows and cos/sin rows copied into shared memory (cp.async) while one is rotated.
+#include <cuda_pipeline.h>
+
 #include <algorithm>
 #include <type_traits>
 
@@ -397,6 +401,135 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   if (kNorm && dw_partial) sums.write(dw_partial, hd);
 }
 
+// ---- small tokens without norms: a warp per run of tokens, pipelined through shared memory -------------
+// For hd in {64, 128, 256}, no q/k norms, aligned pointers, and a row small enough that kPipeStages of them
+// per warp fit (Qwen2.5-0.5B: 18 heads of 64, 2,304 bytes). Warp g of the G launched takes the tokens
+// [g N / G, (g + 1) N / G). Its pipeline holds kPipeStages tokens in shared memory: while token j is
+// rotated, tokens j + 1 .. j + kPipeStages - 1 are in flight. A token's stage is its visited heads as they
+// lie in the row (copied as flat 16-byte chunks, lane l taking chunks l, l + 32, ...) followed by the
+// cos/sin row of its position (copied from the table, or computed when the table does not cover it); the
+// positions are read 32 tokens at a time, a batch ahead. The rotation runs in place in shared memory, lane
+// l taking the 8-pair chunk q = l % (hd / 16) of heads l / (hd / 16), + 32 / (hd / 16), ... (so its cos/sin
+// are 16 values per token), and the stage then goes out as flat 16-byte chunks, value heads included.
+constexpr int kPipeWarps = 4;
+constexpr int kPipeStages = 4;
+constexpr size_t kPipeSmemBytes = 48 * 1024;  // a block's, at most: no opt-in, several blocks per SM
+
+// Bytes of one stage, sized for the whole row (so in place and out of place take the same path).
+size_t pipe_stage_bytes(const RopeArgs& a) {
+  return size_t(a.n_rot + a.n_kv) * a.hd * sizeof(__nv_bfloat16) + size_t(a.hd / 2) * sizeof(float2);
+}
+bool pipe_fits(const RopeArgs& a, bool aligned) {
+  return aligned && (a.hd == 64 || a.hd == 128 || a.hd == 256) &&
+         size_t(kPipeWarps) * kPipeStages * pipe_stage_bytes(a) <= kPipeSmemBytes;
+}
+
+template <int HD, bool kBackward>
+__global__ void __launch_bounds__(32 * kPipeWarps)
+    rope_pipelined_kernel(__nv_bfloat16* out, const __nv_bfloat16* in, RopeArgs a, int n_heads) {
+  constexpr int kHalf = HD / 2, kQ = HD / 16, kHeadChunks = HD / kVec, kTableChunks = kHalf / 2;
+  static_assert(32 % kQ == 0, "a lane keeps its pair chunk across warp steps");
+  extern __shared__ uint4 smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, q = lane % kQ;
+  const int64_t width = int64_t(a.n_rot + a.n_kv) * HD;
+  const int data_chunks = n_heads * kHeadChunks, rot_units = a.n_rot * kQ;
+  const int stage_chunks = (a.n_rot + a.n_kv) * kHeadChunks + kTableChunks;  // pipe_stage_bytes / 16
+  uint4* const mine = smem + size_t(warp) * kPipeStages * stage_chunks;
+  const int64_t G = int64_t(gridDim.x) * kPipeWarps, g = int64_t(blockIdx.x) * kPipeWarps + warp;
+  const int64_t t0 = g * a.N / G, t1 = (g + 1) * a.N / G;
+  const int count = int(t1 - t0);
+  // Positions: lane l holds those of tokens t0 + 32 b + l (batch b, of the token being issued) and of the
+  // next batch.
+  int pos_cur = t0 + lane < t1 ? a.positions[t0 + lane] : 0;
+  int pos_next = t0 + 32 + lane < t1 ? a.positions[t0 + 32 + lane] : 0;
+  auto issue = [&](int j) {  // always commits (an empty group past the end)
+    if (j < count) {
+      uint4* st = mine + (j % kPipeStages) * stage_chunks;
+      const uint4* src = reinterpret_cast<const uint4*>(in + (t0 + j) * width);
+      for (int i = lane; i < data_chunks; i += 32) __pipeline_memcpy_async(st + i, src + i, 16);
+      if (j % 32 == 0 && j > 0) {
+        pos_cur = pos_next;
+        pos_next = t0 + j + 32 + lane < t1 ? a.positions[t0 + j + 32 + lane] : 0;
+      }
+      const int64_t p = __shfl_sync(0xffffffffu, pos_cur, j % 32);
+      uint4* tab = st + (a.n_rot + a.n_kv) * kHeadChunks;
+      if (table_covers(a.table, a.max_pos, p)) {
+        const uint4* row = reinterpret_cast<const uint4*>(a.table + p * kHalf);
+#pragma unroll
+        for (int i = lane; i < kTableChunks; i += 32) __pipeline_memcpy_async(tab + i, row + i, 16);
+      } else {
+        for (int i = lane; i < kHalf; i += 32) reinterpret_cast<float2*>(tab)[i] = rope_angle(p, i, HD, a.theta);
+      }
+    }
+    __pipeline_commit();
+  };
+
+  for (int j = 0; j < kPipeStages - 1; j++) issue(j);
+  for (int j = 0; j < count; j++) {
+    issue(j + kPipeStages - 1);  // into the stage token j - 1 used (the barriers below ordered its readers)
+    __pipeline_wait_prior(kPipeStages - 1);
+    __syncwarp();  // every lane's copies of token j have landed, and are visible to the whole warp
+    uint4* st = mine + (j % kPipeStages) * stage_chunks;
+    float cs[8], sn[8];
+    const float4* t4 = reinterpret_cast<const float4*>(st + (a.n_rot + a.n_kv) * kHeadChunks) + 4 * q;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      const float4 v = t4[k];
+      cs[2 * k] = v.x, sn[2 * k] = v.y, cs[2 * k + 1] = v.z, sn[2 * k + 1] = v.w;
+    }
+    for (int u = lane; u < rot_units; u += 32) {
+      uint4* lo_p = st + (u / kQ) * kHeadChunks + q;
+      PackedBf16<kVec> lo_b, hi_b;
+      lo_b.raw = lo_p[0], hi_b.raw = lo_p[kQ];
+      float x0[kVec], x1[kVec], lo[kVec], hi[kVec];
+      unpack(x0, lo_b), unpack(x1, hi_b);
+#pragma unroll
+      for (int e = 0; e < kVec; e++) {
+        if constexpr (kBackward) {
+          lo[e] = x0[e] * cs[e] + x1[e] * sn[e];
+          hi[e] = x1[e] * cs[e] - x0[e] * sn[e];
+        } else {
+          lo[e] = x0[e] * cs[e] - x1[e] * sn[e];
+          hi[e] = x1[e] * cs[e] + x0[e] * sn[e];
+        }
+      }
+      pack(lo_b, lo), pack(hi_b, hi);
+      lo_p[0] = lo_b.raw, lo_p[kQ] = hi_b.raw;
+    }
+    __syncwarp();  // the rotated chunks, and the cos/sin reads done before the stage is refilled
+    uint4* dst = reinterpret_cast<uint4*>(out + (t0 + j) * width);
+    for (int i = lane; i < data_chunks; i += 32) dst[i] = st[i];
+    // (lane l refills, next, only chunks it has just stored itself, or the table after the barrier above)
+  }
+}
+
+template <int HD, bool kBackward>
+void launch_pipelined(__nv_bfloat16* out, const __nv_bfloat16* in, const RopeArgs& a, int n_heads, cudaStream_t s) {
+  auto kernel = rope_pipelined_kernel<HD, kBackward>;
+  const size_t smem = size_t(kPipeWarps) * kPipeStages * pipe_stage_bytes(a);
+  int dev = 0, sms = 0, per_sm = 0;
+  TK_CUDA_CHECK(cudaGetDevice(&dev));
+  TK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  TK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * kPipeWarps, smem));
+  // One wave of resident blocks (no reductions: the grid does not change any result).
+  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(ceil_div(a.N, kPipeWarps), int64_t(sms) * per_sm));
+  kernel<<<blocks, 32 * kPipeWarps, smem, s>>>(out, in, a, n_heads);
+  TK_CUDA_CHECK_LAUNCH();
+}
+
+// True if it launched (else the caller takes the batched kernels).
+template <bool kBackward>
+bool try_pipelined(__nv_bfloat16* out, const __nv_bfloat16* in, const RopeArgs& a, bool aligned, cudaStream_t s) {
+  if (!pipe_fits(a, aligned)) return false;
+  const int n_heads = out == in ? a.n_rot : a.n_rot + a.n_kv;
+  switch (a.hd) {
+    case 64: launch_pipelined<64, kBackward>(out, in, a, n_heads, s); break;
+    case 128: launch_pipelined<128, kBackward>(out, in, a, n_heads, s); break;
+    default: launch_pipelined<256, kBackward>(out, in, a, n_heads, s); break;
+  }
+  return true;
+}
+
 // dq_norm_w[i] += sum over blocks b of partial[b, 0, i], dk_norm_w[i] += the same of partial[b, 1, i] (either
 // output may be null), in a fixed order: thread row y sums blocks y, y + 32, ... of column blockIdx.x * 32 +
 // threadIdx.x, then warp y adds the 32 row sums of column blockIdx.x * 32 + y by shuffles. Block: 32 x 32.
@@ -502,6 +635,7 @@ void qk_norm_rope_forward(bf16* qkv_out, float* qk_rstd, const bf16* qkv_in, con
                   "qk_norm_rope_forward: q and k norm weights come together, with a qk_rstd output");
   if (N == 0) return;
   const bool aligned = all_aligned({qkv_out, qkv_in, rope_table});  // the norm weights are staged
+  if (!q_norm_w && try_pipelined<false>(qkv_out, qkv_in, a, aligned, s)) return;
   const int n_heads = qkv_out == qkv_in ? a.n_rot : a.n_rot + a.n_kv;
   const int64_t blocks = std::min<int64_t>(ceil_div(N, kWarps), int64_t(1) << 30);
   dispatch_layout<kMaxSteps>(a.hd, aligned, n_heads, [&](auto layout) {
@@ -536,6 +670,7 @@ void qk_norm_rope_backward(bf16* dqkv_in, float* dq_norm_w, float* dk_norm_w, co
                   "qk_norm_rope_backward: the scratch buffer holds %zu bytes, %zu are needed", scratch_bytes,
                   qk_norm_rope_backward_scratch_bytes(N, shape));
   const bool aligned = all_aligned({dqkv_in, dqkv_out, qkv_in, rope_table});  // the norm weights are staged
+  if (!norm && try_pipelined<true>(dqkv_in, dqkv_out, a, aligned, s)) return;
   const int n_heads = dqkv_in == dqkv_out ? a.n_rot : a.n_rot + a.n_kv;
   auto launch = [&](auto layout, auto norm_kernel) {
     using T = decltype(layout);
