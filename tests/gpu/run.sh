@@ -18,7 +18,7 @@ pack() {
   [ -f "$OUT/gpu-run/report.html" ] && cp "$OUT/gpu-run/report.html" "$RESULTS/report-gpu.html"
 }
 trap pack EXIT
-STEPS=${1:-tests,hf,kernels,curve,moments,report,profile,needless,plan,offload,budget,seven,docmask,chunks,ncu,fixtures,bench}
+STEPS=${1:-tests,hf,kernels,curve,moments,report,profile,needless,plan,offload,budget,seven,docmask,chunks,gemms,ncu,fixtures,bench}
 REGEX=${2:-.}
 source tests/gpu/env.sh
 BUILD=build-gpu
@@ -204,6 +204,11 @@ print(f"{sys.argv[1]:<28} {sum(r['tokens_per_s'] for r in tail) / len(tail):>9.0
 PY
   done | tee "$OUT/docmask.txt"
   echo "docmask: $(( $(date +%s) - start ))s"; pack
+fi
+if has gemms && [ -x $BUILD/bench/gemm_bench ]; then
+  # cuBLASLt's first heuristic choice against the fastest of its first 16, for every GEMM of a step.
+  $BUILD/bench/gemm_bench ${GEMM_MODELS:-qwen2.5-0.5b llama3.2-1b} > "$OUT/gemm_bench.log" 2>&1; grep -E "^[a-z].*:|^lm_head|^qkv|^gate" "$OUT/gemm_bench.log" | head -40
+  echo "gemms: $(( $(date +%s) - start ))s"; pack
 fi
 if has chunks; then
   # The LM head's logits chunk on the 0.5B bench shape (V = 151,936): 512 MiB (the default, 10 chunks of 1,664
