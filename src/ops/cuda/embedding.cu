@@ -143,8 +143,11 @@ __global__ void __launch_bounds__(32 * kSortWarps)
 #pragma unroll
     for (int k = 0; k < kSortBatch; k++) {
       const bool mine = x[k] >= lo && x[k] < hi;
-      // Lanes with other ids get keys of their own (ids are < 2^31), so they match nobody.
-      const uint32_t peers = __match_any_sync(0xffffffffu, mine ? x[k] : (0x80000000u | unsigned(lane)));
+      // Most groups of 32 tokens hold none of the block's ids (1 in V / kSortIds of them, for uniform ids):
+      // skip those whole. In the others, lanes with other ids share one key (ids are < 2^31) that no id of
+      // the block's equals: __match_any_sync's cost grows with the distinct keys, so they stay few.
+      if (__ballot_sync(0xffffffffu, mine) == 0u) continue;
+      const uint32_t peers = __match_any_sync(0xffffffffu, mine ? x[k] : 0x80000000u);
       int32_t slot = 0;
       if (mine) {
         slot = pos[warp][x[k] - lo] + __popc(peers & ((1u << lane) - 1u));
