@@ -7,11 +7,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "core/cache.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
@@ -25,7 +25,6 @@
 namespace tk {
 namespace {
 
-namespace stdfs = std::filesystem;
 
 // Fills an [n, n] tensor with small values (never all zeros), a block of rows at a time.
 void fill_square(Ops& ops, const Tensor& t, int64_t n) {
@@ -88,16 +87,6 @@ double measure_device_copy_bytes_per_s(CudaOps& ops) {
 }
 #endif
 
-nlohmann::json read_cache(const std::string& path) {
-  std::error_code ec;
-  if (!stdfs::exists(path, ec)) return nlohmann::json::object();
-  nlohmann::json j = nlohmann::json::parse(fs::read_file(path), nullptr, false);
-  if (!j.is_object()) {
-    log::warn("{} is not a JSON object: measuring the ceilings again and rewriting it", path);
-    return nlohmann::json::object();
-  }
-  return j;
-}
 
 }  // namespace
 
@@ -120,12 +109,7 @@ Ceilings measure_ceilings(Ops& ops, bool gpu) {
   return c;
 }
 
-std::string ceilings_cache_path() {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  stdfs::path base = xdg && *xdg ? stdfs::path(xdg) : stdfs::path(home && *home ? home : ".") / ".cache";
-  return (base / "tokamak" / "ceilings.json").string();
-}
+std::string ceilings_cache_path() { return cache::path_of("ceilings.json"); }
 
 Ceilings find_ceilings(const std::string& device_flag, const std::string& device_name, bool gpu) {
   if (!gpu) {
@@ -133,9 +117,9 @@ Ceilings find_ceilings(const std::string& device_flag, const std::string& device
     return measure_ceilings(*be.ops, false);
   }
   const std::string path = ceilings_cache_path();
-  nlohmann::json cache = read_cache(path);
-  if (cache.contains(device_name)) {
-    const nlohmann::json& e = cache[device_name];
+  nlohmann::json table = cache::read(path, "ceilings");
+  if (table.contains(device_name)) {
+    const nlohmann::json& e = table[device_name];
     const double tflops = e.value("matmul_tflops", 0.0), gbps = e.value("copy_gbps", 0.0);
     if (tflops > 0 && gbps > 0) return {tflops * 1e12, gbps * 1e9, "cache " + path};
   }
@@ -145,17 +129,11 @@ Ceilings find_ceilings(const std::string& device_flag, const std::string& device
     Backend be = make_backend(device_flag);
     c = measure_ceilings(*be.ops, true);
   }
-  cache[device_name] = {{"matmul_tflops", c.matmul_flops / 1e12},
+  table[device_name] = {{"matmul_tflops", c.matmul_flops / 1e12},
                         {"copy_gbps", c.copy_bytes_per_s / 1e9},
                         {"gemm", "8192^3 bf16, fp32 accumulate"},
                         {"copy", "1 GiB device to device (read + write bytes)"}};
-  try {
-    std::error_code ec;
-    stdfs::create_directories(stdfs::path(path).parent_path(), ec);
-    fs::write_file_atomic(path, cache.dump(2) + "\n");
-  } catch (const Error& e) {
-    log::warn("the ceilings could not be cached ({}); they will be measured again next time", e.what());
-  }
+  cache::write(path, table);
   return c;
 }
 
