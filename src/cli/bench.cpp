@@ -24,6 +24,7 @@ struct BenchOptions {
   std::string moments = "f32";
   int batch = 8, seq = 2048, steps = 10, warmup = 3;
   int logits_chunk_mib = 0;  // 0: the backend's default
+  bool gemm_tuning = false;
   uint64_t seed = 1;
   bool json = false;
 };
@@ -50,6 +51,7 @@ int run_bench(const BenchOptions& o) {
   tk::Backend be = tk::make_backend(o.device);
   const size_t mem_before = tk::memory_in_use_bytes(be.gpu);
   if (o.logits_chunk_mib > 0) tk::set_logits_chunk_budget(*be.ops, size_t(o.logits_chunk_mib) << 20);
+  if (o.gemm_tuning) tk::enable_gemm_tuning(*be.ops, tk::gemm_tuning_cache_path());
   tk::Model model(cfg, *be.ops, tk::ModelOptions{o.batch, o.seq, false});
   model.init_params(o.seed);
   tk::AdamWOptions adam;
@@ -70,6 +72,7 @@ int run_bench(const BenchOptions& o) {
   for (int i = 0; i < o.warmup; i++) step(i);
   be.ops->synchronize();
   const double warm_s = std::chrono::duration<double>(clock::now() - t0).count();
+  if (const std::string tuning = tk::gemm_tuning_summary(*be.ops); !tuning.empty()) fmt::print(stderr, "{}\n", tuning);
   size_t mem_peak = tk::memory_in_use_bytes(be.gpu);
   t0 = clock::now();
   for (int i = 0; i < o.steps; i++) step(i);
@@ -119,6 +122,8 @@ tk::cli::Command bench_cmd("bench", "Time full training steps of a model shape o
                              app.add_option("--logits-chunk", o->logits_chunk_mib,
                                             "MiB of the LM head's logits chunk (CUDA; default 512)")
                                  ->check(CLI::Range(1, 65536));
+                             app.add_flag("--gemm-tuning", o->gemm_tuning,
+                                          "GEMM algorithms chosen by timing, kept in the cache (as train's)");
                              app.add_flag("--json", o->json, "Print one JSON row (the peer benchmark's fields)");
                              return [o] { return run_bench(*o); };
                            });

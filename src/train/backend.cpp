@@ -1,6 +1,7 @@
 // Backend selection: the CUDA backend when asked for (or when "auto" finds a GPU), else CpuOps<float>.
 #include "train/backend.h"
 
+#include "core/cache.h"
 #include "core/error.h"
 #include "ops/cpu/cpu_ops.h"
 
@@ -47,6 +48,25 @@ Backend make_backend(const std::string& device) {
 bool backend_is_gpu(const std::string& device) {
   return device == "cuda" || (device == "auto" && cuda_device_count() > 0);
 }
+
+void enable_gemm_tuning(Ops& ops, const std::string& cache_path) {
+#ifdef TK_HAVE_CUDA
+  if (auto* cuda = dynamic_cast<CudaOps*>(&ops)) cuda->enable_gemm_tuning(cache_path);
+#else
+  (void)ops, (void)cache_path;
+#endif
+}
+
+std::string gemm_tuning_summary(Ops& ops) {
+#ifdef TK_HAVE_CUDA
+  if (auto* cuda = dynamic_cast<CudaOps*>(&ops)) return cuda->gemm_tuning_summary();
+#else
+  (void)ops;
+#endif
+  return "";
+}
+
+std::string gemm_tuning_cache_path() { return cache::path_of("gemm-algorithms.json"); }
 
 void set_logits_chunk_budget(Ops& ops, size_t bytes) {
 #ifdef TK_HAVE_CUDA

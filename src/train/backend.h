@@ -20,5 +20,11 @@ bool backend_is_gpu(const std::string& device);
 // The CUDA LM head's bf16 logits chunk (bytes; 512 MiB unless set): larger chunks mean fewer, larger GEMMs
 // and fewer passes over the f32 LM-head gradient, for more memory. No effect on the CPU backend.
 void set_logits_chunk_budget(Ops& ops, size_t bytes);
+// GEMM algorithms chosen by timing once per shape and kept in the cache file `cache_path` (CUDA; see
+// cuda::Matmul::enable_tuning), before the first GEMM; and a line on what it did ("" when off or on the CPU).
+void enable_gemm_tuning(Ops& ops, const std::string& cache_path);
+std::string gemm_tuning_summary(Ops& ops);
+// The default file of the GEMM choices: gemm-algorithms.json in tokamak's cache folder (core/cache.h).
+std::string gemm_tuning_cache_path();
 
 }  // namespace tk

@@ -32,7 +32,7 @@
 namespace tk {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, model, data, out, tokenizer, device, batch, seq,
-                                                batch_tokens, doc_mask, recompute, offload, offload_chunk, moments, memory_budget, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
+                                                batch_tokens, doc_mask, gemm_tuning, recompute, offload, offload_chunk, moments, memory_budget, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
                                                 decay_fraction, beta1, beta2, adam_eps, weight_decay, grad_clip, seed,
                                                 eval_every, eval_tokens, save_every, keep_checkpoints, peak_tflops)
 
@@ -504,6 +504,7 @@ void TrainingRun::report_memory() const {
     j["rows"].push_back({{"component", r.label}, {"bytes", r.bytes}, {"count", r.count}});
   }
   fmt::print("  {:>10}  total on {}\n", format_bytes(double(total)), throughput_->device().name);
+  if (const std::string tuning = gemm_tuning_summary(ops); !tuning.empty()) fmt::print("{}\n", tuning);
   std::fflush(stdout);
   fs::write_file_atomic((stdfs::path(run_dir_) / "memory.json").string(), j.dump(2) + "\n");
   ops.seal_memory();
@@ -630,6 +631,7 @@ void TrainingRun::set_up() {
 // The backend (wrapped when a hook asks), the data, the model and its optimizer.
 void TrainingRun::build_parts() {
   backend_ = make_backend(cfg_.device);
+  if (cfg_.gemm_tuning) enable_gemm_tuning(*backend_.ops, gemm_tuning_cache_path());
   if (hooks_.wrap_ops) backend_.ops = hooks_.wrap_ops(std::move(backend_.ops));
   source_ = find_model_source(cfg_.model);
   meta_ = read_dataset_meta(cfg_.data);

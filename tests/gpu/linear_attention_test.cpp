@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cache.h"
 #include "core/log.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_check.h"
@@ -179,6 +181,57 @@ void LinearTest::check(int64_t N, int64_t in, int64_t out, bool with_bias) {
       EXPECT_EQ(first_db, bytes(*db)) << "dbias is not deterministic";
     }
   }
+}
+
+// GEMM tuning (CudaOps::enable_gemm_tuning): the algorithms it chooses give the reference's results and
+// are deterministic (check), the choices are recorded in the cache file, and a second backend reading the
+// file times nothing and computes bitwise what the first did.
+TEST_F(LinearTest, TunedGemmsAreRecordedAndRepeatBitwise) {
+  const std::string path = ::testing::TempDir() + "tk-gemm-tuning-" + std::to_string(seed_) + ".json";
+  std::remove(path.c_str());
+  gpu_->enable_gemm_tuning(path);
+  check(2048, 896, 1152, true);
+  const cuda::Matmul::TuningStats first = gpu_->gemm_tuning_stats();
+  EXPECT_GE(first.measured, 3) << "forward, input and weight gradients each timed";
+  EXPECT_EQ(first.cached, 0);
+  EXPECT_LE(first.chosen_us, first.first_us * 1.02) << "the choice is the fastest measured";
+  const nlohmann::json table = cache::read(path, "GEMM choices");
+  ASSERT_EQ(table.size(), 1u) << table.dump();
+  EXPECT_EQ(int(table.begin()->size()), first.measured) << table.dump();
+  for (const auto& [key, entry] : table.begin()->items()) {
+    EXPECT_GE(entry.value("index", -1), 0) << key;
+    EXPECT_LT(entry.value("index", -1), entry.value("candidates", 0)) << key;
+  }
+
+  // The same products on two backends sharing the file; the second reads every choice.
+  const int64_t N = 2048, in = 896, out = 1152;
+  const auto x_h = normal(size_t(N * in), 1.f), w_h = normal(size_t(out * in), 0.05f), b_h = normal(size_t(out), 0.5f);
+  const auto dy_h = normal(size_t(N * out), 1.f);
+  auto run = [&](CudaOps& ops) {
+    Owned x(ops, DType::BF16, {N, in}), w(ops, DType::BF16, {out, in}), b(ops, DType::BF16, {out});
+    Owned dy(ops, DType::BF16, {N, out}), y(ops, DType::BF16, {N, out}), dx(ops, DType::BF16, {N, in});
+    Owned dw(ops, DType::F32, {out, in}), db(ops, DType::F32, {out});
+    ops.upload_f32(x.t, x_h.data()), ops.upload_f32(w.t, w_h.data()), ops.upload_f32(b.t, b_h.data());
+    ops.upload_f32(dy.t, dy_h.data());
+    const std::vector<float> zeros_w(static_cast<size_t>(out * in), 0.f), zeros_b(static_cast<size_t>(out), 0.f);
+    ops.upload_f32(dw.t, zeros_w.data()), ops.upload_f32(db.t, zeros_b.data());
+    ops.linear_forward(y.t, x.t, w.t, b.t);
+    ops.linear_backward(dx.t, dw.t, db.t, dy.t, x.t, w.t);
+    std::vector<std::vector<uint8_t>> outs;
+    for (const Owned* o : {&y, &dx, &dw, &db}) {
+      outs.emplace_back(o->t.nbytes());
+      ops.download(outs.back().data(), o->t.data, outs.back().size());
+    }
+    return outs;
+  };
+  const auto mine = run(*gpu_);
+  CudaOps other(0);
+  other.enable_gemm_tuning(path);
+  const auto theirs = run(other);
+  EXPECT_EQ(other.gemm_tuning_stats().measured, 0) << "every choice comes from the file";
+  EXPECT_EQ(other.gemm_tuning_stats().cached, first.measured);
+  EXPECT_TRUE(mine == theirs) << "a backend reading the choices computes other bits";
+  std::remove(path.c_str());
 }
 
 // ---- attention --------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ pack() {
   [ -f "$OUT/gpu-run/report.html" ] && cp "$OUT/gpu-run/report.html" "$RESULTS/report-gpu.html"
 }
 trap pack EXIT
-STEPS=${1:-tests,hf,kernels,curve,moments,report,profile,needless,plan,offload,budget,seven,docmask,chunks,gemms,ncu,fixtures,bench}
+STEPS=${1:-tests,hf,kernels,curve,moments,report,profile,needless,plan,offload,budget,seven,docmask,chunks,gemms,tuning,ncu,fixtures,bench}
 REGEX=${2:-.}
 source tests/gpu/env.sh
 BUILD=build-gpu
@@ -209,6 +209,26 @@ if has gemms && [ -x $BUILD/bench/gemm_bench ]; then
   # cuBLASLt's first heuristic choice against the fastest of its first 16, for every GEMM of a step.
   $BUILD/bench/gemm_bench ${GEMM_MODELS:-qwen2.5-0.5b llama3.2-1b} > "$OUT/gemm_bench.log" 2>&1; grep -E "^[a-z].*:|^lm_head|^qkv|^gate" "$OUT/gemm_bench.log" | head -40
   echo "gemms: $(( $(date +%s) - start ))s"; pack
+fi
+if has tuning; then
+  # GEMM algorithms chosen by timing (--gemm-tuning), from an empty cache: the 0.5B and 1B bench shapes without,
+  # with (timing now) and with again (read from the cache); then two short runs sharing the cache: bitwise equal.
+  export XDG_CACHE_HOME=/tmp/tk-tuning-cache; rm -rf $XDG_CACHE_HOME
+  for m in ${TUNING_MODELS:-qwen2.5-0.5b llama3.2-1b}; do
+    for flags in "" "--gemm-tuning" "--gemm-tuning"; do
+      echo "$m ${flags:-heuristic}: $($BUILD/tokamak bench --model $m --batch 8 --seq 2048 --device cuda $flags 2>&1 | grep -E "GEMM tuning|tok/s" | tr '\n' ' ')"
+    done
+  done | tee "$OUT/tuning.txt"
+  TRAIN=(train --data data/brown --model gpt2-small-llama --batch 8 --seq 512 --steps 30 --warmup 5 --eval-tokens 0
+         --save-every 0 --device cuda --gemm-tuning --overwrite)
+  rm -rf $XDG_CACHE_HOME
+  $BUILD/tokamak "${TRAIN[@]}" --out "$OUT/tune-a" > "$OUT/tune-a.log" 2>&1 || tail -3 "$OUT/tune-a.log"
+  $BUILD/tokamak "${TRAIN[@]}" --out "$OUT/tune-b" > "$OUT/tune-b.log" 2>&1 || tail -3 "$OUT/tune-b.log"
+  grep -h "GEMM tuning" "$OUT"/tune-a.log "$OUT"/tune-b.log | cut -c1-200 | tee -a "$OUT/tuning.txt"
+  python3 -c "import json,sys; l=lambda d: [json.loads(x)['loss'] for x in open(d+'/log.jsonl') if '\"loss\"' in x]; a,b=l(sys.argv[1]),l(sys.argv[2]); print('tuned runs bitwise equal losses:', a==b, a[-1], b[-1])" \
+    "$OUT/tune-a" "$OUT/tune-b" | tee -a "$OUT/tuning.txt"
+  cp $XDG_CACHE_HOME/tokamak/gemm-algorithms.json "$OUT/" 2>/dev/null; unset XDG_CACHE_HOME
+  echo "tuning: $(( $(date +%s) - start ))s"; pack
 fi
 if has chunks; then
   # The LM head's logits chunk on the 0.5B bench shape (V = 151,936): 512 MiB (the default, 10 chunks of 1,664

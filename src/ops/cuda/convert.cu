@@ -1,5 +1,8 @@
 // f32 <-> bf16 conversion kernels, for uploads and downloads of float data (upload_f32 / download_f32):
 // 8 elements per thread with 16-byte accesses when the pointers allow, element by element otherwise.
+// And a fill with hashed values, for scratch operands (the GEMM tuning's).
+#include <algorithm>
+
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/vector_access.cuh"
@@ -40,7 +43,24 @@ void convert(Dst* dst, const Src* src, int64_t n, cudaStream_t s) {
   }
 }
 
+__global__ void fill_uniform_kernel(__nv_bfloat16* p, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint64_t x = uint64_t(i) * 0x9e3779b97f4a7c15ull + seed;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    p[i] = __float2bfloat16_rn(float(x >> 40) * 0x1.0p-23f - 1.f);
+  }
+}
+
 }  // namespace
+
+void fill_uniform_bf16(bf16* p, int64_t n, uint64_t seed, cudaStream_t s) {
+  if (n <= 0) return;
+  const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 4096);
+  fill_uniform_kernel<<<blocks, kThreads, 0, s>>>(p, n, seed);
+  TK_CUDA_CHECK_LAUNCH();
+}
 
 void f32_to_bf16(bf16* dst, const float* src, int64_t n, cudaStream_t s) { convert(dst, src, n, s); }
 void bf16_to_f32(float* dst, const bf16* src, int64_t n, cudaStream_t s) { convert(dst, src, n, s); }

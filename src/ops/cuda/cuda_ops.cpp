@@ -71,6 +71,7 @@ struct CudaOps::Impl {
   cuda::DeviceAlloc alloc;  // hands CudaOps::allocate / release to the building blocks
 
   std::unique_ptr<cuda::Matmul> matmul;
+  std::string gemm_tuning_path;  // "" when GEMM tuning is off
   std::unique_ptr<cuda::CudnnAttention> attention;
 
   // Scratch, each with GrowingBuffer's rule.
@@ -252,6 +253,25 @@ void CudaOps::release_host(void* p) {
 }
 void CudaOps::seal_memory() { impl_->ledger.seal(); }
 void CudaOps::set_logits_chunk_budget(size_t bytes) { impl_->logits_budget = bytes; }
+
+void CudaOps::enable_gemm_tuning(const std::string& cache_path) {
+  impl_->matmul->enable_tuning(cache_path);
+  impl_->gemm_tuning_path = cache_path;
+}
+
+cuda::Matmul::TuningStats CudaOps::gemm_tuning_stats() const { return impl_->matmul->tuning_stats(); }
+
+std::string CudaOps::gemm_tuning_summary() const {
+  if (impl_->gemm_tuning_path.empty()) return "";
+  const cuda::Matmul::TuningStats s = impl_->matmul->tuning_stats();
+  std::string line = fmt::format("GEMM tuning: {} configuration(s) read from {}, {} timed now", s.cached,
+                                 impl_->gemm_tuning_path, s.measured);
+  if (s.measured > 0)
+    line += fmt::format(" (cuBLASLt's first choices {:.2f} ms, the fastest {:.2f} ms, once each)", s.first_us / 1e3,
+                        s.chosen_us / 1e3);
+  if (s.skipped > 0) line += fmt::format(", {} left at the first choice for lack of memory", s.skipped);
+  return line;
+}
 
 std::string CudaOps::memory_report() const {
   std::string out;

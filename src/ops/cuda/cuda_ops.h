@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/cuda/matmul_cublaslt.h"
 #include "ops/ops.h"
 
 namespace tk {
@@ -52,6 +53,11 @@ class CudaOps final : public Ops {
   // The budget of lm_head_cross_entropy's bf16 logits chunk (default kLogitsChunkBudgetBytes, 512 MiB);
   // takes effect at the next call.
   void set_logits_chunk_budget(size_t bytes);
+  // GEMM algorithms chosen by timing, kept in `cache_path` (cuda::Matmul::enable_tuning); before the first
+  // GEMM. A line on what it did so far ("" when off).
+  void enable_gemm_tuning(const std::string& cache_path);
+  std::string gemm_tuning_summary() const;
+  cuda::Matmul::TuningStats gemm_tuning_stats() const;
 
   // ---- ops ----
   void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& table) override;

@@ -20,6 +20,8 @@ using bf16 = __nv_bfloat16;
 // dst[i] = src[i] rounded to nearest even (NaN stays NaN); and the exact widening back.
 void f32_to_bf16(bf16* dst, const float* src, int64_t n, cudaStream_t s);
 void bf16_to_f32(float* dst, const bf16* src, int64_t n, cudaStream_t s);
+// p[i] = a hash of (i, seed) as a bf16 in [-1, 1): operands for timing, not for training.
+void fill_uniform_bf16(bf16* p, int64_t n, uint64_t seed, cudaStream_t s);
 
 // ---- embedding (embedding.cu) ---------------------------------------------------------------------
 // out[N,d] = table[tokens[n], :]; tokens i32[N] with 0 <= id < V (the caller validates ids).

@@ -6,12 +6,17 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
+#include <cmath>
 #include <compare>
 #include <map>
 #include <vector>
 
+#include "core/cache.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/kernels.h"
 
 namespace tk::cuda {
 
@@ -58,6 +63,29 @@ std::string describe(const GemmKey& k) {
                      k.d_is_f32 ? "f32 (+=)" : "bf16", k.has_bias ? " +bias" : "");
 }
 
+// The key as the tuning file names it: every field, alignments included.
+std::string key_id(const GemmKey& k) {
+  return fmt::format("{}{} m{} n{} k{} ld{},{},{} {}{} align{},{},{}", k.trans_a ? "T" : "N", k.trans_b ? "T" : "N",
+                     k.m, k.n, k.k, k.ld_a, k.ld_b, k.ld_d, k.d_is_f32 ? "f32+=" : "bf16", k.has_bias ? " bias" : "",
+                     k.align_a, k.align_b, k.align_d);
+}
+
+// A device buffer for the timing's scratch operands, freed when it goes.
+struct Scratch {
+  void* p = nullptr;
+  explicit Scratch(size_t bytes) {
+    if (cudaMalloc(&p, std::max<size_t>(bytes, 256)) != cudaSuccess) {
+      p = nullptr;
+      cudaGetLastError();  // clear the failure: the caller falls back to the heuristic's first
+    }
+  }
+  ~Scratch() {
+    if (p) cudaFree(p);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+};
+
 }  // namespace
 
 struct Matmul::Impl {
@@ -74,7 +102,16 @@ struct Matmul::Impl {
     int64_t rows, cols, ld;  // the matrix as stored, column-major
   };
 
+  // Tuning (Matmul::enable_tuning): the file and the part of it for this GPU and cuBLASLt version.
+  bool tuning = false;
+  std::string tuning_path, tuning_scope;
+  TuningStats stats;
+
   const GemmPlan& plan_for(const GemmKey& key);
+  // The index of the candidate to use: the file's choice, else the fastest measured now (and recorded),
+  // else 0.
+  int choose(const GemmKey& key, const GemmPlan& plan, const cublasLtMatmulHeuristicResult_t* candidates,
+             int found);
   // D[m,n] (column-major, leading dimension ld_d) = op(A) op(B) + beta D (+ bias[m] along each column).
   void gemm(const Operand& a, const Operand& b, void* d, bool d_is_f32, int64_t m, int64_t n, int64_t ld_d,
             float beta, const bf16* bias);
@@ -117,17 +154,118 @@ const GemmPlan& Matmul::Impl::plan_for(const GemmKey& key) {
                                                        sizeof(align_d)));
   TK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
                                                        sizeof(align_d)));
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(tuning ? kTuneCandidates : 1);
   int found = 0;
   cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->a, plan->b, plan->d, plan->d,
-                                                          pref, 1, &result, &found);
+                                                          pref, int(results.size()), results.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
   TK_CHECK(status == CUBLAS_STATUS_SUCCESS && found > 0,
            "cuBLASLt has no algorithm for the GEMM {} ({}); the shape or alignment is not supported", describe(key),
            cublasLtGetStatusString(status));
-  plan->algo = result.algo;
+  plan->algo = results[tuning && found > 1 ? choose(key, *plan, results.data(), found) : 0].algo;
   return *plans.emplace(key, std::move(plan)).first->second;
 }
+
+int Matmul::Impl::choose(const GemmKey& key, const GemmPlan& plan, const cublasLtMatmulHeuristicResult_t* candidates,
+                         int found) {
+  const std::string id = key_id(key);
+  {
+    const nlohmann::json table = cache::read(tuning_path, "GEMM algorithm choices");
+    const auto scope = table.find(tuning_scope);
+    if (scope != table.end() && scope->is_object()) {
+      const auto entry = scope->find(id);
+      if (entry != scope->end() && entry->is_object()) {
+        const int i = entry->value("index", -1);
+        if (i >= 0 && i < found && candidates[i].state == CUBLAS_STATUS_SUCCESS) {
+          stats.cached++;
+          return i;
+        }
+      }
+    }
+  }
+  // Scratch operands of the stored shapes (op(A) is m x k, op(B) k x n), and the output.
+  const int64_t a_cols = key.trans_a ? key.m : key.k, b_cols = key.trans_b ? key.k : key.n;
+  const size_t a_bytes = size_t(key.ld_a * a_cols) * 2, b_bytes = size_t(key.ld_b * b_cols) * 2;
+  const size_t d_bytes = size_t(key.ld_d * key.n) * (key.d_is_f32 ? 4 : 2), bias_bytes = size_t(key.m) * 2;
+  size_t free_bytes = 0, total_bytes = 0;
+  TK_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const size_t margin = size_t(256) << 20;  // for the driver and library allocations of the timing
+  if (free_bytes < a_bytes + b_bytes + d_bytes + bias_bytes + margin) {
+    if (stats.skipped++ == 0)
+      log::info("GEMM tuning: no room for the scratch operands of {} ({:.0f} MiB); it and any others like it take "
+                "cuBLASLt's first choice, and are tuned in a run with more free memory",
+                describe(key), double(a_bytes + b_bytes + d_bytes) / (1 << 20));
+    return 0;
+  }
+  Scratch a(a_bytes), b(b_bytes), d(d_bytes), bias(bias_bytes);
+  if (!a.p || !b.p || !d.p || !bias.p) {
+    stats.skipped++;
+    return 0;
+  }
+  fill_uniform_bf16(static_cast<bf16*>(a.p), int64_t(a_bytes / 2), 1, stream);
+  fill_uniform_bf16(static_cast<bf16*>(b.p), int64_t(b_bytes / 2), 2, stream);
+  fill_uniform_bf16(static_cast<bf16*>(bias.p), int64_t(bias_bytes / 2), 3, stream);
+  TK_CUDA_CHECK(cudaMemsetAsync(d.p, 0, d_bytes, stream));
+  if (key.has_bias) {
+    const void* bias_ptr = bias.p;
+    TK_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)));
+  }
+  cudaEvent_t start = nullptr, stop = nullptr;
+  TK_CUDA_CHECK(cudaEventCreate(&start));
+  TK_CUDA_CHECK(cudaEventCreate(&stop));
+  const float alpha = 1.0f, beta = key.d_is_f32 ? 1.0f : 0.0f;
+  constexpr int kWarm = 2, kTimed = 5;
+  int best = 0;
+  double best_us = 0, first_us = 0;
+  for (int i = 0; i < found; i++) {
+    if (candidates[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    auto launch = [&] {
+      return cublasLtMatmul(handle, plan.desc, &alpha, a.p, plan.a, b.p, plan.b, &beta, d.p, plan.d, d.p, plan.d,
+                            &candidates[i].algo, workspace, kWorkspaceBytes, stream);
+    };
+    bool ok = true;
+    for (int w = 0; w < kWarm && ok; w++) ok = launch() == CUBLAS_STATUS_SUCCESS;
+    if (!ok) continue;
+    TK_CUDA_CHECK(cudaEventRecord(start, stream));
+    for (int t = 0; t < kTimed; t++) launch();
+    TK_CUDA_CHECK(cudaEventRecord(stop, stream));
+    TK_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    TK_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    const double us = 1e3 * double(ms) / kTimed;
+    if (i == 0) first_us = us;
+    if (i == 0 || us < best_us) best = i, best_us = us;  // ties keep the earlier candidate
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  TK_CUDA_CHECK(cudaStreamSynchronize(stream));  // the scratch is freed after the timing's launches
+  stats.measured++;
+  stats.first_us += first_us;
+  stats.chosen_us += best_us;
+  // Read again and add to it, so that choices another run recorded meanwhile are kept.
+  nlohmann::json table = cache::read(tuning_path, "GEMM algorithm choices");
+  if (!table[tuning_scope].is_object()) table[tuning_scope] = nlohmann::json::object();
+  table[tuning_scope][id] = {{"index", best},
+                             {"us", std::round(best_us * 10) / 10},
+                             {"first_us", std::round(first_us * 10) / 10},
+                             {"candidates", found}};
+  cache::write(tuning_path, table);
+  return best;
+}
+
+void Matmul::enable_tuning(const std::string& cache_path) {
+  int device = 0;
+  TK_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  TK_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  impl_->tuning = true;
+  impl_->tuning_path = cache_path;
+  impl_->tuning_scope = fmt::format("{} (sm_{}{}), cuBLASLt {}", prop.name, prop.major, prop.minor,
+                                    cublasLtGetVersion());
+}
+
+Matmul::TuningStats Matmul::tuning_stats() const { return impl_->stats; }
 
 void Matmul::Impl::gemm(const Operand& a, const Operand& b, void* d, bool d_is_f32, int64_t m, int64_t n,
                         int64_t ld_d, float beta, const bf16* bias) {

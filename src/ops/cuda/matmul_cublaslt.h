@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "ops/cuda/device_alloc.h"
 
@@ -37,6 +38,22 @@ class Matmul {
 
   // Distinct GEMM configurations planned so far (each costs one heuristic query, once).
   size_t cached_plans() const;
+
+  // From now on, each new GEMM configuration takes the fastest of the first kTuneCandidates algorithms
+  // cuBLASLt's heuristic proposes, not its first: they are timed once, on scratch operands of the same shape
+  // (allocated and freed around the timing, and only when the device has the room: otherwise the first is
+  // taken and nothing is recorded), and the choice is kept in the JSON file `cache_path` under this GPU and
+  // cuBLASLt version. Later runs read the choice from there without timing, so runs sharing the file run the
+  // same algorithms and stay bitwise equal to each other.
+  static constexpr int kTuneCandidates = 16;
+  void enable_tuning(const std::string& cache_path);
+  struct TuningStats {
+    int measured = 0;  // configurations timed now
+    int cached = 0;    // read from the file
+    int skipped = 0;   // no room for the scratch operands: the heuristic's first
+    double first_us = 0, chosen_us = 0;  // of the configurations timed now, once each
+  };
+  TuningStats tuning_stats() const;
 
  private:
   struct Impl;  // the handle, the workspace and the cache of planned GEMMs (matmul_cublaslt.cpp)
