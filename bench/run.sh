@@ -2,6 +2,7 @@
 # The side-by-side benchmark, one call on a GPU machine: builds tokamak, measures the GEMM and copy
 # ceilings and the PyTorch peer (torch.compile) and tokamak on the same shapes, and prints a table
 # with the ratios. Usage: bench/run.sh [configs] [peer-modes]; needs the peer script in .shared/.
+# TK_BENCH_FLAGS adds flags to tokamak's runs (e.g. "--gemm-tuning --logits-chunk 1024").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/bench-out}
@@ -20,7 +21,7 @@ for c in ${CONFIGS//,/ }; do
   # Same shapes as the peer: micro-batch 8 x 2048 (16 x 1024 for the GPT-2-sized model).
   B=8; T=2048
   [ "$c" = gpt2s-llama ] && { B=16; T=1024; }
-  $BUILD/tokamak bench --model "$c" --batch $B --seq $T --steps "$STEPS" --json 2> "$OUT/tokamak-$c.log" | tee -a "$OUT/tokamak.jsonl" \
+  $BUILD/tokamak bench --model "$c" --batch $B --seq $T --steps "$STEPS" --json ${TK_BENCH_FLAGS:-} 2> "$OUT/tokamak-$c.log" | tee -a "$OUT/tokamak.jsonl" \
     || { echo "{\"config\": \"$c\", \"error\": \"tokamak bench failed\"}" >> "$OUT/tokamak.jsonl"; tail -5 "$OUT/tokamak-$c.log"; }
 done
 if [ -z "${NO_PEER:-}" ]; then
