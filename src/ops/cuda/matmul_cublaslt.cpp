@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <compare>
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -217,7 +218,7 @@ int Matmul::Impl::choose(const GemmKey& key, const GemmPlan& plan, const cublasL
   const float alpha = 1.0f, beta = key.d_is_f32 ? 1.0f : 0.0f;
   constexpr int kWarm = 2, kTimed = 5;
   int best = 0;
-  double best_us = 0, first_us = 0;
+  double best_us = std::numeric_limits<double>::infinity(), first_us = 0;
   for (int i = 0; i < found; i++) {
     if (candidates[i].state != CUBLAS_STATUS_SUCCESS) continue;
     auto launch = [&] {
@@ -235,11 +236,15 @@ int Matmul::Impl::choose(const GemmKey& key, const GemmPlan& plan, const cublasL
     TK_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     const double us = 1e3 * double(ms) / kTimed;
     if (i == 0) first_us = us;
-    if (i == 0 || us < best_us) best = i, best_us = us;  // ties keep the earlier candidate
+    if (us < best_us) best = i, best_us = us;  // ties keep the earlier candidate
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   TK_CUDA_CHECK(cudaStreamSynchronize(stream));  // the scratch is freed after the timing's launches
+  if (!std::isfinite(best_us) || first_us == 0) {  // the first candidate (or every one) would not launch
+    stats.skipped++;
+    return 0;
+  }
   stats.measured++;
   stats.first_us += first_us;
   stats.chosen_us += best_us;
