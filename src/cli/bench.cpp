@@ -24,7 +24,8 @@ struct BenchOptions {
   std::string moments = "f32";
   int batch = 8, seq = 2048, steps = 10, warmup = 3;
   int logits_chunk_mib = 0;  // 0: the backend's default
-  bool gemm_tuning = false;
+  bool gemm_tuning = true;
+  bool fp8 = false;
   uint64_t seed = 1;
   bool json = false;
 };
@@ -52,6 +53,7 @@ int run_bench(const BenchOptions& o) {
   const size_t mem_before = tk::memory_in_use_bytes(be.gpu);
   if (o.logits_chunk_mib > 0) tk::set_logits_chunk_budget(*be.ops, size_t(o.logits_chunk_mib) << 20);
   if (o.gemm_tuning) tk::enable_gemm_tuning(*be.ops, tk::gemm_tuning_cache_path());
+  if (o.fp8) tk::enable_fp8(*be.ops);
   tk::Model model(cfg, *be.ops, tk::ModelOptions{o.batch, o.seq, false});
   model.init_params(o.seed);
   tk::AdamWOptions adam;
@@ -85,7 +87,7 @@ int run_bench(const BenchOptions& o) {
   tk::StepMetrics m = tm.measure(tokens * o.steps, secs, 0);
   const double mem_gib = double(be.gpu ? mem_peak - mem_before : mem_peak) / double(1ull << 30);
   nlohmann::json row = {{"config", o.model},
-                        {"engine", "tokamak"},
+                        {"engine", o.fp8 ? "tokamak fp8" : "tokamak"},
                         {"device", tm.device().name},
                         {"params", cfg.total_params()},
                         {"tokens_per_step", tokens},
@@ -99,8 +101,8 @@ int run_bench(const BenchOptions& o) {
   if (o.json) {
     fmt::print("{}\n", row.dump());
   } else {
-    fmt::print("{} on {}: {:.1f} ms/step, {:.0f} tok/s, {:.1f} TFLOP/s, MFU {}, memory {:.1f} GiB, loss {:.3f}\n",
-               o.model, tm.device().name, secs / o.steps * 1e3, m.tokens_per_s, m.achieved_flops / 1e12,
+    fmt::print("{}{} on {}: {:.1f} ms/step, {:.0f} tok/s, {:.1f} TFLOP/s, MFU {}, memory {:.1f} GiB, loss {:.3f}\n",
+               o.model, o.fp8 ? " (FP8 linears)" : "", tm.device().name, secs / o.steps * 1e3, m.tokens_per_s, m.achieved_flops / 1e12,
                m.mfu < 0 ? std::string("n/a (") + tm.peak_description() + ")" : fmt::format("{:.1f}%", m.mfu * 100), mem_gib,
                loss);
   }
@@ -122,8 +124,9 @@ tk::cli::Command bench_cmd("bench", "Time full training steps of a model shape o
                              app.add_option("--logits-chunk", o->logits_chunk_mib,
                                             "MiB of the LM head's logits chunk (CUDA; default 512)")
                                  ->check(CLI::Range(1, 65536));
-                             app.add_flag("--gemm-tuning", o->gemm_tuning,
-                                          "GEMM algorithms chosen by timing, kept in the cache (as train's)");
+                             app.add_flag("--gemm-tuning,!--no-gemm-tuning", o->gemm_tuning,
+                                          "GEMM algorithms chosen by timing, kept in the cache (as train's; default on)");
+                             app.add_flag("--fp8", o->fp8, "The linear layers' GEMMs in FP8 (as train's)");
                              app.add_flag("--json", o->json, "Print one JSON row (the peer benchmark's fields)");
                              return [o] { return run_bench(*o); };
                            });

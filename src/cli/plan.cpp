@@ -19,7 +19,7 @@ struct PlanFlags {
   int batch = 8, seq = 2048;
   int64_t batch_tokens = 0;
   double efficiency = 0.65, bandwidth_gbs = 3350, host_gbs = 45;
-  bool json = false, all = false, doc_mask = false;
+  bool json = false, all = false, doc_mask = false, fp8 = false;
 };
 
 nlohmann::ordered_json to_json(const tk::MemoryPlan& p, double budget, const tk::PlanTarget& target) {
@@ -51,6 +51,7 @@ int run(const PlanFlags& f) {
   target.host_bandwidth = f.host_gbs * 1e9;
   target.host_memory_limit = f.host_memory.empty() ? tk::local_host_memory_limit() : tk::parse_bytes(f.host_memory);
   target.doc_mask = f.doc_mask;
+  target.fp8 = f.fp8;
   target.moments = tk::parse_moments(f.moments);
   const double budget = f.budget.empty() ? 0 : tk::parse_bytes(f.budget);
   const int64_t global = f.batch_tokens > 0 ? f.batch_tokens : int64_t(f.batch) * f.seq;
@@ -105,6 +106,7 @@ tk::cli::Command plan_cmd("plan", "The memory a training run needs, and the fast
                                            "Page-locked host memory offload may take, e.g. 100GiB (default: 80% of "
                                            "this machine's memory)");
                             app.add_flag("--doc-mask", f->doc_mask, "Plan for train --doc-mask (with its attention mask)");
+                            app.add_flag("--fp8", f->fp8, "Plan for train --fp8 (with the FP8 copies of the operands)");
                             app.add_option("--moments", f->moments,
                                            "AdamW's m and v as train --moments: f32, bf16 or int8 (every setting "
                                            "tried keeps it)")

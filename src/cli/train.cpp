@@ -25,9 +25,14 @@ void add_recipe_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--seq", c.seq, "Sequence length T")->capture_default_str();
   app.add_option("--batch-tokens", c.batch_tokens, "Global batch in tokens, a multiple of B*T (default: B*T)");
   app.add_flag("--doc-mask", c.doc_mask, "Attend only within each document");
-  app.add_flag("--gemm-tuning", c.gemm_tuning,
+  app.add_flag("--gemm-tuning,!--no-gemm-tuning", c.gemm_tuning,
                "Time cuBLASLt's candidate algorithms once per GEMM shape and keep the fastest in the cache folder "
-               "(gemm-algorithms.json); runs sharing that file run the same algorithms, bit for bit");
+               "(gemm-algorithms.json); runs sharing that file run the same algorithms, bit for bit (default on; "
+               "--no-gemm-tuning takes cuBLASLt's first choice)");
+  app.add_flag("--fp8", c.fp8,
+               "The linear layers' GEMMs in FP8 (e4m3 weights and activations, e5m2 gradients, per-tensor scales "
+               "from each tensor's current maximum; CUDA on compute capability 8.9+). The LM head, attention and "
+               "everything else stay bf16");
   app.add_option("--recompute", c.recompute,
                  "What the backward recomputes instead of keeping: none, or any of norm, swiglu, attention, qkv, block "
                  "joined by commas (same results, less memory)")

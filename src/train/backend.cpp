@@ -68,6 +68,17 @@ std::string gemm_tuning_summary(Ops& ops) {
 
 std::string gemm_tuning_cache_path() { return cache::path_of("gemm-algorithms.json"); }
 
+void enable_fp8(Ops& ops) {
+#ifdef TK_HAVE_CUDA
+  if (auto* cuda = dynamic_cast<CudaOps*>(&ops)) {
+    cuda->set_fp8(true);
+    return;
+  }
+#endif
+  (void)ops;
+  throw Error("--fp8 needs the CUDA backend (a GPU with FP8 tensor cores); the CPU backend computes in f32");
+}
+
 void set_logits_chunk_budget(Ops& ops, size_t bytes) {
 #ifdef TK_HAVE_CUDA
   if (auto* cuda = dynamic_cast<CudaOps*>(&ops)) cuda->set_logits_chunk_budget(bytes);

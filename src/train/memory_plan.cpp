@@ -140,6 +140,15 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, c
       p.rows.push_back({"attention document mask", double(N) * double((T + 7) / 8 * 8) * 2});
       p.rows.push_back({"attention document mask segment ids", double(N + B) * 4});
     }
+    if (target.fp8) {
+      // CudaOps' FP8 operands, one byte an element, sized by the largest of the linears (qkv, o, gate+up, down):
+      // x [N, in] (x^T in the backward, in the same buffer), dy and dy^T [N, out], w [out, in] (or w^T).
+      const double d = cfg.d_model, f = cfg.ffn_dim, q = cfg.q_dim(), qkv = cfg.qkv_dim();
+      const double in = std::max({d, q, f}), out = std::max({qkv, d, 2 * f});
+      const double w = std::max({qkv * d, d * q, 2 * f * d, d * f});
+      p.rows.push_back({"FP8 operands (x or x^T, dy and dy^T)", double(N) * (in + 2 * out)});
+      p.rows.push_back({"FP8 weights (w or w^T)", w});
+    }
     p.rows.push_back({"f32 staging", std::min(kStagingBytes, P * 4)});
     p.rows.push_back({"cuBLASLt workspace", kCublasWorkspace});
     p.rows.push_back({"kernel partials, RoPE table, sort buffers", kSmallScratch, false});

@@ -32,6 +32,7 @@ struct PlanTarget {
   // a plan past the machine's memory would fail at start or starve the rest of the system.
   double host_memory_limit = 0;
   bool doc_mask = false;           // train --doc-mask: the attention's document mask (GPU targets)
+  bool fp8 = false;                // train --fp8: the FP8 copies of the linears' operands (GPU targets)
   MomentPrecision moments = MomentPrecision::F32;  // AdamW's m and v (train --moments); the search keeps it
 };
 

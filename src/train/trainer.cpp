@@ -32,7 +32,7 @@
 namespace tk {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, model, data, out, tokenizer, device, batch, seq,
-                                                batch_tokens, doc_mask, gemm_tuning, recompute, offload, offload_chunk, moments, memory_budget, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
+                                                batch_tokens, doc_mask, gemm_tuning, fp8, recompute, offload, offload_chunk, moments, memory_budget, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
                                                 decay_fraction, beta1, beta2, adam_eps, weight_decay, grad_clip, seed,
                                                 eval_every, eval_tokens, save_every, keep_checkpoints, peak_tflops)
 
@@ -632,6 +632,7 @@ void TrainingRun::set_up() {
 void TrainingRun::build_parts() {
   backend_ = make_backend(cfg_.device);
   if (cfg_.gemm_tuning) enable_gemm_tuning(*backend_.ops, gemm_tuning_cache_path());
+  if (cfg_.fp8) enable_fp8(*backend_.ops);
   if (hooks_.wrap_ops) backend_.ops = hooks_.wrap_ops(std::move(backend_.ops));
   source_ = find_model_source(cfg_.model);
   meta_ = read_dataset_meta(cfg_.data);
@@ -652,6 +653,7 @@ void TrainingRun::apply_memory_budget() {
   target.moments = parse_moments(cfg_.moments);
   target.host_memory_limit = local_host_memory_limit();
   target.doc_mask = cfg_.doc_mask;
+  target.fp8 = cfg_.fp8;
   target.peak_flops = describe_device(true, cfg_.peak_tflops * 1e12).peak_flops;
   if (target.peak_flops <= 0) target.peak_flops = 989e12;
   const int64_t global = cfg_.batch_tokens;

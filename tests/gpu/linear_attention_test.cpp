@@ -2,6 +2,7 @@
 // interface) against the CPU reference CpuOps<float>: fresh random inputs that bf16 represents exactly (so
 // both backends compute with the same values), outputs poisoned with NaN first (an unwritten element
 // fails), errors as ||out - ref|| / ||ref||, and every op run twice to check bitwise determinism.
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -21,6 +22,7 @@
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernels.h"
 
 namespace tk {
 namespace {
@@ -232,6 +234,147 @@ TEST_F(LinearTest, TunedGemmsAreRecordedAndRepeatBitwise) {
   EXPECT_EQ(other.gemm_tuning_stats().cached, first.measured);
   EXPECT_TRUE(mine == theirs) << "a backend reading the choices computes other bits";
   std::remove(path.c_str());
+}
+
+// ---- FP8 linears ------------------------------------------------------------------------------------
+
+// The host's reading of the FP8 path: per-tensor q = fmax / amax, each value rounded (saturating) to the
+// format, and the GEMM's dequant 1/q. CUDA's host-side conversions round as the device does.
+struct HostFp8 {
+  std::vector<uint8_t> bytes;  // as stored, row-major
+  std::vector<float> values;   // the values the GEMM multiplies: byte value x dequant
+  float dequant = 1.f;
+};
+
+HostFp8 host_fp8(const std::vector<float>& x, cuda::Fp8Format f) {
+  float amax = 0.f;
+  for (float v : x) amax = std::max(amax, std::fabs(v));
+  const float fmax = f == cuda::Fp8Format::E4M3 ? 448.f : 57344.f;
+  const float q = amax > 0.f ? fmax / amax : 1.f;
+  HostFp8 h;
+  h.dequant = 1.f / q;
+  h.bytes.resize(x.size());
+  h.values.resize(x.size());
+  for (size_t i = 0; i < x.size(); i++) {
+    if (f == cuda::Fp8Format::E4M3) {
+      __nv_fp8_e4m3 c(x[i] * q);
+      h.bytes[i] = c.__x;
+      h.values[i] = float(c) * h.dequant;
+    } else {
+      __nv_fp8_e5m2 c(x[i] * q);
+      h.bytes[i] = c.__x;
+      h.values[i] = float(c) * h.dequant;
+    }
+  }
+  return h;
+}
+
+class Fp8Test : public CudaOpsTest {
+ protected:
+  void check_linear(int64_t N, int64_t in, int64_t out, bool with_bias);
+};
+
+// amax and the cast, bitwise against the host, as is and transposed, for both formats, at a size whose
+// rows and columns do not fill the kernel's 64 x 64 tiles.
+TEST_F(Fp8Test, QuantizeIsExactAsIsAndTransposed) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1000, 136}, {2048, 896}, {16, 8}}) {
+    for (cuda::Fp8Format f : {cuda::Fp8Format::E4M3, cuda::Fp8Format::E5M2}) {
+      SCOPED_TRACE(::testing::Message() << rows << "x" << cols << (f == cuda::Fp8Format::E4M3 ? " e4m3" : " e5m2")
+                                        << " seed=" << seed_);
+      const auto x_h = normal(size_t(rows * cols), 3.f);
+      auto x = gpu(DType::BF16, {rows, cols}, &x_h);
+      Owned x8(*gpu_, DType::U8, {rows, cols}), xt8(*gpu_, DType::U8, {cols, rows}), sc(*gpu_, DType::F32, {2});
+      TK_CUDA_CHECK(cudaMemsetAsync(x8.t.data, 0x7f, x8.t.nbytes(), gpu_->stream()));  // NaN in both formats
+      TK_CUDA_CHECK(cudaMemsetAsync(xt8.t.data, 0x7f, xt8.t.nbytes(), gpu_->stream()));
+      float* s = sc.t.as<float>();
+      cuda::amax_bf16(s, x->t.as<cuda::bf16>(), rows * cols, gpu_->stream());
+      cuda::quantize_fp8(x8.t.as<uint8_t>(), xt8.t.as<uint8_t>(), s + 1, x->t.as<cuda::bf16>(), rows, cols, s, f,
+                         gpu_->stream());
+      const HostFp8 ref = host_fp8(x_h, f);
+      float scales[2];
+      gpu_->download(scales, s, sizeof(scales));
+      float amax = 0.f;
+      for (float v : x_h) amax = std::max(amax, std::fabs(v));
+      EXPECT_EQ(scales[0], amax);
+      EXPECT_EQ(scales[1], ref.dequant);
+      std::vector<uint8_t> got(size_t(rows * cols)), got_t(got.size());
+      gpu_->download(got.data(), x8.t.data, got.size());
+      gpu_->download(got_t.data(), xt8.t.data, got_t.size());
+      int64_t wrong = 0, wrong_t = 0;
+      for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+          wrong += got[size_t(r * cols + c)] != ref.bytes[size_t(r * cols + c)];
+          wrong_t += got_t[size_t(c * rows + r)] != ref.bytes[size_t(r * cols + c)];
+        }
+      EXPECT_EQ(wrong, 0) << "bytes of x8 differ from the host's rounding";
+      EXPECT_EQ(wrong_t, 0) << "bytes of the transpose differ from the host's rounding";
+    }
+  }
+}
+
+TEST_F(Fp8Test, LinearAtTrainingShapeWithBias) { check_linear(2048, 896, 1152, true); }
+TEST_F(Fp8Test, LinearAt1BShape) { check_linear(1024, 2048, 8192, false); }
+TEST_F(Fp8Test, LinearSmall) { check_linear(272, 192, 320, false); }
+// A dimension that is not a multiple of 16 takes the bf16 GEMMs: bf16's bounds against the exact product.
+TEST_F(Fp8Test, OddShapeFallsBackToBf16) { check_linear(37, 120, 200, true); }
+
+// Against two references: the CPU product of the values the FP8 path multiplies (the host's rounding of
+// each operand; only accumulation and the bf16 output may differ), and the exact product (the error FP8
+// costs, bounded loosely: ~3.6% per e4m3 operand, ~7% for e5m2, in norm). Run twice: bitwise equal.
+void Fp8Test::check_linear(int64_t N, int64_t in, int64_t out, bool with_bias) {
+  SCOPED_TRACE(::testing::Message() << "N=" << N << " in=" << in << " out=" << out << " seed=" << seed_);
+  const bool fp8 = N % 16 == 0 && in % 16 == 0 && out % 16 == 0;
+  gpu_->set_fp8(true);
+  auto x_h = normal(size_t(N * in), 1.f), w_h = normal(size_t(out * in), 0.05f);
+  auto b_h = normal(size_t(out), 0.5f), dy_h = normal(size_t(N * out), 1e-3f);
+  auto x = gpu(DType::BF16, {N, in}, &x_h), w = gpu(DType::BF16, {out, in}, &w_h);
+  auto b = gpu(DType::BF16, {out}, &b_h), dy = gpu(DType::BF16, {N, out}, &dy_h);
+  auto y = gpu(DType::BF16, {N, out}), dx = gpu(DType::BF16, {N, in});
+  auto dw = gpu(DType::F32, {out, in}), db = gpu(DType::F32, {out});
+  Tensor bias = with_bias ? b->t : Tensor(), dbias = with_bias ? db->t : Tensor();
+  const std::vector<float> zeros_w(size_t(out * in), 0.f), zeros_b(size_t(out), 0.f);
+
+  // refs[0]: exact operands; refs[1]: the rounded ones (x, w e4m3; dy e5m2).
+  struct Ref {
+    std::vector<float> y, dx, dw;
+  } refs[2];
+  for (int r = 0; r < 2; r++) {
+    const bool rounded = r == 1 && fp8;
+    const auto xv = rounded ? host_fp8(x_h, cuda::Fp8Format::E4M3).values : x_h;
+    const auto wv = rounded ? host_fp8(w_h, cuda::Fp8Format::E4M3).values : w_h;
+    const auto dyv = rounded ? host_fp8(dy_h, cuda::Fp8Format::E5M2).values : dy_h;
+    auto cx = cpu({N, in}, &xv), cw = cpu({out, in}, &wv), cb = cpu({out}, &b_h), cdy = cpu({N, out}, &dyv);
+    auto cy = cpu({N, out}), cdx = cpu({N, in}), cdw = cpu({out, in}, &zeros_w), cdb = cpu({out}, &zeros_b);
+    cpu_->linear_forward(cy->t, cx->t, cw->t, with_bias ? cb->t : Tensor());
+    cpu_->linear_backward(cdx->t, cdw->t, with_bias ? cdb->t : Tensor(), cdy->t, cx->t, cw->t);
+    refs[r] = {down(*cy), down(*cdx), down(*cdw)};
+  }
+  std::vector<uint8_t> first_y, first_dx, first_dw;
+  for (int run = 0; run < 2; run++) {
+    poison(*y);
+    poison(*dx);
+    gpu_->upload_f32(dw->t, zeros_w.data());
+    gpu_->upload_f32(db->t, zeros_b.data());
+    gpu_->linear_forward(y->t, x->t, w->t, bias);
+    gpu_->linear_backward(dx->t, dw->t, dbias, dy->t, x->t, w->t);
+    const auto yh = down(*y), dxh = down(*dx), dwh = down(*dw);
+    EXPECT_LT(rel_error(yh, refs[1].y), kBf16Tol) << "y against the rounded operands, run " << run;
+    EXPECT_LT(rel_error(dxh, refs[1].dx), kBf16Tol) << "dx against the rounded operands, run " << run;
+    EXPECT_LT(rel_error(dwh, refs[1].dw), fp8 ? 1e-3 : kF32SumTol) << "dw against the rounded operands, run " << run;
+    if (fp8) {
+      EXPECT_LT(rel_error(yh, refs[0].y), 0.08) << "y against the exact product";
+      EXPECT_LT(rel_error(dxh, refs[0].dx), 0.12) << "dx against the exact product";
+      EXPECT_LT(rel_error(dwh, refs[0].dw), 0.12) << "dw against the exact product";
+      EXPECT_GT(rel_error(yh, refs[0].y), 1e-2) << "y is as exact as bf16: the FP8 path did not run";
+    }
+    if (run == 0) {
+      first_y = bytes(*y), first_dx = bytes(*dx), first_dw = bytes(*dw);
+    } else {
+      EXPECT_EQ(first_y, bytes(*y)) << "FP8 forward is not deterministic";
+      EXPECT_EQ(first_dx, bytes(*dx)) << "FP8 dx is not deterministic";
+      EXPECT_EQ(first_dw, bytes(*dw)) << "FP8 dw is not deterministic";
+    }
+  }
 }
 
 // ---- attention --------------------------------------------------------------------------------------

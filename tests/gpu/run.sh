@@ -18,7 +18,7 @@ pack() {
   [ -f "$OUT/gpu-run/report.html" ] && cp "$OUT/gpu-run/report.html" "$RESULTS/report-gpu.html"
 }
 trap pack EXIT
-STEPS=${1:-tests,hf,kernels,curve,moments,report,profile,needless,plan,offload,budget,seven,docmask,chunks,gemms,tuning,ncu,fixtures,bench}
+STEPS=${1:-tests,hf,kernels,curve,moments,fp8,report,profile,needless,plan,offload,budget,seven,docmask,chunks,gemms,tuning,ncu,fixtures,bench}
 REGEX=${2:-.}
 source tests/gpu/env.sh
 BUILD=build-gpu
@@ -215,7 +215,7 @@ if has tuning; then
   # with (timing now) and with again (read from the cache); then two short runs sharing the cache: bitwise equal.
   export XDG_CACHE_HOME=/tmp/tk-tuning-cache; rm -rf $XDG_CACHE_HOME
   for m in ${TUNING_MODELS:-qwen2.5-0.5b llama3.2-1b}; do
-    for flags in "" "--gemm-tuning" "--gemm-tuning"; do
+    for flags in "--no-gemm-tuning" "--gemm-tuning" "--gemm-tuning"; do
       echo "$m ${flags:-heuristic}: $($BUILD/tokamak bench --model $m --batch 8 --seq 2048 --device cuda $flags 2>&1 | grep -E "GEMM tuning|tok/s" | tr '\n' ' ')"
     done
   done | tee "$OUT/tuning.txt"
@@ -229,6 +229,34 @@ if has tuning; then
     "$OUT/tune-a" "$OUT/tune-b" | tee -a "$OUT/tuning.txt"
   cp $XDG_CACHE_HOME/tokamak/gemm-algorithms.json "$OUT/" 2>/dev/null; unset XDG_CACHE_HOME
   echo "tuning: $(( $(date +%s) - start ))s"; pack
+fi
+if has fp8 && [ -f data/brown/meta.json ]; then
+  # FP8 linears (--fp8): 300 steps of the 124M model on Brown against bf16 (mean loss of the last 50 steps, and
+  # a second bf16 seed for the natural spread), two FP8 runs bitwise equal, then the bench shapes with FP8.
+  F8=(train --data data/brown --model gpt2-small-llama --batch 8 --seq 512 --steps 300 --lr 1e-3 --warmup 20
+      --eval-every 0 --eval-tokens 0 --save-every 0 --overwrite --device cuda)
+  for r in bf16:7 fp8:7 fp8b:7 bf16:8; do
+    p=${r%:*}; flags=(); [[ $p == fp8* ]] && flags=(--fp8)
+    $BUILD/tokamak "${F8[@]}" --seed ${r#*:} "${flags[@]}" --out "$OUT/fp8-$p-${r#*:}" > "$OUT/fp8-$p-${r#*:}.log" 2>&1 \
+      || tail -3 "$OUT/fp8-$p-${r#*:}.log"
+  done
+  python3 - "$OUT" <<'PY' | tee "$OUT/fp8.txt"
+import json, sys
+def losses(run):
+    rows = [json.loads(l) for l in open(f"{sys.argv[1]}/fp8-{run}/log.jsonl")]
+    return [r["loss"] for r in rows if "loss" in r and "val_loss" not in r and r.get("type", "train") == "train"]
+def tail(run):
+    l = losses(run)[-50:]
+    return sum(l) / len(l)
+ref = tail("bf16-7")
+for run, what in (("fp8-7", "fp8"), ("bf16-8", "bf16, seed 8")):
+    print(f"{what}: last 50 steps mean loss {tail(run):.4f} vs bf16 {ref:.4f} ({tail(run) - ref:+.4f})")
+print("two fp8 runs bitwise equal losses:", losses("fp8-7") == losses("fp8b-7"))
+PY
+  for m in qwen2.5-0.5b llama3.2-1b qwen2.5-1.5b; do
+    echo "$($BUILD/tokamak bench --model $m --batch 8 --seq 2048 --device cuda --fp8 2>&1 | tail -1)"
+  done | tee -a "$OUT/fp8.txt"
+  echo "fp8: $(( $(date +%s) - start ))s"; pack
 fi
 if has chunks; then
   # The LM head's logits chunk on the 0.5B bench shape (V = 151,936): 512 MiB (the default, 10 chunks of 1,664

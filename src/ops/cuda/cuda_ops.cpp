@@ -82,6 +82,15 @@ struct CudaOps::Impl {
   size_t logits_budget = cuda::kLogitsChunkBudgetBytes;
   std::vector<AdamWTable> adamw_tables;
 
+  // FP8 linears (set_fp8): the cast operands, and per operand its amax and dequant scale on the device.
+  bool fp8 = false;
+  // x8 (forward) and xt8 (backward) share a buffer, as do w8 and wt8: never needed at once.
+  cuda::GrowingBuffer fp8_x, fp8_w, fp8_dy, fp8_dyt;
+  float* fp8_scales = nullptr;  // [amax, dequant] for x, w, dy
+  uint8_t* fp8_buffer(cuda::GrowingBuffer& b, int64_t n, const char* label) {
+    return static_cast<uint8_t*>(b.ensure(alloc, size_t(n), label));
+  }
+
   cudaStream_t queue(Queue q) {
     if (q == Queue::compute) return stream;
     cudaStream_t& s = q == Queue::upload ? upload_stream : download_stream;
@@ -354,6 +363,29 @@ void CudaOps::rmsnorm_backward(const Tensor& dh, const Tensor& dw, const Tensor&
 
 // ---- linear ---------------------------------------------------------------------------------------
 
+void CudaOps::set_fp8(bool on) {
+  if (on) {
+    cudaDeviceProp prop{};
+    TK_CUDA_CHECK(cudaGetDeviceProperties(&prop, impl_->device));
+    TK_CHECK(prop.major * 10 + prop.minor >= 89,
+             "--fp8 needs FP8 tensor cores (compute capability 8.9 or newer); {} is {}.{}", prop.name, prop.major,
+             prop.minor);
+    if (!impl_->fp8_scales) impl_->fp8_scales = static_cast<float*>(allocate(8 * sizeof(float), "FP8 scales"));
+  }
+  impl_->fp8 = on;
+}
+
+bool CudaOps::fp8() const { return impl_->fp8; }
+
+namespace {
+// The FP8 path's conditions: cuBLASLt's (every dimension a multiple of 16) and quantize_fp8's (16-byte rows).
+bool fp8_shape(int64_t N, int64_t in, int64_t out, std::initializer_list<const Tensor*> operands) {
+  for (const Tensor* t : operands)
+    if (!t->empty() && (reinterpret_cast<uintptr_t>(t->data) & 15) != 0) return false;
+  return N % 16 == 0 && in % 16 == 0 && out % 16 == 0;
+}
+}  // namespace
+
 void CudaOps::linear_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) {
   const char* op = "linear_forward";
   TK_CHECK(w.ndim == 2, "{}: w is {} but must be [out, in]", op, w.describe());
@@ -362,6 +394,19 @@ void CudaOps::linear_forward(const Tensor& y, const Tensor& x, const Tensor& w, 
   expect(x, DType::BF16, {N, in}, op, "x");
   expect(y, DType::BF16, {N, out}, op, "y");
   expect_optional(bias, DType::BF16, {out}, op, "bias");
+  if (impl_->fp8 && fp8_shape(N, in, out, {&x, &w})) {
+    Impl& m = *impl_;
+    float* sx = m.fp8_scales + 0;
+    float* sw = m.fp8_scales + 2;
+    uint8_t* x8 = m.fp8_buffer(m.fp8_x, N * in, "FP8 x");
+    uint8_t* w8 = m.fp8_buffer(m.fp8_w, out * in, "FP8 w");
+    cuda::amax_bf16(sx, ptr<bf16>(x), N * in, m.stream);
+    cuda::quantize_fp8(x8, nullptr, sx + 1, ptr<bf16>(x), N, in, sx, cuda::Fp8Format::E4M3, m.stream);
+    cuda::amax_bf16(sw, ptr<bf16>(w), out * in, m.stream);
+    cuda::quantize_fp8(w8, nullptr, sw + 1, ptr<bf16>(w), out, in, sw, cuda::Fp8Format::E4M3, m.stream);
+    m.matmul->linear_forward_fp8(ptr<bf16>(y), x8, sx + 1, w8, sw + 1, ptr<bf16>(bias), N, in, out);
+    return;
+  }
   impl_->matmul->linear_forward(ptr<bf16>(y), ptr<bf16>(x), ptr<bf16>(w), ptr<bf16>(bias), N, in, out);
 }
 
@@ -377,6 +422,30 @@ void CudaOps::linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& 
   expect_optional(dw, DType::F32, {out, in}, op, "dw");
   expect_optional(dbias, DType::F32, {out}, op, "dbias");
   cuda::Matmul& mm = *impl_->matmul;
+  if (impl_->fp8 && fp8_shape(N, in, out, {&x, &w, &dy}) && (!dx.empty() || !dw.empty())) {
+    Impl& m = *impl_;
+    float* sx = m.fp8_scales + 0;
+    float* sw = m.fp8_scales + 2;
+    float* sdy = m.fp8_scales + 4;
+    uint8_t* dy8 = dx.empty() ? nullptr : m.fp8_buffer(m.fp8_dy, N * out, "FP8 dy");
+    uint8_t* dyt8 = dw.empty() ? nullptr : m.fp8_buffer(m.fp8_dyt, N * out, "FP8 dy transposed");
+    cuda::amax_bf16(sdy, ptr<bf16>(dy), N * out, m.stream);
+    cuda::quantize_fp8(dy8, dyt8, sdy + 1, ptr<bf16>(dy), N, out, sdy, cuda::Fp8Format::E5M2, m.stream);
+    if (!dx.empty()) {
+      uint8_t* wt8 = m.fp8_buffer(m.fp8_w, out * in, "FP8 w");
+      cuda::amax_bf16(sw, ptr<bf16>(w), out * in, m.stream);
+      cuda::quantize_fp8(nullptr, wt8, sw + 1, ptr<bf16>(w), out, in, sw, cuda::Fp8Format::E4M3, m.stream);
+      mm.linear_backward_input_fp8(ptr<bf16>(dx), dy8, sdy + 1, wt8, sw + 1, N, in, out);
+    }
+    if (!dw.empty()) {
+      uint8_t* xt8 = m.fp8_buffer(m.fp8_x, N * in, "FP8 x");
+      cuda::amax_bf16(sx, ptr<bf16>(x), N * in, m.stream);
+      cuda::quantize_fp8(nullptr, xt8, sx + 1, ptr<bf16>(x), N, in, sx, cuda::Fp8Format::E4M3, m.stream);
+      mm.linear_backward_weight_fp8(ptr<float>(dw), dyt8, sdy + 1, xt8, sx + 1, N, in, out);
+    }
+    if (!dbias.empty()) mm.bias_backward(ptr<float>(dbias), ptr<bf16>(dy), N, out);
+    return;
+  }
   if (!dx.empty()) mm.linear_backward_input(ptr<bf16>(dx), ptr<bf16>(dy), ptr<bf16>(w), N, in, out);
   if (!dw.empty()) mm.linear_backward_weight(ptr<float>(dw), ptr<bf16>(dy), ptr<bf16>(x), N, in, out);
   if (!dbias.empty()) mm.bias_backward(ptr<float>(dbias), ptr<bf16>(dy), N, out);

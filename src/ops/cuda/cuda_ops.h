@@ -58,6 +58,12 @@ class CudaOps final : public Ops {
   void enable_gemm_tuning(const std::string& cache_path);
   std::string gemm_tuning_summary() const;
   cuda::Matmul::TuningStats gemm_tuning_stats() const;
+  // FP8 GEMMs for linear_forward / linear_backward (sm_89 and newer): each operand cast to e4m3 (x, w) or
+  // e5m2 (dy) with a per-tensor scale from its current absolute maximum, accumulated in f32 by cuBLASLt.
+  // A GEMM with a dimension that is not a multiple of 16 stays bf16. The LM head and attention stay bf16.
+  // Throws when the GPU has no FP8 tensor cores.
+  void set_fp8(bool on);
+  bool fp8() const;
 
   // ---- ops ----
   void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& table) override;

@@ -23,6 +23,17 @@ void bf16_to_f32(float* dst, const bf16* src, int64_t n, cudaStream_t s);
 // p[i] = a hash of (i, seed) as a bf16 in [-1, 1): operands for timing, not for training.
 void fill_uniform_bf16(bf16* p, int64_t n, uint64_t seed, cudaStream_t s);
 
+// ---- FP8 operands (fp8.cu) ------------------------------------------------------------------------
+// Per-tensor current scaling for the FP8 GEMMs: x8 = saturate(x * q), q = fmax / amax (fmax = 448 for
+// e4m3, 57344 for e5m2; q = 1 when amax is 0 or not finite), and the GEMM multiplies back by dequant = 1/q.
+enum class Fp8Format { E4M3, E5M2 };
+// *amax = max |x[i]| over n elements (exact: a max does not depend on the order of the atomics).
+void amax_bf16(float* amax, const bf16* x, int64_t n, cudaStream_t s);
+// x[rows, cols] (cols a multiple of 8, x 16-byte aligned) cast with the scale from *amax: x8[rows, cols]
+// and/or its transpose xt8[cols, rows] (either may be null); *dequant = 1/q (may be null).
+void quantize_fp8(uint8_t* x8, uint8_t* xt8, float* dequant, const bf16* x, int64_t rows, int64_t cols,
+                  const float* amax, Fp8Format format, cudaStream_t s);
+
 // ---- embedding (embedding.cu) ---------------------------------------------------------------------
 // out[N,d] = table[tokens[n], :]; tokens i32[N] with 0 <= id < V (the caller validates ids).
 void embedding_forward(bf16* out, const int32_t* tokens, const bf16* table, int64_t N, int d, cudaStream_t s);

@@ -38,6 +38,9 @@ struct GemmKey {
   int64_t ld_a, ld_b, ld_d;
   bool d_is_f32, has_bias;
   int64_t align_a, align_b, align_d;
+  cudaDataType_t type_a = CUDA_R_16BF, type_b = CUDA_R_16BF;  // e4m3 / e5m2 for the FP8 GEMMs
+  bool fast_accum = false;                                     // FP8 only
+  bool fp8() const { return type_a != CUDA_R_16BF; }
   auto operator<=>(const GemmKey&) const = default;
 };
 
@@ -58,17 +61,26 @@ struct GemmPlan {
   }
 };
 
+const char* type_name(cudaDataType_t t) {
+  return t == CUDA_R_8F_E4M3 ? "e4m3" : t == CUDA_R_8F_E5M2 ? "e5m2" : "bf16";
+}
+
 std::string describe(const GemmKey& k) {
-  return fmt::format("m={} n={} k={} op(A)={} op(B)={} lda={} ldb={} ldd={} out={}{}", k.m, k.n, k.k,
+  return fmt::format("m={} n={} k={} op(A)={} op(B)={} lda={} ldb={} ldd={} out={}{}{}", k.m, k.n, k.k,
                      k.trans_a ? "T" : "N", k.trans_b ? "T" : "N", k.ld_a, k.ld_b, k.ld_d,
-                     k.d_is_f32 ? "f32 (+=)" : "bf16", k.has_bias ? " +bias" : "");
+                     k.d_is_f32 ? "f32 (+=)" : "bf16", k.has_bias ? " +bias" : "",
+                     k.fp8() ? fmt::format(" A={} B={}{}", type_name(k.type_a), type_name(k.type_b),
+                                           k.fast_accum ? " fast-accum" : "")
+                             : "");
 }
 
 // The key as the tuning file names it: every field, alignments included.
 std::string key_id(const GemmKey& k) {
   return fmt::format("{}{} m{} n{} k{} ld{},{},{} {}{} align{},{},{}", k.trans_a ? "T" : "N", k.trans_b ? "T" : "N",
                      k.m, k.n, k.k, k.ld_a, k.ld_b, k.ld_d, k.d_is_f32 ? "f32+=" : "bf16", k.has_bias ? " bias" : "",
-                     k.align_a, k.align_b, k.align_d);
+                     k.align_a, k.align_b, k.align_d) +
+         (k.fp8() ? fmt::format(" {}x{}{}", type_name(k.type_a), type_name(k.type_b), k.fast_accum ? " fast" : "")
+                  : "");
 }
 
 // A device buffer for the timing's scratch operands, freed when it goes.
@@ -101,7 +113,10 @@ struct Matmul::Impl {
     const void* ptr;
     bool transpose;          // op(X) = X^T
     int64_t rows, cols, ld;  // the matrix as stored, column-major
+    cudaDataType_t type = CUDA_R_16BF;
+    const float* scale = nullptr;  // FP8: the dequant scale (device)
   };
+  float* unit_scales = nullptr;  // two device floats of 1.0: the FP8 timing's scales
 
   // Tuning (Matmul::enable_tuning): the file and the part of it for this GPU and cuBLASLt version.
   bool tuning = false;
@@ -115,7 +130,7 @@ struct Matmul::Impl {
              int found);
   // D[m,n] (column-major, leading dimension ld_d) = op(A) op(B) + beta D (+ bias[m] along each column).
   void gemm(const Operand& a, const Operand& b, void* d, bool d_is_f32, int64_t m, int64_t n, int64_t ld_d,
-            float beta, const bf16* bias);
+            float beta, const bf16* bias, bool fast_accum = false);
   const bf16* ones_of(int64_t n);
 };
 
@@ -132,12 +147,28 @@ const GemmPlan& Matmul::Impl::plan_for(const GemmKey& key) {
     cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     TK_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    if (key.fp8()) {
+      cudaDataType_t bias_type = CUDA_R_16BF;
+      TK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                     sizeof(bias_type)));
+    }
+  }
+  if (key.fp8()) {
+    const int8_t fast = key.fast_accum ? 1 : 0;
+    TK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+    // Valid scales for the heuristic and the timing; each call sets its own.
+    const float* sa = unit_scales;
+    const float* sb = unit_scales + 1;
+    TK_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof(sa)));
+    TK_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof(sb)));
   }
   // Stored shapes: op(A) is m x k, op(B) is k x n.
   int64_t a_rows = key.trans_a ? key.k : key.m, a_cols = key.trans_a ? key.m : key.k;
   int64_t b_rows = key.trans_b ? key.n : key.k, b_cols = key.trans_b ? key.k : key.n;
-  TK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, a_rows, a_cols, key.ld_a));
-  TK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, b_rows, b_cols, key.ld_b));
+  TK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, key.type_a, a_rows, a_cols, key.ld_a));
+  TK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, key.type_b, b_rows, b_cols, key.ld_b));
   TK_CUBLAS_CHECK(
       cublasLtMatrixLayoutCreate(&plan->d, key.d_is_f32 ? CUDA_R_32F : CUDA_R_16BF, key.m, key.n, key.ld_d));
 
@@ -273,14 +304,21 @@ void Matmul::enable_tuning(const std::string& cache_path) {
 Matmul::TuningStats Matmul::tuning_stats() const { return impl_->stats; }
 
 void Matmul::Impl::gemm(const Operand& a, const Operand& b, void* d, bool d_is_f32, int64_t m, int64_t n,
-                        int64_t ld_d, float beta, const bf16* bias) {
+                        int64_t ld_d, float beta, const bf16* bias, bool fast_accum) {
   int64_t k = a.transpose ? a.rows : a.cols;
   GemmKey key{a.transpose, b.transpose, m,        n,         k,          a.ld,          b.ld,
-              ld_d,        d_is_f32,    bias != nullptr, alignment_of(a.ptr), alignment_of(b.ptr), alignment_of(d)};
+              ld_d,        d_is_f32,    bias != nullptr, alignment_of(a.ptr), alignment_of(b.ptr), alignment_of(d),
+              a.type,      b.type,      fast_accum};
   const GemmPlan& plan = plan_for(key);
   if (bias) {
     TK_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  }
+  if (key.fp8()) {
+    TK_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a.scale, sizeof(a.scale)));
+    TK_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b.scale, sizeof(b.scale)));
   }
   const float alpha = 1.0f;
   TK_CUBLAS_CHECK(cublasLtMatmul(handle, plan.desc, &alpha, a.ptr, plan.a, b.ptr, plan.b, &beta, d, plan.d, d,
@@ -304,6 +342,9 @@ Matmul::Matmul(cudaStream_t stream, const DeviceAlloc& alloc) : impl_(std::make_
   impl_->alloc = alloc;
   TK_CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
   impl_->workspace = alloc.allocate(kWorkspaceBytes, "cuBLASLt workspace");
+  impl_->unit_scales = static_cast<float*>(alloc.allocate(2 * sizeof(float), "FP8 unit scales"));
+  const float ones[2] = {1.f, 1.f};
+  TK_CUDA_CHECK(cudaMemcpy(impl_->unit_scales, ones, sizeof(ones), cudaMemcpyHostToDevice));
 }
 
 Matmul::~Matmul() {
@@ -327,6 +368,28 @@ void Matmul::linear_backward_input(bf16* dx, const bf16* dy, const bf16* w, int6
 // dw^T[in,out] += x^T[in,N] (dy^T[out,N])^T: m=in, n=out, k=N, accumulated into f32 with beta = 1.
 void Matmul::linear_backward_weight(float* dw, const bf16* dy, const bf16* x, int64_t N, int64_t in, int64_t out) {
   impl_->gemm({x, false, in, N, in}, {dy, true, out, N, out}, dw, true, in, out, in, 1.0f, nullptr);
+}
+
+// FP8, all "TN" (op(A) = A^T, op(B) = B, both stored with k contiguous), as cuBLASLt requires on Hopper.
+// y^T[out,N] = (w8 stored [in,out])^T x8[in,N]: m=out, n=N, k=in.
+void Matmul::linear_forward_fp8(bf16* y, const uint8_t* x8, const float* x_scale, const uint8_t* w8,
+                                const float* w_scale, const bf16* bias, int64_t N, int64_t in, int64_t out) {
+  impl_->gemm({w8, true, in, out, in, CUDA_R_8F_E4M3, w_scale}, {x8, false, in, N, in, CUDA_R_8F_E4M3, x_scale}, y,
+              false, out, N, out, 0.0f, bias, /*fast_accum=*/true);
+}
+
+// dx^T[in,N] = (wt8 stored [out,in])^T dy8[out,N]: m=in, n=N, k=out.
+void Matmul::linear_backward_input_fp8(bf16* dx, const uint8_t* dy8, const float* dy_scale, const uint8_t* wt8,
+                                       const float* w_scale, int64_t N, int64_t in, int64_t out) {
+  impl_->gemm({wt8, true, out, in, out, CUDA_R_8F_E4M3, w_scale}, {dy8, false, out, N, out, CUDA_R_8F_E5M2, dy_scale},
+              dx, false, in, N, in, 0.0f, nullptr);
+}
+
+// dw^T[in,out] += (xt8 stored [N,in])^T dyt8[N,out]: m=in, n=out, k=N, into f32 with beta = 1.
+void Matmul::linear_backward_weight_fp8(float* dw, const uint8_t* dyt8, const float* dy_scale, const uint8_t* xt8,
+                                        const float* x_scale, int64_t N, int64_t in, int64_t out) {
+  impl_->gemm({xt8, true, N, in, N, CUDA_R_8F_E4M3, x_scale}, {dyt8, false, N, out, N, CUDA_R_8F_E5M2, dy_scale}, dw,
+              true, in, out, in, 1.0f, nullptr);
 }
 
 // db[out,1] += dy^T[out,N] ones[N,1].

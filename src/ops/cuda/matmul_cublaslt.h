@@ -36,6 +36,18 @@ class Matmul {
   // db[out] += sum_n dy[n,:]   (f32): the GEMM dy^T @ ones[N], so the sum has cuBLASLt's fixed order.
   void bias_backward(float* db, const bf16* dy, int64_t N, int64_t out);
 
+  // The same three GEMMs with FP8 operands (sm_89 and newer), as quantize_fp8 (kernels.h) writes them, each
+  // with its dequant scale (one device float): x, w in e4m3, dy in e5m2. cuBLASLt's FP8 GEMMs take both
+  // operands with the contraction dimension contiguous, so the backward takes transposed copies: wt8[in,out],
+  // dyt8[out,N], xt8[in,N]. The forward accumulates in "fast" mode, the backward with cuBLASLt's periodic
+  // promotion to f32 (the gradients' smaller terms). Every dimension must be a multiple of 16.
+  void linear_forward_fp8(bf16* y, const uint8_t* x8, const float* x_scale, const uint8_t* w8, const float* w_scale,
+                          const bf16* bias, int64_t N, int64_t in, int64_t out);
+  void linear_backward_input_fp8(bf16* dx, const uint8_t* dy8, const float* dy_scale, const uint8_t* wt8,
+                                 const float* w_scale, int64_t N, int64_t in, int64_t out);
+  void linear_backward_weight_fp8(float* dw, const uint8_t* dyt8, const float* dy_scale, const uint8_t* xt8,
+                                  const float* x_scale, int64_t N, int64_t in, int64_t out);
+
   // Distinct GEMM configurations planned so far (each costs one heuristic query, once).
   size_t cached_plans() const;
 

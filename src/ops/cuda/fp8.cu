@@ -1,0 +1,156 @@
+// FP8 operands for the linear layers' GEMMs (per-tensor "current" scaling): the absolute maximum of a bf16
+// tensor, and its cast to e4m3 or e5m2 with the scale q = fmax / amax, written as is and/or transposed
+// (cuBLASLt's FP8 GEMMs on Hopper take both operands with the contraction dimension contiguous, so the
+// backward's GEMMs need transposed copies). Everything here is exact and order-free: the max is the same
+// whichever order the atomics land in, and each output byte is one rounding of one input.
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/kernels.h"
+#include "ops/cuda/vector_access.cuh"
+
+namespace tk::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Grid-stride over groups of 8 (16-byte loads when aligned); per block one atomicMax on the float's bits,
+// which order non-negative floats as unsigned integers do.
+__global__ void __launch_bounds__(kThreads) amax_kernel(float* amax, const __nv_bfloat16* x, int64_t n, bool vec) {
+  float m = 0.f;
+  const int64_t stride = int64_t(gridDim.x) * kThreads;
+  if (vec) {
+    const int64_t groups = n / kVec;
+    for (int64_t g = blockIdx.x * int64_t(kThreads) + threadIdx.x; g < groups; g += stride) {
+      float v[kVec];
+      load_bf16(v, x + g * kVec);
+#pragma unroll
+      for (int j = 0; j < kVec; j++) m = fmaxf(m, fabsf(v[j]));
+    }
+    for (int64_t i = groups * kVec + blockIdx.x * int64_t(kThreads) + threadIdx.x; i < n; i += stride)
+      m = fmaxf(m, fabsf(__bfloat162float(x[i])));
+  } else {
+    for (int64_t i = blockIdx.x * int64_t(kThreads) + threadIdx.x; i < n; i += stride)
+      m = fmaxf(m, fabsf(__bfloat162float(x[i])));
+  }
+  __shared__ float warps[kThreads / 32];
+  m = warp_max(m);
+  if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    m = threadIdx.x < kThreads / 32 ? warps[threadIdx.x] : 0.f;
+    m = warp_max(m);
+    if (threadIdx.x == 0 && m > 0.f) atomicMax(reinterpret_cast<unsigned int*>(amax), __float_as_uint(m));
+  }
+}
+
+template <Fp8Format F>
+__device__ __forceinline__ float fp8_max() {
+  return F == Fp8Format::E4M3 ? 448.f : 57344.f;
+}
+
+// q = fmax / amax; 1 when amax is 0 or not finite (all zeros, or an overflow the loss will show anyway).
+template <Fp8Format F>
+__device__ __forceinline__ float quant_scale(const float* amax) {
+  const float a = *amax;
+  return (a > 0.f && isfinite(a)) ? fp8_max<F>() / a : 1.f;
+}
+
+template <Fp8Format F>
+__device__ __forceinline__ __nv_fp8x2_storage_t to_fp8x2(float a, float b) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, F == Fp8Format::E4M3 ? __NV_E4M3 : __NV_E5M2);
+}
+
+// A tile of kTile x kTile elements per block: each thread converts groups of 8 along a row (16-byte load,
+// 8-byte store into x8); with xt8 the bytes also go through shared memory and leave as rows of the
+// transpose, 16 bytes per thread. cols is a multiple of 8; rows and cols need not fill the last tiles.
+constexpr int kTile = 64;
+constexpr int kPitch = kTile + 4;  // bytes per shared row (a multiple of 4); spreads the column reads over banks
+
+template <Fp8Format F>
+__global__ void __launch_bounds__(kThreads)
+    quantize_kernel(uint8_t* x8, uint8_t* xt8, float* dequant, const __nv_bfloat16* x, int64_t rows, int64_t cols,
+                    const float* amax) {
+  __shared__ __align__(16) uint8_t tile[kTile][kPitch];
+  const float q = quant_scale<F>(amax);
+  if (dequant && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *dequant = 1.f / q;
+  const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
+  constexpr int kGroupsPerRow = kTile / kVec;  // 8
+#pragma unroll
+  for (int it = 0; it < kTile * kGroupsPerRow / kThreads; it++) {
+    const int g = it * kThreads + threadIdx.x;
+    const int tr = g / kGroupsPerRow, tc = (g % kGroupsPerRow) * kVec;
+    const int64_t r = r0 + tr, c = c0 + tc;
+    if (r < rows && c < cols) {
+      float v[kVec];
+      load_bf16(v, x + r * cols + c);
+      union {
+        __nv_fp8x2_storage_t pair[4];
+        uint2 word;
+      } out;
+#pragma unroll
+      for (int j = 0; j < kVec / 2; j++) out.pair[j] = to_fp8x2<F>(v[2 * j] * q, v[2 * j + 1] * q);
+      if (x8) *reinterpret_cast<uint2*>(x8 + r * cols + c) = out.word;
+      if (xt8) {  // two 4-byte stores: the pitch keeps rows 4-byte (not 8-byte) aligned
+        *reinterpret_cast<uint32_t*>(&tile[tr][tc]) = out.word.x;
+        *reinterpret_cast<uint32_t*>(&tile[tr][tc + 4]) = out.word.y;
+      }
+    }
+  }
+  if (!xt8) return;
+  __syncthreads();
+  // Row c of the transpose holds column c of the tile: thread t writes 16 of its bytes (rows 16 s .. 16 s + 15).
+  const int tc = threadIdx.x / 4, seg = (threadIdx.x % 4) * 16;
+  const int64_t c = c0 + tc, r = r0 + seg;
+  if (c >= cols || r >= rows) return;
+  union {
+    uint8_t b[16];
+    uint4 word;
+  } out;
+#pragma unroll
+  for (int j = 0; j < 16; j++) out.b[j] = tile[seg + j][tc];
+  uint8_t* dst = xt8 + c * rows + r;
+  if (r + 16 <= rows && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
+    *reinterpret_cast<uint4*>(dst) = out.word;
+  } else {
+    for (int j = 0; j < 16 && r + j < rows; j++) dst[j] = out.b[j];
+  }
+}
+
+}  // namespace
+
+void amax_bf16(float* amax, const bf16* x, int64_t n, cudaStream_t s) {
+  TK_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), s));
+  if (n <= 0) return;
+  const int64_t blocks = std::min<int64_t>(ceil_div(ceil_div(n, kVec), kThreads), 132 * 8);
+  amax_kernel<<<unsigned(blocks), kThreads, 0, s>>>(amax, x, n, aligned16(x));
+  TK_CUDA_CHECK_LAUNCH();
+}
+
+void quantize_fp8(uint8_t* x8, uint8_t* xt8, float* dequant, const bf16* x, int64_t rows, int64_t cols,
+                  const float* amax, Fp8Format format, cudaStream_t s) {
+  TK_CHECK(cols % kVec == 0 && aligned16(x), "quantize_fp8: the row length ({}) must be a multiple of 8 and x "
+           "16-byte aligned", cols);
+  TK_CHECK(!x8 || (reinterpret_cast<uintptr_t>(x8) & 7) == 0, "quantize_fp8: x8 must be 8-byte aligned");
+  if (rows <= 0 || cols <= 0) return;
+  const dim3 grid(unsigned(ceil_div(cols, kTile)), unsigned(ceil_div(rows, kTile)));
+  TK_CHECK(grid.y <= 65535, "quantize_fp8: {} rows is more than this kernel's grid takes", rows);
+  if (format == Fp8Format::E4M3) {
+    quantize_kernel<Fp8Format::E4M3><<<grid, kThreads, 0, s>>>(x8, xt8, dequant, x, rows, cols, amax);
+  } else {
+    quantize_kernel<Fp8Format::E5M2><<<grid, kThreads, 0, s>>>(x8, xt8, dequant, x, rows, cols, amax);
+  }
+  TK_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tk::cuda
