@@ -21,16 +21,21 @@ if ceil:
     print(f"ceilings: {ceil['bf16_matmul_tflops']} TFLOP/s bf16 GEMM, {ceil['copy_tb_s']} TB/s copy ({ceil['gpu']}, torch {ceil['torch']})\n")
 print("| config | engine | tok/s | MFU | peak GiB | tokamak / engine |")
 print("|---|---|---|---|---|---|")
-for t in tk:
-    c = t.get("config")
-    if "error" in t:
-        print(f"| {c} | tokamak | error: {t['error']} | | | |")
-        continue
-    print(f"| {c} | tokamak | {t['tok_s']:,} | {t['mfu']:.1%} | {t['peak_mem_gib']} | |")
+configs = list(dict.fromkeys(t.get("config") for t in tk))
+for c in configs:
+    mine = [t for t in tk if t.get("config") == c]
+    ok = [t for t in mine if "error" not in t]
+    for t in mine:
+        name = t.get("engine", "tokamak")
+        if "error" in t:
+            print(f"| {c} | {name} | error: {t['error']} | | | |")
+        else:
+            print(f"| {c} | {name} | {t['tok_s']:,} | {t['mfu']:.1%} | {t['peak_mem_gib']} | |")
     for p in peer:
         if p.get("config") != c:
             continue
         if "error" in p:
             print(f"| {c} | torch {p['mode']} | error | | | |")
             continue
-        print(f"| {c} | torch {p['mode']} | {p['tok_s']:,} | {p['mfu_datasheet']:.1%} | {p['peak_mem_gib']} | {t['tok_s'] / p['tok_s']:.2f}x |")
+        ratios = ", ".join(f"{t['tok_s'] / p['tok_s']:.2f}x" + (f" ({t['engine']})" if len(ok) > 1 else "") for t in ok)
+        print(f"| {c} | torch {p['mode']} | {p['tok_s']:,} | {p['mfu_datasheet']:.1%} | {p['peak_mem_gib']} | {ratios} |")

@@ -2,7 +2,8 @@
 # The side-by-side benchmark, one call on a GPU machine: builds tokamak, measures the GEMM and copy
 # ceilings and the PyTorch peer (torch.compile) and tokamak on the same shapes, and prints a table
 # with the ratios. Usage: bench/run.sh [configs] [peer-modes]; needs the peer script in .shared/.
-# TK_BENCH_FLAGS adds flags to tokamak's runs (e.g. "--gemm-tuning --logits-chunk 1024").
+# TK_BENCH_FLAGS adds flags to tokamak's runs (e.g. "--logits-chunk 1024"); tokamak runs each config in bf16 and
+# again with --fp8 (FP8 linears) unless NO_FP8=1.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/bench-out}
@@ -21,8 +22,14 @@ for c in ${CONFIGS//,/ }; do
   # Same shapes as the peer: micro-batch 8 x 2048 (16 x 1024 for the GPT-2-sized model).
   B=8; T=2048
   [ "$c" = gpt2s-llama ] && { B=16; T=1024; }
-  $BUILD/tokamak bench --model "$c" --batch $B --seq $T --steps "$STEPS" --json ${TK_BENCH_FLAGS:-} 2> "$OUT/tokamak-$c.log" | tee -a "$OUT/tokamak.jsonl" \
-    || { echo "{\"config\": \"$c\", \"error\": \"tokamak bench failed\"}" >> "$OUT/tokamak.jsonl"; tail -5 "$OUT/tokamak-$c.log"; }
+  # bf16, then (unless NO_FP8 is set) the same with the linear layers' GEMMs in FP8.
+  precs="bf16 fp8"; [ -n "${NO_FP8:-}" ] && precs=bf16
+  for prec in $precs; do
+    flags=(); [ "$prec" = fp8 ] && flags=(--fp8)
+    $BUILD/tokamak bench --model "$c" --batch $B --seq $T --steps "$STEPS" --json "${flags[@]}" ${TK_BENCH_FLAGS:-} \
+      2> "$OUT/tokamak-$c-$prec.log" | tee -a "$OUT/tokamak.jsonl" \
+      || { echo "{\"config\": \"$c\", \"engine\": \"tokamak $prec\", \"error\": \"tokamak bench failed\"}" >> "$OUT/tokamak.jsonl"; tail -5 "$OUT/tokamak-$c-$prec.log"; }
+  done
 done
 if [ -z "${NO_PEER:-}" ]; then
   PYTHONUNBUFFERED=1 python3 .shared/torch_peer.py --configs "$CONFIGS" --modes "$MODES" --steps "$STEPS" 2> "$OUT/peer.err" | tee "$OUT/peer.jsonl"

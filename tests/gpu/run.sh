@@ -232,7 +232,7 @@ if has tuning; then
 fi
 if has fp8 && [ -f data/brown/meta.json ]; then
   # FP8 linears (--fp8): 300 steps of the 124M model on Brown against bf16 (mean loss of the last 50 steps, and
-  # a second bf16 seed for the natural spread), two FP8 runs bitwise equal, then the bench shapes with FP8.
+  # a second bf16 seed for the natural spread) and two FP8 runs bitwise equal; the bench step times FP8 too.
   F8=(train --data data/brown --model gpt2-small-llama --batch 8 --seq 512 --steps 300 --lr 1e-3 --warmup 20
       --eval-every 0 --eval-tokens 0 --save-every 0 --overwrite --device cuda)
   for r in bf16:7 fp8:7 fp8b:7 bf16:8; do
@@ -253,9 +253,6 @@ for run, what in (("fp8-7", "fp8"), ("bf16-8", "bf16, seed 8")):
     print(f"{what}: last 50 steps mean loss {tail(run):.4f} vs bf16 {ref:.4f} ({tail(run) - ref:+.4f})")
 print("two fp8 runs bitwise equal losses:", losses("fp8-7") == losses("fp8b-7"))
 PY
-  for m in qwen2.5-0.5b llama3.2-1b qwen2.5-1.5b; do
-    echo "$($BUILD/tokamak bench --model $m --batch 8 --seq 2048 --device cuda --fp8 2>&1 | tail -1)"
-  done | tee -a "$OUT/fp8.txt"
   echo "fp8: $(( $(date +%s) - start ))s"; pack
 fi
 if has chunks; then

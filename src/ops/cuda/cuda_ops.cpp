@@ -86,7 +86,9 @@ struct CudaOps::Impl {
   bool fp8 = false;
   // x8 (forward) and xt8 (backward) share a buffer, as do w8 and wt8: never needed at once.
   cuda::GrowingBuffer fp8_x, fp8_w, fp8_dy, fp8_dyt;
-  float* fp8_scales = nullptr;  // [amax, dequant] for x, w, dy
+  // Per operand (x, w, dy) 8 floats: amax at 0, dequant at 4. cuBLASLt takes only 16-byte aligned scale
+  // pointers (a 4-byte aligned one makes the GEMM "not supported").
+  float* fp8_scales = nullptr;
   uint8_t* fp8_buffer(cuda::GrowingBuffer& b, int64_t n, const char* label) {
     return static_cast<uint8_t*>(b.ensure(alloc, size_t(n), label));
   }
@@ -370,7 +372,7 @@ void CudaOps::set_fp8(bool on) {
     TK_CHECK(prop.major * 10 + prop.minor >= 89,
              "--fp8 needs FP8 tensor cores (compute capability 8.9 or newer); {} is {}.{}", prop.name, prop.major,
              prop.minor);
-    if (!impl_->fp8_scales) impl_->fp8_scales = static_cast<float*>(allocate(8 * sizeof(float), "FP8 scales"));
+    if (!impl_->fp8_scales) impl_->fp8_scales = static_cast<float*>(allocate(24 * sizeof(float), "FP8 scales"));
   }
   impl_->fp8 = on;
 }
@@ -397,14 +399,14 @@ void CudaOps::linear_forward(const Tensor& y, const Tensor& x, const Tensor& w, 
   if (impl_->fp8 && fp8_shape(N, in, out, {&x, &w})) {
     Impl& m = *impl_;
     float* sx = m.fp8_scales + 0;
-    float* sw = m.fp8_scales + 2;
+    float* sw = m.fp8_scales + 8;
     uint8_t* x8 = m.fp8_buffer(m.fp8_x, N * in, "FP8 x");
     uint8_t* w8 = m.fp8_buffer(m.fp8_w, out * in, "FP8 w");
     cuda::amax_bf16(sx, ptr<bf16>(x), N * in, m.stream);
-    cuda::quantize_fp8(x8, nullptr, sx + 1, ptr<bf16>(x), N, in, sx, cuda::Fp8Format::E4M3, m.stream);
+    cuda::quantize_fp8(x8, nullptr, sx + 4, ptr<bf16>(x), N, in, sx, cuda::Fp8Format::E4M3, m.stream);
     cuda::amax_bf16(sw, ptr<bf16>(w), out * in, m.stream);
-    cuda::quantize_fp8(w8, nullptr, sw + 1, ptr<bf16>(w), out, in, sw, cuda::Fp8Format::E4M3, m.stream);
-    m.matmul->linear_forward_fp8(ptr<bf16>(y), x8, sx + 1, w8, sw + 1, ptr<bf16>(bias), N, in, out);
+    cuda::quantize_fp8(w8, nullptr, sw + 4, ptr<bf16>(w), out, in, sw, cuda::Fp8Format::E4M3, m.stream);
+    m.matmul->linear_forward_fp8(ptr<bf16>(y), x8, sx + 4, w8, sw + 4, ptr<bf16>(bias), N, in, out);
     return;
   }
   impl_->matmul->linear_forward(ptr<bf16>(y), ptr<bf16>(x), ptr<bf16>(w), ptr<bf16>(bias), N, in, out);
@@ -425,23 +427,23 @@ void CudaOps::linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& 
   if (impl_->fp8 && fp8_shape(N, in, out, {&x, &w, &dy}) && (!dx.empty() || !dw.empty())) {
     Impl& m = *impl_;
     float* sx = m.fp8_scales + 0;
-    float* sw = m.fp8_scales + 2;
-    float* sdy = m.fp8_scales + 4;
+    float* sw = m.fp8_scales + 8;
+    float* sdy = m.fp8_scales + 16;
     uint8_t* dy8 = dx.empty() ? nullptr : m.fp8_buffer(m.fp8_dy, N * out, "FP8 dy");
     uint8_t* dyt8 = dw.empty() ? nullptr : m.fp8_buffer(m.fp8_dyt, N * out, "FP8 dy transposed");
     cuda::amax_bf16(sdy, ptr<bf16>(dy), N * out, m.stream);
-    cuda::quantize_fp8(dy8, dyt8, sdy + 1, ptr<bf16>(dy), N, out, sdy, cuda::Fp8Format::E5M2, m.stream);
+    cuda::quantize_fp8(dy8, dyt8, sdy + 4, ptr<bf16>(dy), N, out, sdy, cuda::Fp8Format::E5M2, m.stream);
     if (!dx.empty()) {
       uint8_t* wt8 = m.fp8_buffer(m.fp8_w, out * in, "FP8 w");
       cuda::amax_bf16(sw, ptr<bf16>(w), out * in, m.stream);
-      cuda::quantize_fp8(nullptr, wt8, sw + 1, ptr<bf16>(w), out, in, sw, cuda::Fp8Format::E4M3, m.stream);
-      mm.linear_backward_input_fp8(ptr<bf16>(dx), dy8, sdy + 1, wt8, sw + 1, N, in, out);
+      cuda::quantize_fp8(nullptr, wt8, sw + 4, ptr<bf16>(w), out, in, sw, cuda::Fp8Format::E4M3, m.stream);
+      mm.linear_backward_input_fp8(ptr<bf16>(dx), dy8, sdy + 4, wt8, sw + 4, N, in, out);
     }
     if (!dw.empty()) {
       uint8_t* xt8 = m.fp8_buffer(m.fp8_x, N * in, "FP8 x");
       cuda::amax_bf16(sx, ptr<bf16>(x), N * in, m.stream);
-      cuda::quantize_fp8(nullptr, xt8, sx + 1, ptr<bf16>(x), N, in, sx, cuda::Fp8Format::E4M3, m.stream);
-      mm.linear_backward_weight_fp8(ptr<float>(dw), dyt8, sdy + 1, xt8, sx + 1, N, in, out);
+      cuda::quantize_fp8(nullptr, xt8, sx + 4, ptr<bf16>(x), N, in, sx, cuda::Fp8Format::E4M3, m.stream);
+      mm.linear_backward_weight_fp8(ptr<float>(dw), dyt8, sdy + 4, xt8, sx + 4, N, in, out);
     }
     if (!dbias.empty()) mm.bias_backward(ptr<float>(dbias), ptr<bf16>(dy), N, out);
     return;

@@ -116,7 +116,7 @@ struct Matmul::Impl {
     cudaDataType_t type = CUDA_R_16BF;
     const float* scale = nullptr;  // FP8: the dequant scale (device)
   };
-  float* unit_scales = nullptr;  // two device floats of 1.0: the FP8 timing's scales
+  float* unit_scales = nullptr;  // device floats of 1.0 at 0 and 4 (16-byte aligned): the FP8 timing's scales
 
   // Tuning (Matmul::enable_tuning): the file and the part of it for this GPU and cuBLASLt version.
   bool tuning = false;
@@ -158,7 +158,7 @@ const GemmPlan& Matmul::Impl::plan_for(const GemmKey& key) {
     TK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
     // Valid scales for the heuristic and the timing; each call sets its own.
     const float* sa = unit_scales;
-    const float* sb = unit_scales + 1;
+    const float* sb = unit_scales + 4;
     TK_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof(sa)));
     TK_CUBLAS_CHECK(
@@ -315,6 +315,8 @@ void Matmul::Impl::gemm(const Operand& a, const Operand& b, void* d, bool d_is_f
         cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   }
   if (key.fp8()) {
+    TK_CHECK(alignment_of(a.scale) >= 16 && alignment_of(b.scale) >= 16,
+             "FP8 GEMM {}: cuBLASLt needs 16-byte aligned scale pointers", describe(key));
     TK_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a.scale, sizeof(a.scale)));
     TK_CUBLAS_CHECK(
@@ -342,8 +344,8 @@ Matmul::Matmul(cudaStream_t stream, const DeviceAlloc& alloc) : impl_(std::make_
   impl_->alloc = alloc;
   TK_CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
   impl_->workspace = alloc.allocate(kWorkspaceBytes, "cuBLASLt workspace");
-  impl_->unit_scales = static_cast<float*>(alloc.allocate(2 * sizeof(float), "FP8 unit scales"));
-  const float ones[2] = {1.f, 1.f};
+  impl_->unit_scales = static_cast<float*>(alloc.allocate(8 * sizeof(float), "FP8 unit scales"));
+  const float ones[8] = {1.f, 1.f, 1.f, 1.f, 1.f, 1.f, 1.f, 1.f};
   TK_CUDA_CHECK(cudaMemcpy(impl_->unit_scales, ones, sizeof(ones), cudaMemcpyHostToDevice));
 }
 

@@ -37,7 +37,7 @@ class Matmul {
   void bias_backward(float* db, const bf16* dy, int64_t N, int64_t out);
 
   // The same three GEMMs with FP8 operands (sm_89 and newer), as quantize_fp8 (kernels.h) writes them, each
-  // with its dequant scale (one device float): x, w in e4m3, dy in e5m2. cuBLASLt's FP8 GEMMs take both
+  // with its dequant scale (one device float, 16-byte aligned): x, w in e4m3, dy in e5m2. cuBLASLt's FP8 GEMMs take both
   // operands with the contraction dimension contiguous, so the backward takes transposed copies: wt8[in,out],
   // dyt8[out,N], xt8[in,N]. The forward accumulates in "fast" mode, the backward with cuBLASLt's periodic
   // promotion to f32 (the gradients' smaller terms). Every dimension must be a multiple of 16.
