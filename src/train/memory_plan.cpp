@@ -131,6 +131,15 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, c
   if (target.gpu) {
     const int64_t N = int64_t(B) * T;
     p.rows.push_back({"LM head logits chunk", logits_chunk_bytes(N, cfg.vocab_size)});
+    if (target.fp8) {
+      // CudaOps' FP8 operands of one linear's backward (x^T, dy, dy^T, w^T; one byte an element), the largest
+      // of qkv, o, gate+up and down: in the buffer that holds the logits chunk in the LM head (the larger size).
+      const double d = cfg.d_model, f = cfg.ffn_dim, q = cfg.q_dim(), qkv = cfg.qkv_dim();
+      double fp8 = 0;
+      for (auto [in, out] : {std::pair{d, qkv}, {q, d}, {d, 2 * f}, {f, d}})
+        fp8 = std::max(fp8, double(N) * (in + 2 * out) + in * out);
+      p.rows.back() = {"LM head logits chunk / FP8 operands (shared)", std::max(fp8, p.rows.back().bytes)};
+    }
     const int g = attention_group(B, cfg.n_heads, T);
     p.rows.push_back({"cuDNN attention workspace",
                       kCudnnWorkspaceMargin * g * double(cfg.n_heads) * double(T) * double(T) * 2, false});
@@ -139,15 +148,6 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, c
       // The bias [B, T, T rounded up to 8] bf16, and the segment ids it was built from plus a flag per row.
       p.rows.push_back({"attention document mask", double(N) * double((T + 7) / 8 * 8) * 2});
       p.rows.push_back({"attention document mask segment ids", double(N + B) * 4});
-    }
-    if (target.fp8) {
-      // CudaOps' FP8 operands, one byte an element, sized by the largest of the linears (qkv, o, gate+up, down):
-      // x [N, in] (x^T in the backward, in the same buffer), dy and dy^T [N, out], w [out, in] (or w^T).
-      const double d = cfg.d_model, f = cfg.ffn_dim, q = cfg.q_dim(), qkv = cfg.qkv_dim();
-      const double in = std::max({d, q, f}), out = std::max({qkv, d, 2 * f});
-      const double w = std::max({qkv * d, d * q, 2 * f * d, d * f});
-      p.rows.push_back({"FP8 operands (x or x^T, dy and dy^T)", double(N) * (in + 2 * out)});
-      p.rows.push_back({"FP8 weights (w or w^T)", w});
     }
     p.rows.push_back({"f32 staging", std::min(kStagingBytes, P * 4)});
     p.rows.push_back({"cuBLASLt workspace", kCublasWorkspace});

@@ -8,6 +8,7 @@
 #include "ops/cuda/cuda_ops.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 
@@ -75,7 +76,9 @@ struct CudaOps::Impl {
   std::unique_ptr<cuda::CudnnAttention> attention;
 
   // Scratch, each with GrowingBuffer's rule.
-  cuda::GrowingBuffer staging, embedding_scratch, rmsnorm_scratch, rope_scratch, rope_table, logits,
+  // `transient` holds the LM head's logits chunk during lm_head_cross_entropy and the FP8 operands during a
+  // linear op: never both at once, so one buffer of the larger size serves both.
+  cuda::GrowingBuffer staging, embedding_scratch, rmsnorm_scratch, rope_scratch, rope_table, transient,
       grad_norm_scratch, moment_book;
   int rope_table_pos = 0, rope_table_hd = 0;
   float rope_table_theta = 0;
@@ -84,14 +87,24 @@ struct CudaOps::Impl {
 
   // FP8 linears (set_fp8): the cast operands, and per operand its amax and dequant scale on the device.
   bool fp8 = false;
-  // x8 (forward) and xt8 (backward) share a buffer, as do w8 and wt8: never needed at once.
-  cuda::GrowingBuffer fp8_x, fp8_w, fp8_dy, fp8_dyt;
   // Per operand (x, w, dy) 8 floats: amax at 0, dequant at 4. cuBLASLt takes only 16-byte aligned scale
   // pointers (a 4-byte aligned one makes the GEMM "not supported").
   float* fp8_scales = nullptr;
-  uint8_t* fp8_buffer(cuda::GrowingBuffer& b, int64_t n, const char* label) {
-    return static_cast<uint8_t*>(b.ensure(alloc, size_t(n), label));
+  // Space in `transient` for the given FP8 operands (element counts, 0: not needed), each 256-byte aligned.
+  template <size_t K>
+  std::array<uint8_t*, K> fp8_space(const std::array<int64_t, K>& sizes) {
+    auto up = [](int64_t n) { return size_t(n + 255) / 256 * 256; };
+    size_t total = 0;
+    for (int64_t n : sizes) total += up(n);
+    auto* base = static_cast<uint8_t*>(transient.ensure(alloc, total, kTransientLabel));
+    std::array<uint8_t*, K> out{};
+    for (size_t i = 0; i < K; i++) {
+      out[i] = sizes[i] > 0 ? base : nullptr;
+      base += up(sizes[i]);
+    }
+    return out;
   }
+  static constexpr const char* kTransientLabel = "LM head logits chunk / FP8 operands (shared)";
 
   cudaStream_t queue(Queue q) {
     if (q == Queue::compute) return stream;
@@ -400,8 +413,7 @@ void CudaOps::linear_forward(const Tensor& y, const Tensor& x, const Tensor& w, 
     Impl& m = *impl_;
     float* sx = m.fp8_scales + 0;
     float* sw = m.fp8_scales + 8;
-    uint8_t* x8 = m.fp8_buffer(m.fp8_x, N * in, "FP8 x");
-    uint8_t* w8 = m.fp8_buffer(m.fp8_w, out * in, "FP8 w");
+    const auto [x8, w8] = m.fp8_space<2>({N * in, out * in});
     cuda::amax_bf16(sx, ptr<bf16>(x), N * in, m.stream);
     cuda::quantize_fp8(x8, nullptr, sx + 4, ptr<bf16>(x), N, in, sx, cuda::Fp8Format::E4M3, m.stream);
     cuda::amax_bf16(sw, ptr<bf16>(w), out * in, m.stream);
@@ -429,18 +441,17 @@ void CudaOps::linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& 
     float* sx = m.fp8_scales + 0;
     float* sw = m.fp8_scales + 8;
     float* sdy = m.fp8_scales + 16;
-    uint8_t* dy8 = dx.empty() ? nullptr : m.fp8_buffer(m.fp8_dy, N * out, "FP8 dy");
-    uint8_t* dyt8 = dw.empty() ? nullptr : m.fp8_buffer(m.fp8_dyt, N * out, "FP8 dy transposed");
+    const bool want_dx = !dx.empty(), want_dw = !dw.empty();
+    const auto [dy8, dyt8, wt8, xt8] = m.fp8_space<4>(
+        {want_dx ? N * out : 0, want_dw ? N * out : 0, want_dx ? out * in : 0, want_dw ? N * in : 0});
     cuda::amax_bf16(sdy, ptr<bf16>(dy), N * out, m.stream);
     cuda::quantize_fp8(dy8, dyt8, sdy + 4, ptr<bf16>(dy), N, out, sdy, cuda::Fp8Format::E5M2, m.stream);
     if (!dx.empty()) {
-      uint8_t* wt8 = m.fp8_buffer(m.fp8_w, out * in, "FP8 w");
       cuda::amax_bf16(sw, ptr<bf16>(w), out * in, m.stream);
       cuda::quantize_fp8(nullptr, wt8, sw + 4, ptr<bf16>(w), out, in, sw, cuda::Fp8Format::E4M3, m.stream);
       mm.linear_backward_input_fp8(ptr<bf16>(dx), dy8, sdy + 4, wt8, sw + 4, N, in, out);
     }
     if (!dw.empty()) {
-      uint8_t* xt8 = m.fp8_buffer(m.fp8_x, N * in, "FP8 x");
       cuda::amax_bf16(sx, ptr<bf16>(x), N * in, m.stream);
       cuda::quantize_fp8(nullptr, xt8, sx + 4, ptr<bf16>(x), N, in, sx, cuda::Fp8Format::E4M3, m.stream);
       mm.linear_backward_weight_fp8(ptr<float>(dw), dyt8, sdy + 4, xt8, sx + 4, N, in, out);
@@ -586,7 +597,7 @@ void CudaOps::lm_head_cross_entropy(const Tensor& losses, const Tensor& dx, cons
   expect_optional(dw, DType::F32, {V, d}, op, "dw");
   int64_t rows = cuda::lm_head_chunk_rows(N, V, impl_->logits_budget);
   auto* logits = static_cast<bf16*>(
-      impl_->logits.ensure(impl_->alloc, size_t(rows * V) * sizeof(bf16), "LM head logits chunk"));
+      impl_->transient.ensure(impl_->alloc, size_t(rows * V) * sizeof(bf16), Impl::kTransientLabel));
   cuda::lm_head_cross_entropy(*impl_->matmul, logits, rows, ptr<float>(losses), ptr<bf16>(dx), ptr<float>(dw),
                               ptr<bf16>(x), ptr<bf16>(w), ptr<int32_t>(targets), N, d, V, grad_scale, ignore_index,
                               impl_->stream);
