@@ -95,6 +95,32 @@ TEST(MemoryPlan, DocumentMaskingAddsTheAttentionBiasAndItsSegmentIds) {
   EXPECT_NEAR(masked.total_bytes - plain.total_bytes, 8.0 * 2050 * 2056 * 2 + (8.0 * 2050 + 8) * 4, 1.0);
 }
 
+// FP8 linears: the backward's FP8 operands of the largest linear (gate+up for Llama-3.2-1B: x^T [N, d],
+// dy and dy^T [N, 2f], w^T [2f, d], one byte each) share the LM head's logits buffer, so the plan grows by
+// what they need past the logits chunk, not by their whole size; with a vocabulary whose chunk is larger,
+// by nothing.
+TEST(MemoryPlan, Fp8OperandsShareTheLogitsBuffer) {
+  PlanTarget gpu;
+  const ModelConfig llama = preset("llama3.2-1b");
+  const MemoryPlan plain = plan_memory(llama, 8, 2048, 1, Recompute(), gpu);
+  gpu.fp8 = true;
+  const MemoryPlan fp8 = plan_memory(llama, 8, 2048, 1, Recompute(), gpu);
+  const double N = 8 * 2048, d = 2048, f = 8192;
+  const double operands = N * (d + 2 * 2 * f) + 2 * f * d;
+  const double logits = row(plain, "LM head logits chunk");
+  ASSERT_GT(logits, 0);
+  ASSERT_GT(operands, logits);
+  EXPECT_EQ(row(fp8, "LM head logits chunk"), -1);
+  EXPECT_EQ(row(fp8, "LM head logits chunk / FP8 operands (shared)"), operands);
+  EXPECT_NEAR(fp8.total_bytes - plain.total_bytes, operands - logits, 1.0);
+
+  PlanTarget small_batch = gpu;
+  const MemoryPlan one_row = plan_memory(llama, 1, 512, 1, Recompute(), small_batch);  // operands < logits
+  small_batch.fp8 = false;
+  const MemoryPlan one_row_plain = plan_memory(llama, 1, 512, 1, Recompute(), small_batch);
+  EXPECT_NEAR(one_row.total_bytes, one_row_plain.total_bytes, 1.0);
+}
+
 // Moments precision: m and v take 4, 2 or 1 byte a parameter (int8 adds the block scales), on the device
 // or, offloaded, in host memory with chunk staging of the same precision; smaller moments let a tight
 // budget keep more on the device.

@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "core/error.h"
 #include "core/fs.h"
 #include "data/prepare.h"
 #include "data_testing.h"
@@ -183,6 +184,18 @@ TEST_F(TrainerTest, ResumeContinuesBitwise) {
 
 // Offloading the optimizer state (in chunks that cut the parameter segments) and recomputing give the
 // losses, weights and optimizer state of the plain run, bit for bit, and resume the same way.
+// --fp8 on the CPU backend: a clear error before any training, naming what it needs.
+TEST_F(TrainerTest, Fp8OnTheCpuIsAClearError) {
+  TrainConfig c = config("fp8");
+  c.fp8 = true;
+  try {
+    train(c);
+    FAIL() << "--fp8 on the CPU backend trained";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--fp8 needs the CUDA backend"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(TrainerTest, OffloadAndRecomputeGiveBitwiseThePlainRun) {
   std::vector<double> plain = train(config("plain"));
   TrainConfig c = config("offload");
