@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -220,6 +221,64 @@ TEST(ModelCudaRecompute, EveryPolicyGivesBitwiseTheSameGradients) {
       EXPECT_EQ(r.loss.sum, none.loss.sum) << policy;
       EXPECT_EQ(0, std::memcmp(r.grads.data(), none.grads.data(), none.grads.size() * sizeof(float)))
           << policy << " changed the gradients";
+    }
+  }
+}
+
+// --fp8: the whole model with FP8 linears against the CPU reference, within FP8's bounds (each linear's operands
+// rounded to 3 or 2 mantissa bits: a few percent per GEMM, averaged in the loss); unlike the bf16 run; bitwise
+// repeatable; and every recompute policy bitwise the same (a recomputed operand has the same maximum, so the
+// same scale).
+TEST(ModelCudaFp8, CloseToTheReferenceDeterministicAndRecomputeInvariant) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (Arch arch : {Arch::Llama, Arch::Qwen2}) {
+    const ModelConfig cfg = config_for(arch, 64, 8, 2);
+    const int B = 2, T = 256;
+    auto cpu = make_cpu_ops(DType::F32);
+    auto bf16 = make_cuda_ops();
+    auto fp8 = std::make_unique<CudaOps>(0);
+    fp8->set_fp8(true);
+    std::vector<float> params;
+    {
+      Model init(cfg, *cpu, {1, 8, false});
+      init.init_params(31);
+      params = init.params_f32();
+      for (float& p : params) p = round_bf16(p);
+    }
+    HostBatch data(B, T, cfg.vocab_size, 5);
+    const Result ref = run(*cpu, cfg, B, T, params, data.batch);
+    const Result plain = run(*bf16, cfg, B, T, params, data.batch);
+    const Result out = run(*fp8, cfg, B, T, params, data.batch);
+    const double loss_err = std::abs(out.loss.mean() - ref.loss.mean()) / std::abs(ref.loss.mean());
+    EXPECT_LT(loss_err, 2e-2) << "loss fp8 " << out.loss.mean() << " cpu " << ref.loss.mean();
+    const ParamLayout layout = ParamLayout::build(cfg);
+    double worst = 0;
+    std::string worst_name;
+    for (const ParamInfo& e : layout.params) {
+      const double err = rel_error(&out.grads[size_t(e.offset)], &ref.grads[size_t(e.offset)], size_t(e.numel));
+      EXPECT_LT(err, 0.3) << "gradient of " << e.name;
+      if (err > worst) worst = err, worst_name = e.name;
+    }
+    log::info("fp8 {}: loss {:.6f} vs {:.6f} (rel {:.2e}); worst gradient {} rel {:.2e}", int(arch), out.loss.mean(),
+              ref.loss.mean(), loss_err, worst_name, worst);
+    EXPECT_NE(0, std::memcmp(plain.grads.data(), out.grads.data(), out.grads.size() * sizeof(float)))
+        << "--fp8 changed nothing: the FP8 path did not run";
+
+    const Result again = run(*fp8, cfg, B, T, params, data.batch);
+    EXPECT_EQ(again.loss.sum, out.loss.sum);
+    EXPECT_EQ(0, std::memcmp(again.grads.data(), out.grads.data(), out.grads.size() * sizeof(float)))
+        << "two FP8 runs gave different gradients";
+    for (const char* policy : {"norm,swiglu", "attention,qkv", "block"}) {
+      ModelOptions o{B, T, false};
+      o.recompute = Recompute::parse(policy);
+      Model model(cfg, *fp8, o);
+      model.set_params_f32(params);
+      model.zero_grads();
+      const LossSum loss = model.forward_backward(data.batch, 1.0f / float(B * T));
+      const std::vector<float> grads = model.grads_f32();
+      EXPECT_EQ(loss.sum, out.loss.sum) << policy;
+      EXPECT_EQ(0, std::memcmp(grads.data(), out.grads.data(), grads.size() * sizeof(float)))
+          << policy << " changed the FP8 gradients";
     }
   }
 }
