@@ -46,6 +46,9 @@ int attention_group(int B, int heads, int T) {
 
 // Seconds per token: the GEMMs at the target's efficiency (lower for small micro-batches, whose GEMMs
 // do not fill the GPU), the memory-bound ops at its bandwidth, the optimizer once per global batch.
+// The FP8 GEMMs' speed over bf16 measured at the bench shapes on the H200 (bench/NOTES.md, FP8 linears).
+constexpr double kFp8GemmSpeedup = 1.6;
+
 double seconds_per_token(const ModelConfig& c, int B, int T, int accumulation, const Recompute& r,
                          const PlanTarget& t) {
   const double model = c.flops_per_token(T), redo = r.flops_per_token(c, T);
@@ -67,7 +70,19 @@ double seconds_per_token(const ModelConfig& c, int B, int T, int accumulation, c
   const double adamw_bytes = 4 + 2 * moment_bytes_per_param(t.moments) + 8 + 2;
   const double optimizer_bytes = P * (adamw_bytes + 8);
   const double tokens_per_step = N * accumulation;
-  return (model + redo) / (t.peak_flops * eff) + (L * layer_bytes + loss_bytes) / t.bandwidth +
+  double matmul_s = (model + redo) / (t.peak_flops * eff);
+  double cast_bytes = 0;
+  if (t.fp8) {
+    // --fp8: the linears' GEMMs (forward and backward, 6 FLOPs a weight a token) at kFp8GemmSpeedup times the
+    // bf16 rate, plus their operands' casts: per token 10 bytes an input feature (x: amax and cast, forward
+    // and backward), 6 an output feature (dy: amax and the cast as is and transposed); per micro-step 10 a
+    // weight. bench/NOTES.md, FP8 linears: 82.0k tok/s predicted for llama3.2-1b, 81.6k measured.
+    const double q = c.q_dim(), W = d * qkv + q * d + d * 2 * f + f * d;
+    const double linear = 6 * L * W;
+    matmul_s -= linear * (1 - 1 / kFp8GemmSpeedup) / (t.peak_flops * eff);
+    cast_bytes = L * (10 * (2 * d + q + f) + 6 * (qkv + 2 * d + 2 * f) + 10 * W / N);
+  }
+  return matmul_s + (L * layer_bytes + loss_bytes + cast_bytes) / t.bandwidth +
          optimizer_bytes / t.bandwidth / tokens_per_step;
 }
 
