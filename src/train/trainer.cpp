@@ -459,7 +459,8 @@ void TrainingRun::print_plan() const {
   fmt::print("batch: {} x {} tokens per micro-batch, {} micro-batch(es) per step = {} tokens per step; {} steps = {} tokens\n",
              cfg_.batch, cfg_.seq, accum_steps_, global_batch_tokens_, cfg_.steps,
              format_count(double(global_batch_tokens_) * double(cfg_.steps)));
-  fmt::print("backend {} on {}; {:.3g} GFLOP per token; {}\n", ops.name(), throughput_->device().name,
+  fmt::print("backend {} on {}{}; {:.3g} GFLOP per token; {}\n", ops.name(), throughput_->device().name,
+             cfg_.fp8 ? " (linear layers' GEMMs in FP8; MFU against the bf16 peak)" : "",
              throughput_->model_flops_per_token() / 1e9, throughput_->peak_description());
   // Offloaded gradients are not on the device: they count in the offload line below, not in the total.
   const double device_grads = model_->grads_on_host() ? 0.0 : grads;
