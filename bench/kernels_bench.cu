@@ -1,7 +1,9 @@
 // Achieved memory bandwidth of each fused memory-bound kernel (src/ops/cuda/kernels.h) at training shapes,
-// against the measured device-to-device copy ceiling. Bytes are the fewest each kernel must move (every
-// input read once, every output written once); time is the median over batches of launches timed with
-// events, rotating over enough input sets that they do not fit in L2. Prints one table.
+// against the measured device-to-device copy ceiling, and against a copy that moves the same bytes (what a
+// launch of that size can reach at all: small kernels pay a fixed start and tail the 2 GiB ceiling does not).
+// Bytes are the fewest each kernel must move (every input read once, every output written once); time is the
+// median over batches of launches timed with events, rotating over enough input sets that they do not fit in
+// L2. Prints one table.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -11,6 +13,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ops/cuda/cuda_check.h"
@@ -118,14 +121,30 @@ int rotation_sets(double bytes_per_call) {
 struct Row {
   std::string kernel, shape;
   double bytes, us;
+  double copy_us = 0;  // a device-to-device copy of bytes / 2 (so bytes moved), rotated the same way
 };
 std::vector<Row> rows;
 double copy_gbps = 0;
 
+double same_size_copy_us(double bytes) {
+  const int64_t half = std::max<int64_t>(int64_t(bytes / 2) / 256 * 256, 256);
+  const int sets = rotation_sets(bytes);
+  Pool pool;
+  std::vector<char*> src, dst;
+  for (int k = 0; k < sets; k++) {
+    src.push_back(pool.alloc<char>(half)), dst.push_back(pool.alloc<char>(half));
+    TK_CUDA_CHECK(cudaMemset(src.back(), 1, size_t(half)));
+  }
+  return median_us([&](int k) {
+    TK_CUDA_CHECK(cudaMemcpyAsync(dst[k % sets], src[k % sets], size_t(half), cudaMemcpyDeviceToDevice));
+  });
+}
+
 void record(const std::string& kernel, const std::string& shape, double bytes, const std::function<void(int)>& launch) {
   const double us = median_us(launch);
-  rows.push_back({kernel, shape, bytes, us});
-  std::fprintf(stderr, "  %-26s %-34s %8.1f us\n", kernel.c_str(), shape.c_str(), us);
+  rows.push_back({kernel, shape, bytes, us, same_size_copy_us(bytes)});
+  std::fprintf(stderr, "  %-26s %-34s %8.1f us (same-size copy %.1f us)\n", kernel.c_str(), shape.c_str(), us,
+               rows.back().copy_us);
 }
 
 // ---- the ceiling ----------------------------------------------------------------------------------
@@ -139,7 +158,7 @@ void measure_copy_ceiling() {
   const double us =
       median_us([&](int) { TK_CUDA_CHECK(cudaMemcpyAsync(b, a, size_t(bytes), cudaMemcpyDeviceToDevice)); });
   copy_gbps = 2.0 * double(bytes) / us / 1e3;  // read + write
-  rows.push_back({"copy (ceiling)", "2 GiB device to device", 2.0 * double(bytes), us});
+  rows.push_back({"copy (ceiling)", "2 GiB device to device", 2.0 * double(bytes), us, us});
 }
 
 // ---- the kernels ----------------------------------------------------------------------------------
@@ -338,12 +357,48 @@ void bench_optimizer() {
   }
 }
 
+// ---- FP8 casts (fp8.cu): the amax pass and the cast, as is, transposed and both, at the linears' shapes ----
+
+void bench_fp8() {
+  for (int i = 0; i < 3; i++) {
+    const int d = kWidths[i], f = kFfnWidths[i];
+    for (const auto& shape_case : {std::tuple<int64_t, int, const char*>{kTokens, d, "x [N, d]"},
+                                   {kTokens, f, "x [N, f]"},
+                                   {kTokens, 2 * f, "dy [N, 2f]"}}) {
+      const int64_t rows_ = std::get<0>(shape_case);
+      const int cols = std::get<1>(shape_case);
+      const char* what = std::get<2>(shape_case);
+      const int64_t n = rows_ * cols;
+      const int sets = rotation_sets(4.0 * double(n));
+      Pool pool;
+      std::vector<bf16*> x;
+      std::vector<uint8_t*> x8, xt8;
+      for (int k = 0; k < sets; k++)
+        x.push_back(pool.random_bf16(n, 3.f)), x8.push_back(pool.alloc<uint8_t>(n)), xt8.push_back(pool.alloc<uint8_t>(n));
+      float* scales = pool.alloc<float>(8);
+      const std::string shape = std::string(what) + " " + std::to_string(rows_) + "x" + std::to_string(cols);
+      record("fp8 amax", shape, 2.0 * double(n), [&](int k) { amax_bf16(scales, x[k % sets], n, nullptr); });
+      record("fp8 cast", shape, 3.0 * double(n), [&](int k) {
+        quantize_fp8(x8[k % sets], nullptr, scales + 4, x[k % sets], rows_, cols, scales, Fp8Format::E4M3, nullptr);
+      });
+      record("fp8 cast, transposed", shape, 3.0 * double(n), [&](int k) {
+        quantize_fp8(nullptr, xt8[k % sets], scales + 4, x[k % sets], rows_, cols, scales, Fp8Format::E4M3, nullptr);
+      });
+      record("fp8 cast, both", shape, 4.0 * double(n), [&](int k) {
+        quantize_fp8(x8[k % sets], xt8[k % sets], scales + 4, x[k % sets], rows_, cols, scales, Fp8Format::E5M2,
+                     nullptr);
+      });
+    }
+  }
+}
+
 void print_table() {
-  std::printf("\n| kernel | shape | MB moved | median us | GB/s | of copy |\n|---|---|---:|---:|---:|---:|\n");
+  std::printf("\n| kernel | shape | MB moved | median us | GB/s | of copy | of same-size copy |\n"
+              "|---|---|---:|---:|---:|---:|---:|\n");
   for (const Row& r : rows) {
     const double gbps = r.bytes / r.us / 1e3;
-    std::printf("| %s | %s | %.1f | %.1f | %.0f | %.0f%% |\n", r.kernel.c_str(), r.shape.c_str(), r.bytes / 1e6, r.us,
-                gbps, 100.0 * gbps / copy_gbps);
+    std::printf("| %s | %s | %.1f | %.1f | %.0f | %.0f%% | %.0f%% |\n", r.kernel.c_str(), r.shape.c_str(),
+                r.bytes / 1e6, r.us, gbps, 100.0 * gbps / copy_gbps, 100.0 * r.copy_us / r.us);
   }
 }
 
@@ -362,6 +417,7 @@ int main() {
     bench_swiglu();
     bench_embedding();
     bench_optimizer();
+    bench_fp8();
     print_table();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
