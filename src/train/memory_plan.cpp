@@ -46,9 +46,6 @@ int attention_group(int B, int heads, int T) {
 
 // Seconds per token: the GEMMs at the target's efficiency (lower for small micro-batches, whose GEMMs
 // do not fill the GPU), the memory-bound ops at its bandwidth, the optimizer once per global batch.
-// The FP8 GEMMs' speed over bf16 measured at the bench shapes on the H200 (bench/NOTES.md, FP8 linears).
-constexpr double kFp8GemmSpeedup = 1.6;
-
 double seconds_per_token(const ModelConfig& c, int B, int T, int accumulation, const Recompute& r,
                          const PlanTarget& t) {
   const double model = c.flops_per_token(T), redo = r.flops_per_token(c, T);

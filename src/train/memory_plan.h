@@ -19,6 +19,12 @@ struct PlanRow {
   bool host = false;  // held in host memory (offload), not counted in the device total
 };
 
+// What --fp8 buys, measured on the H200 at the bench shapes (bench/NOTES.md, FP8 linears): the linears' FP8
+// GEMMs ran this much faster than bf16, and casting their operands moved this many bytes per byte the bf16
+// GEMMs read and write. The plan's speed and the profile's FP8 advice both use them.
+constexpr double kFp8GemmSpeedup = 1.6;
+constexpr double kFp8CastBytesPerGemmByte = 1.2;
+
 struct PlanTarget {
   bool gpu = true;                 // the CUDA backend (bf16 activations, fp32 grads and optimizer state)
   double peak_flops = 989e12;      // dense bf16 peak, for the speed prediction

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/fs.h"
+#include "train/memory_plan.h"
 #include "train/metrics.h"
 
 namespace tk {
@@ -161,11 +162,9 @@ std::optional<Advice> recompute(const AdviceInputs& in) {
   return Advice{"Recompute costs time while memory is free", pct(r, in.totals.step_ms), detail};
 }
 
-// --fp8 runs the linear layers' GEMMs (not the LM head) on FP8 tensor cores. On the H200 they ran 1.6x faster
-// than in bf16 at the bench shapes, and casting their operands (an amax pass and a cast, as is and transposed)
-// moved about 1.2x the bytes the bf16 GEMMs read and write (bench/NOTES.md, FP8 linears): the saving is the
-// first less the second, which is why narrow models gain little.
-constexpr double kFp8GemmSpeedup = 1.6, kFp8CastBytesPerGemmByte = 1.2;
+// --fp8 runs the linear layers' GEMMs (not the LM head) on FP8 tensor cores: faster GEMMs less the casts of
+// their operands (kFp8GemmSpeedup, kFp8CastBytesPerGemmByte in memory_plan.h), which is why narrow models gain
+// little.
 
 std::optional<Advice> fp8(const AdviceInputs& in) {
   if (!in.gpu || !in.fp8_tensor_cores || in.fp8) return std::nullopt;
