@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <tuple>
@@ -359,7 +360,8 @@ void bench_optimizer() {
   }
 }
 
-// ---- FP8 casts (fp8.cu): the amax pass and the cast, as is, transposed and both, at the linears' shapes ----
+// ---- FP8 casts (fp8.cu): the amax pass and the cast, as is, transposed and both, at the linears' shapes; each
+// cast also records the amax it saw, as delayed scaling's casts do ----
 
 void bench_fp8() {
   for (int i = 0; i < 3; i++) {
@@ -381,14 +383,16 @@ void bench_fp8() {
       const std::string shape = std::string(what) + " " + std::to_string(rows_) + "x" + std::to_string(cols);
       record("fp8 amax", shape, 2.0 * double(n), [&](int k) { amax_bf16(scales, x[k % sets], n, nullptr); });
       record("fp8 cast", shape, 3.0 * double(n), [&](int k) {
-        quantize_fp8(x8[k % sets], nullptr, scales + 4, x[k % sets], rows_, cols, scales, Fp8Format::E4M3, nullptr);
+        quantize_fp8(x8[k % sets], nullptr, scales + 4, x[k % sets], rows_, cols, scales, Fp8Format::E4M3, nullptr,
+                     scales + 2);
       });
       record("fp8 cast, transposed", shape, 3.0 * double(n), [&](int k) {
-        quantize_fp8(nullptr, xt8[k % sets], scales + 4, x[k % sets], rows_, cols, scales, Fp8Format::E4M3, nullptr);
+        quantize_fp8(nullptr, xt8[k % sets], scales + 4, x[k % sets], rows_, cols, scales, Fp8Format::E4M3, nullptr,
+                     scales + 2);
       });
       record("fp8 cast, both", shape, 4.0 * double(n), [&](int k) {
         quantize_fp8(x8[k % sets], xt8[k % sets], scales + 4, x[k % sets], rows_, cols, scales, Fp8Format::E5M2,
-                     nullptr);
+                     nullptr, scales + 2);
       });
     }
   }
@@ -407,19 +411,26 @@ void print_table() {
 }  // namespace
 }  // namespace tk::cuda
 
-int main() {
+// kernels_bench [family...]: the families named (rmsnorm, rope, swiglu, embedding, optimizer, fp8), all by default.
+int main(int argc, char** argv) {
   using namespace tk::cuda;
   try {
+    auto wanted = [&](const char* family) {
+      if (argc < 2) return true;
+      for (int i = 1; i < argc; i++)
+        if (std::strcmp(argv[i], family) == 0) return true;
+      return false;
+    };
     cudaDeviceProp prop{};
     TK_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::fprintf(stderr, "%s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
     measure_copy_ceiling();
-    bench_rmsnorm();
-    bench_rope();
-    bench_swiglu();
-    bench_embedding();
-    bench_optimizer();
-    bench_fp8();
+    if (wanted("rmsnorm")) bench_rmsnorm();
+    if (wanted("rope")) bench_rope();
+    if (wanted("swiglu")) bench_swiglu();
+    if (wanted("embedding")) bench_embedding();
+    if (wanted("optimizer")) bench_optimizer();
+    if (wanted("fp8")) bench_fp8();
     print_table();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

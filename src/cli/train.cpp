@@ -30,9 +30,15 @@ void add_recipe_options(CLI::App& app, TrainConfig& c) {
                "(gemm-algorithms.json); runs sharing that file run the same algorithms, bit for bit (default on; "
                "--no-gemm-tuning takes cuBLASLt's first choice)");
   app.add_flag("--fp8", c.fp8,
-               "The linear layers' GEMMs in FP8 (e4m3 weights and activations, e5m2 gradients, per-tensor scales "
-               "from each tensor's current maximum; CUDA on compute capability 8.9+). The LM head, attention and "
-               "everything else stay bf16");
+               "The linear layers' GEMMs in FP8 (e4m3 weights and activations, e5m2 gradients, per-tensor scales; "
+               "CUDA on compute capability 8.9+). The LM head, attention and everything else stay bf16");
+  app.add_option("--fp8-scaling", c.fp8_scaling,
+                 "Where --fp8 takes each tensor's scale from: current (the tensor's own maximum, a pass of its own "
+                 "before every cast) or delayed (the largest maximum of the same tensor over the last 16 steps, "
+                 "recorded by the casts themselves: no pass of its own, a few percent faster; values past the scale "
+                 "saturate)")
+      ->check(CLI::IsMember({"current", "delayed"}))
+      ->capture_default_str();
   app.add_option("--recompute", c.recompute,
                  "What the backward recomputes instead of keeping: none, or any of norm, swiglu, attention, qkv, block "
                  "joined by commas (same results, less memory)")

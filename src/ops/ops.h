@@ -197,6 +197,26 @@ class Ops {
                             const Tensor& v, const Tensor& m_scale, const Tensor& v_scale,
                             const std::vector<ParamSegment>& segments, const AdamWConfig& c) = 0;
 
+  // ---- step boundary --------------------------------------------------------------------------
+  // Called once a step's update is queued (AdamW::step): state that lives from step to step moves on
+  // (FP8 delayed scaling commits the amax each cast saw). Nothing by default.
+  virtual void end_step() {}
+  // FP8 delayed scaling's state, for checkpoints (empty when the backend keeps none): per linear weight (by
+  // the address of its first element) the amax histories of its x, w and dy, each `history_len` values in
+  // ring order, and the number of steps committed (the ring's position). Restoring it before the first step
+  // makes a resumed run scale as the uninterrupted one would.
+  struct Fp8AmaxHistory {
+    const void* weight = nullptr;
+    std::vector<float> amax;  // 3 x history_len: x, w, dy
+  };
+  struct Fp8ScalingState {
+    int history_len = 0;
+    int64_t steps = 0;
+    std::vector<Fp8AmaxHistory> weights;
+  };
+  virtual Fp8ScalingState fp8_scaling_state() const { return {}; }
+  virtual void set_fp8_scaling_state(const Fp8ScalingState& state) {}
+
   // ---- timing (the profiler) ------------------------------------------------------------------
   // A mark takes the time at its place in the op queue: after every op queued before it has run, and
   // before any op queued after it starts. The default reads the host's steady clock (in ns), which is

@@ -68,10 +68,12 @@ std::string gemm_tuning_summary(Ops& ops) {
 
 std::string gemm_tuning_cache_path() { return cache::path_of("gemm-algorithms.json"); }
 
-void enable_fp8(Ops& ops) {
+void enable_fp8(Ops& ops, const std::string& scaling) {
+  TK_CHECK(scaling == "current" || scaling == "delayed", "--fp8-scaling is '{}': it must be current or delayed",
+           scaling);
 #ifdef TK_HAVE_CUDA
   if (auto* cuda = dynamic_cast<CudaOps*>(&ops)) {
-    cuda->set_fp8(true);
+    cuda->set_fp8(true, scaling == "delayed" ? CudaOps::Fp8Scaling::Delayed : CudaOps::Fp8Scaling::Current);
     return;
   }
 #endif

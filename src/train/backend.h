@@ -26,8 +26,8 @@ void enable_gemm_tuning(Ops& ops, const std::string& cache_path);
 std::string gemm_tuning_summary(Ops& ops);
 // The default file of the GEMM choices: gemm-algorithms.json in tokamak's cache folder (core/cache.h).
 std::string gemm_tuning_cache_path();
-// The linear layers' GEMMs in FP8 (CudaOps::set_fp8): a tk::Error on the CPU backend or a GPU without FP8
-// tensor cores.
-void enable_fp8(Ops& ops);
+// The linear layers' GEMMs in FP8 (CudaOps::set_fp8) with "current" or "delayed" scaling: a tk::Error on
+// the CPU backend, a GPU without FP8 tensor cores, or another scaling name.
+void enable_fp8(Ops& ops, const std::string& scaling = "current");
 
 }  // namespace tk

@@ -119,12 +119,14 @@ std::string hex16(uint64_t v) { return fmt::format("{:016x}", v); }
 }  // namespace
 
 json TrainerState::to_json() const {
-  return {{"step", step},
+  json j = {{"step", step},
           {"tokens_seen", tokens_seen},
           {"rng", rng},
           {"loader", loader},
           {"train_config", train_config},
           {"tokenizer", {{"path", tokenizer_path}, {"fingerprint", hex16(tokenizer_fingerprint)}}}};
+  if (!fp8_scaling.is_null()) j["fp8_scaling"] = fp8_scaling;
+  return j;
 }
 
 TrainerState TrainerState::from_json(const json& j, const std::string& source) {
@@ -137,6 +139,7 @@ TrainerState TrainerState::from_json(const json& j, const std::string& source) {
     s.train_config = j.at("train_config");
     s.tokenizer_path = j.at("tokenizer").at("path").get<std::string>();
     s.tokenizer_fingerprint = std::stoull(j.at("tokenizer").at("fingerprint").get<std::string>(), nullptr, 16);
+    if (j.contains("fp8_scaling")) s.fp8_scaling = j.at("fp8_scaling");
     return s;
   } catch (const std::exception& e) {
     fail("{} is not a valid trainer state: {}", source, e.what());

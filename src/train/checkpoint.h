@@ -24,6 +24,8 @@ struct TrainerState {
   nlohmann::json train_config = nlohmann::json::object();  // the resolved TrainConfig
   std::string tokenizer_path;                              // "" when unknown
   uint64_t tokenizer_fingerprint = 0;                      // of the dataset's tokenizer
+  // --fp8 with delayed scaling: the amax histories by parameter name (trainer.cpp), null otherwise.
+  nlohmann::json fp8_scaling;
 
   nlohmann::json to_json() const;
   static TrainerState from_json(const nlohmann::json& j, const std::string& source);

@@ -241,6 +241,7 @@ OptimizerStep AdamW::step(double lr) {
     ops_.adamw_update(model_.params(), master_, model_.grads(), m_.values, v_.values, m_.scales, v_.scales,
                       segments_, c);
   }
+  ops_.end_step();
   steps_taken_++;
   return s;
 }

@@ -50,6 +50,9 @@ class ProfilingOps final : public Ops {
   void* allocate_host(size_t bytes, const char* label) override { return inner_->allocate_host(bytes, label); }
   void release_host(void* p) override { inner_->release_host(p); }
   void seal_memory() override { inner_->seal_memory(); }
+  void end_step() override { inner_->end_step(); }
+  Fp8ScalingState fp8_scaling_state() const override { return inner_->fp8_scaling_state(); }
+  void set_fp8_scaling_state(const Fp8ScalingState& state) override { inner_->set_fp8_scaling_state(state); }
   void synchronize() override { inner_->synchronize(); }
   // Copies on the copy queues are not timed as ops: the compute queue's wait for them shows in the time of
   // the op that waits (the offloaded update's adamw_update).

@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -32,7 +33,7 @@
 namespace tk {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, model, data, out, tokenizer, device, batch, seq,
-                                                batch_tokens, doc_mask, gemm_tuning, fp8, recompute, offload, offload_chunk, moments, memory_budget, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
+                                                batch_tokens, doc_mask, gemm_tuning, fp8, fp8_scaling, recompute, offload, offload_chunk, moments, memory_budget, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
                                                 decay_fraction, beta1, beta2, adam_eps, weight_decay, grad_clip, seed,
                                                 eval_every, eval_tokens, save_every, keep_checkpoints, peak_tflops)
 
@@ -71,6 +72,45 @@ using Clock = std::chrono::steady_clock;
 const char* const kRecipeKeys[] = {"model", "data", "batch", "seq", "batch_tokens", "doc_mask", "vocab_size", "steps",
                                    "lr", "min_lr_ratio", "warmup", "schedule", "decay_fraction", "beta1",
                                    "beta2", "adam_eps", "weight_decay", "grad_clip", "seed", "moments"};
+
+// FP8 delayed scaling's amax histories (Ops::fp8_scaling_state) in a checkpoint: by the name of the parameter
+// whose first element each weight starts at, since addresses do not outlive the run. null when there are none.
+json fp8_scaling_to_json(const Ops& ops, const Model& model) {
+  const Ops::Fp8ScalingState st = ops.fp8_scaling_state();
+  if (st.weights.empty()) return nullptr;
+  const Tensor params = model.params();
+  const size_t elem = dtype_size(params.dtype);
+  std::map<int64_t, std::string> name_at;
+  for (const ParamInfo& p : model.layout().params) name_at.emplace(p.offset, p.name);
+  json amax = json::object();
+  for (const Ops::Fp8AmaxHistory& h : st.weights) {
+    const ptrdiff_t bytes = static_cast<const char*>(h.weight) - static_cast<const char*>(params.data);
+    const auto it = name_at.find(int64_t(bytes) / int64_t(elem));
+    TK_CHECK(bytes >= 0 && bytes % ptrdiff_t(elem) == 0 && it != name_at.end(),
+             "internal error: an FP8 scale belongs to no parameter of the model");
+    amax[it->second] = h.amax;
+  }
+  return {{"history_len", st.history_len}, {"steps", st.steps}, {"amax", amax}};
+}
+
+void restore_fp8_scaling(Ops& ops, const Model& model, const json& j, const std::string& source) {
+  if (j.is_null()) return;
+  Ops::Fp8ScalingState st;
+  try {
+    st.history_len = j.at("history_len").get<int>();
+    st.steps = j.at("steps").get<int64_t>();
+    const Tensor params = model.params();
+    for (const auto& [name, values] : j.at("amax").items()) {
+      const ParamInfo* p = model.layout().find(name);
+      TK_CHECK(p, "{}: the FP8 scales name {}, which the model does not have", source, name);
+      st.weights.push_back({static_cast<const char*>(params.data) + size_t(p->offset) * dtype_size(params.dtype),
+                            values.get<std::vector<float>>()});
+    }
+  } catch (const json::exception& e) {
+    fail("{}: the FP8 scaling state is not valid: {}", source, e.what());
+  }
+  ops.set_fp8_scaling_state(st);
+}
 
 // ---- stopping on SIGINT / SIGTERM -------------------------------------------------------------
 
@@ -439,6 +479,7 @@ void TrainingRun::resume_from(const std::string& checkpoint) {
            "{} was trained on data of another tokenizer (fingerprint {:016x}) than {} ({:016x})", checkpoint,
            state_.tokenizer_fingerprint, cfg_.data, train_data_->tokenizer_fingerprint());
   warn_recipe_changes(state_.train_config);
+  restore_fp8_scaling(*backend_.ops, *model_, state_.fp8_scaling, checkpoint);
   train_data_->restore(state_.loader);
   saved_step_ = state_.step;
   result_.checkpoint = checkpoint;
@@ -596,6 +637,7 @@ void TrainingRun::validate(int64_t step) {
 void TrainingRun::save() {
   state_.loader = train_data_->state();
   state_.train_config = cfg_.to_json();
+  state_.fp8_scaling = fp8_scaling_to_json(*backend_.ops, *model_);
   result_.checkpoint = save_checkpoint(run_dir_, *model_, *optimizer_, state_, cfg_.keep_checkpoints);
   saved_step_ = state_.step;
   fmt::print("saved checkpoint {}\n", result_.checkpoint);
@@ -633,7 +675,7 @@ void TrainingRun::set_up() {
 void TrainingRun::build_parts() {
   backend_ = make_backend(cfg_.device);
   if (cfg_.gemm_tuning) enable_gemm_tuning(*backend_.ops, gemm_tuning_cache_path());
-  if (cfg_.fp8) enable_fp8(*backend_.ops);
+  if (cfg_.fp8) enable_fp8(*backend_.ops, cfg_.fp8_scaling);
   if (hooks_.wrap_ops) backend_.ops = hooks_.wrap_ops(std::move(backend_.ops));
   source_ = find_model_source(cfg_.model);
   meta_ = read_dataset_meta(cfg_.data);
@@ -655,6 +697,7 @@ void TrainingRun::apply_memory_budget() {
   target.host_memory_limit = local_host_memory_limit();
   target.doc_mask = cfg_.doc_mask;
   target.fp8 = cfg_.fp8;
+  target.fp8_delayed = cfg_.fp8 && cfg_.fp8_scaling == "delayed";
   target.peak_flops = describe_device(true, cfg_.peak_tflops * 1e12).peak_flops;
   if (target.peak_flops <= 0) target.peak_flops = 989e12;
   const int64_t global = cfg_.batch_tokens;

@@ -196,6 +196,35 @@ TEST_F(TrainerTest, Fp8OnTheCpuIsAClearError) {
   }
 }
 
+// --fp8-scaling takes current or delayed; anything else is refused by name.
+TEST_F(TrainerTest, Fp8ScalingOtherThanCurrentOrDelayedIsAClearError) {
+  TrainConfig c = config("fp8-scaling");
+  c.fp8 = true;
+  c.fp8_scaling = "sometimes";
+  try {
+    train(c);
+    FAIL() << "--fp8-scaling sometimes trained";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--fp8-scaling is 'sometimes'"), std::string::npos) << e.what();
+  }
+}
+
+// The trainer state keeps FP8 delayed scaling's amax histories (a resumed --fp8-scaling delayed run scales as
+// the uninterrupted one; the GPU check is tests/gpu/run.sh fp8), and leaves the key out when there are none.
+TEST(TrainerStateJson, KeepsTheFp8ScalingStateAndOmitsItWhenThereIsNone) {
+  TrainerState s;
+  s.step = 3;
+  s.fp8_scaling = {{"history_len", 16},
+                   {"steps", 3},
+                   {"amax", {{"model.layers.0.mlp.down_proj.weight", std::vector<float>(48, 0.5f)}}}};
+  const TrainerState back = TrainerState::from_json(s.to_json(), "test");
+  EXPECT_EQ(back.fp8_scaling, s.fp8_scaling);
+  EXPECT_EQ(back.step, 3);
+  const TrainerState none;
+  EXPECT_FALSE(none.to_json().contains("fp8_scaling"));
+  EXPECT_TRUE(TrainerState::from_json(none.to_json(), "test").fp8_scaling.is_null());
+}
+
 TEST_F(TrainerTest, OffloadAndRecomputeGiveBitwiseThePlainRun) {
   std::vector<double> plain = train(config("plain"));
   TrainConfig c = config("offload");

@@ -274,29 +274,32 @@ class Fp8Test : public CudaOpsTest {
   void check_linear(int64_t N, int64_t in, int64_t out, bool with_bias);
 };
 
-// amax and the cast, bitwise against the host, as is and transposed, for both formats, at a size whose
-// rows and columns do not fill the kernel's 64 x 64 tiles.
+// amax and the cast, bitwise against the host, as is and transposed, for both formats, at sizes whose rows
+// and columns do not fill the kernel's 64 x 64 tiles (rows not a multiple of 16: the transpose's byte-wise
+// tail); the amax the cast records on the side (delayed scaling's) equals the amax pass's.
 TEST_F(Fp8Test, QuantizeIsExactAsIsAndTransposed) {
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1000, 136}, {2048, 896}, {16, 8}}) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1000, 136}, {2048, 896}, {16, 8}, {1001, 264}, {5, 16}}) {
     for (cuda::Fp8Format f : {cuda::Fp8Format::E4M3, cuda::Fp8Format::E5M2}) {
       SCOPED_TRACE(::testing::Message() << rows << "x" << cols << (f == cuda::Fp8Format::E4M3 ? " e4m3" : " e5m2")
                                         << " seed=" << seed_);
       const auto x_h = normal(size_t(rows * cols), 3.f);
       auto x = gpu(DType::BF16, {rows, cols}, &x_h);
-      Owned x8(*gpu_, DType::U8, {rows, cols}), xt8(*gpu_, DType::U8, {cols, rows}), sc(*gpu_, DType::F32, {2});
+      Owned x8(*gpu_, DType::U8, {rows, cols}), xt8(*gpu_, DType::U8, {cols, rows}), sc(*gpu_, DType::F32, {3});
       TK_CUDA_CHECK(cudaMemsetAsync(x8.t.data, 0x7f, x8.t.nbytes(), gpu_->stream()));  // NaN in both formats
       TK_CUDA_CHECK(cudaMemsetAsync(xt8.t.data, 0x7f, xt8.t.nbytes(), gpu_->stream()));
       float* s = sc.t.as<float>();
+      TK_CUDA_CHECK(cudaMemsetAsync(s + 2, 0, sizeof(float), gpu_->stream()));
       cuda::amax_bf16(s, x->t.as<cuda::bf16>(), rows * cols, gpu_->stream());
       cuda::quantize_fp8(x8.t.as<uint8_t>(), xt8.t.as<uint8_t>(), s + 1, x->t.as<cuda::bf16>(), rows, cols, s, f,
-                         gpu_->stream());
+                         gpu_->stream(), s + 2);
       const HostFp8 ref = host_fp8(x_h, f);
-      float scales[2];
+      float scales[3];
       gpu_->download(scales, s, sizeof(scales));
       float amax = 0.f;
       for (float v : x_h) amax = std::max(amax, std::fabs(v));
       EXPECT_EQ(scales[0], amax);
       EXPECT_EQ(scales[1], ref.dequant);
+      EXPECT_EQ(scales[2], amax) << "the amax the cast saw";
       std::vector<uint8_t> got(size_t(rows * cols)), got_t(got.size());
       gpu_->download(got.data(), x8.t.data, got.size());
       gpu_->download(got_t.data(), xt8.t.data, got_t.size());
@@ -310,6 +313,27 @@ TEST_F(Fp8Test, QuantizeIsExactAsIsAndTransposed) {
       EXPECT_EQ(wrong_t, 0) << "bytes of the transpose differ from the host's rounding";
     }
   }
+}
+
+// Delayed scaling's step end: the seen amax into the history at the ring position, the scale's amax the
+// history's max, the seen amax back to 0.
+TEST_F(Fp8Test, CommitPutsTheSeenAmaxInTheHistoryAndScalesByItsMax) {
+  const int n = 300, len = 16, position = 5;
+  std::vector<float> slots_h(size_t(n) * cuda::kFp8SlotFloats), history_h = normal(size_t(n) * len, 1.f);
+  for (float& h : history_h) h = std::fabs(h);
+  const auto seen = normal(size_t(n), 4.f);
+  for (int i = 0; i < n; i++) slots_h[size_t(i) * cuda::kFp8SlotFloats + 1] = std::fabs(seen[size_t(i)]);
+  auto slots = gpu(DType::F32, {int64_t(slots_h.size())}, &slots_h), history = gpu(DType::F32, {n, len}, &history_h);
+  cuda::fp8_commit_amax(slots->t.as<float>(), history->t.as<float>(), n, len, position, gpu_->stream());
+  const auto got_slots = down(*slots), got_history = down(*history);
+  for (int i = 0; i < n; i++) {
+    float* h = history_h.data() + size_t(i) * len;
+    h[position] = std::fabs(seen[size_t(i)]);
+    const float mx = *std::max_element(h, h + len);
+    ASSERT_EQ(got_slots[size_t(i) * cuda::kFp8SlotFloats], mx) << "slot " << i;
+    ASSERT_EQ(got_slots[size_t(i) * cuda::kFp8SlotFloats + 1], 0.f) << "slot " << i;
+  }
+  EXPECT_EQ(got_history, history_h);
 }
 
 TEST_F(Fp8Test, LinearAtTrainingShapeWithBias) { check_linear(2048, 896, 1152, true); }

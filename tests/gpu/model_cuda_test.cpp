@@ -184,6 +184,77 @@ TEST(ModelCudaBatch, ASmallerBatchThanPlannedGivesWhatAModelPlannedForItGives) {
   EXPECT_EQ(0, std::memcmp(planned_small.grads.data(), planned_big.grads.data(), params.size() * sizeof(float)));
 }
 
+// --fp8 with delayed scaling (--fp8-scaling delayed): the first step scales as current scaling does, bitwise; after
+// end_step the next step scales by the committed amax (so unlike current scaling on the same batch, and
+// close to it); and that step is bitwise the same on another backend given the saved state (a checkpoint's
+// round trip, the weights at another address) under every recompute policy.
+TEST(ModelCudaFp8, DelayedScalingCarriesAcrossStepsPoliciesAndBackends) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const ModelConfig cfg = config_for(Arch::Llama, 64, 8, 2);
+  const int B = 2, T = 256;
+  std::vector<float> params;
+  {
+    auto cpu = make_cpu_ops(DType::F32);
+    Model init(cfg, *cpu, {1, 8, false});
+    init.init_params(37);
+    params = init.params_f32();
+  }
+  HostBatch first(B, T, cfg.vocab_size, 8), second(B, T, cfg.vocab_size, 9);
+  auto step = [&](Model& model, const Batch& batch) {
+    model.zero_grads();
+    Result r;
+    r.loss = model.forward_backward(batch, 1.0f / float(B * T));
+    r.grads = model.grads_f32();
+    return r;
+  };
+  auto current = std::make_unique<CudaOps>(0);
+  current->set_fp8(true, CudaOps::Fp8Scaling::Current);
+  auto delayed = std::make_unique<CudaOps>(0);
+  delayed->set_fp8(true, CudaOps::Fp8Scaling::Delayed);
+  Model model(cfg, *delayed, {B, T, false});
+  model.set_params_f32(params);
+
+  const Result d1 = step(model, first.batch), c1 = run(*current, cfg, B, T, params, first.batch);
+  EXPECT_EQ(d1.loss.sum, c1.loss.sum);
+  EXPECT_EQ(0, std::memcmp(d1.grads.data(), c1.grads.data(), c1.grads.size() * sizeof(float)))
+      << "the first delayed step is not current scaling";
+  delayed->end_step();
+  const Ops::Fp8ScalingState state = delayed->fp8_scaling_state();
+  EXPECT_EQ(state.steps, 1);
+  EXPECT_EQ(state.history_len, CudaOps::kFp8HistoryLen);
+  EXPECT_EQ(state.weights.size(), size_t(4 * cfg.n_layers)) << "one entry per linear layer";
+  for (const Ops::Fp8AmaxHistory& h : state.weights)
+    for (int r = 0; r < 3; r++) {
+      EXPECT_GT(h.amax[size_t(r * state.history_len)], 0.f) << "operand " << r << ": no amax recorded";
+      EXPECT_EQ(h.amax[size_t(r * state.history_len + 1)], 0.f) << "operand " << r << ": a second step recorded";
+    }
+
+  const Result d2 = step(model, second.batch), c2 = run(*current, cfg, B, T, params, second.batch);
+  EXPECT_NE(0, std::memcmp(d2.grads.data(), c2.grads.data(), c2.grads.size() * sizeof(float)))
+      << "the second step scaled as current scaling does: the history was not used";
+  EXPECT_LT(std::abs(d2.loss.mean() - c2.loss.mean()) / std::abs(c2.loss.mean()), 1e-2);
+  // Two FP8 roundings of the same step (each within FP8's bounds of the exact one: ModelCudaFp8 above).
+  EXPECT_LT(rel_error(d2.grads.data(), c2.grads.data(), d2.grads.size()), 0.3);
+
+  for (const char* policy : {"none", "block", "norm,swiglu", "attention,qkv"}) {
+    auto fresh = std::make_unique<CudaOps>(0);
+    fresh->set_fp8(true, CudaOps::Fp8Scaling::Delayed);
+    ModelOptions o{B, T, false};
+    o.recompute = Recompute::parse(policy);
+    Model again(cfg, *fresh, o);
+    again.set_params_f32(params);
+    Ops::Fp8ScalingState moved = state;
+    for (Ops::Fp8AmaxHistory& h : moved.weights)
+      h.weight = static_cast<const char*>(again.params().data) +
+                 (static_cast<const char*>(h.weight) - static_cast<const char*>(model.params().data));
+    fresh->set_fp8_scaling_state(moved);
+    const Result r = step(again, second.batch);
+    EXPECT_EQ(r.loss.sum, d2.loss.sum) << policy;
+    EXPECT_EQ(0, std::memcmp(r.grads.data(), d2.grads.data(), d2.grads.size() * sizeof(float)))
+        << policy << ": the restored state did not give the same step";
+  }
+}
+
 }  // namespace
 }  // namespace tk
 

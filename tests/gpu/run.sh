@@ -49,7 +49,7 @@ if has fixtures && [ -f tests/fixtures/tokenizer/make_fixtures_py.py ]; then
   tail -5 "$OUT/fixtures.log"
 fi
 if has kernels && [ -x $BUILD/bench/kernels_bench ]; then
-  $BUILD/bench/kernels_bench > "$OUT/kernels_bench.log" 2>&1; tail -30 "$OUT/kernels_bench.log"
+  $BUILD/bench/kernels_bench ${KERNELS:-} > "$OUT/kernels_bench.log" 2>&1; tail -${KERNELS_LINES:-30} "$OUT/kernels_bench.log"
   echo "kernels: $(( $(date +%s) - start ))s"; pack
 fi
 if has curve && [ -f data/brown/meta.json ]; then
@@ -114,7 +114,7 @@ if has profile && [ -f data/brown/meta.json ]; then
   for m in ${PROFILE_MODELS:-qwen2.5-0.5b,llama3.2-1b}; do
     for one in ${m//,/ }; do
       $BUILD/tokamak profile --data data/brown --model "$one" --batch 8 --seq 2048 --device cuda \
-        --out "$OUT/profile-$one" > "$OUT/profile-$one.log" 2>&1 || tail -5 "$OUT/profile-$one.log"
+        ${PROFILE_FLAGS:-} --out "$OUT/profile-$one" > "$OUT/profile-$one.log" 2>&1 || tail -5 "$OUT/profile-$one.log"
       head -60 "$OUT/profile-$one.log" | tail -45
     done
   done
@@ -234,24 +234,39 @@ if has fp8 && [ -f data/brown/meta.json ]; then
   # FP8 linears (--fp8): 300 steps of the 124M model on Brown against bf16 (mean loss of the last 50 steps, and
   # a second bf16 seed for the natural spread) and two FP8 runs bitwise equal; the bench step times FP8 too.
   F8=(train --data data/brown --model gpt2-small-llama --batch 8 --seq 512 --steps 300 --lr 1e-3 --warmup 20
-      --eval-every 0 --eval-tokens 0 --save-every 0 --overwrite --device cuda)
-  for r in bf16:7 fp8:7 fp8b:7 bf16:8; do
-    p=${r%:*}; flags=(); [[ $p == fp8* ]] && flags=(--fp8)
+      --eval-every 0 --eval-tokens 0 --overwrite --device cuda)
+  # fp8 and fp8b with the default current scaling, fp8d with delayed scaling (saved at step 150, resumed below).
+  for r in bf16:7 fp8:7 fp8b:7 fp8d:7 bf16:8; do
+    p=${r%:*}; flags=(--save-every 0)
+    case $p in fp8|fp8b) flags+=(--fp8) ;; fp8d) flags=(--fp8 --fp8-scaling delayed --save-every 150) ;; esac
     $BUILD/tokamak "${F8[@]}" --seed ${r#*:} "${flags[@]}" --out "$OUT/fp8-$p-${r#*:}" > "$OUT/fp8-$p-${r#*:}.log" 2>&1 \
       || tail -3 "$OUT/fp8-$p-${r#*:}.log"
   done
+  # Resumed from step 150 (the checkpoint carries the amax histories): steps 151-300 as in the whole run.
+  $BUILD/tokamak train --resume "$OUT/fp8-fp8d-7/step_000150" --out "$OUT/fp8-resumed" > "$OUT/fp8-resumed.log" 2>&1 \
+    || tail -3 "$OUT/fp8-resumed.log"
   python3 - "$OUT" <<'PY' | tee "$OUT/fp8.txt"
 import json, sys
+def rows(run):
+    out = []
+    for l in open(f"{sys.argv[1]}/fp8-{run}/log.jsonl"):
+        r = json.loads(l)
+        if "loss" in r and "val_loss" not in r and r.get("type", "train") == "train":
+            out.append(r)
+    return out
 def losses(run):
-    rows = [json.loads(l) for l in open(f"{sys.argv[1]}/fp8-{run}/log.jsonl")]
-    return [r["loss"] for r in rows if "loss" in r and "val_loss" not in r and r.get("type", "train") == "train"]
+    return [r["loss"] for r in rows(run)]
 def tail(run):
     l = losses(run)[-50:]
     return sum(l) / len(l)
 ref = tail("bf16-7")
-for run, what in (("fp8-7", "fp8"), ("bf16-8", "bf16, seed 8")):
+for run, what in (("fp8-7", "fp8 (current scaling)"), ("fp8d-7", "fp8 (delayed scaling)"), ("bf16-8", "bf16, seed 8")):
     print(f"{what}: last 50 steps mean loss {tail(run):.4f} vs bf16 {ref:.4f} ({tail(run) - ref:+.4f})")
 print("two fp8 runs bitwise equal losses:", losses("fp8-7") == losses("fp8b-7"))
+whole = {r["step"]: r["loss"] for r in rows("fp8d-7")}
+resumed = {r["step"]: r["loss"] for r in rows("resumed")}
+same = bool(resumed) and all(whole.get(k) == v for k, v in resumed.items())
+print(f"fp8 (delayed) resumed at step 150: {len(resumed)} steps, losses bitwise those of the whole run: {same}")
 PY
   echo "fp8: $(( $(date +%s) - start ))s"; pack
 fi
@@ -293,9 +308,9 @@ if has ncu && command -v ncu >/dev/null; then
   # Every kernel of one Qwen2.5-0.5B step (after one warm-up step), timed by Nsight Compute.
   timeout 240 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
     $BUILD/tokamak bench --model qwen2.5-0.5b --batch 8 --seq 2048 --steps 1 --warmup 1 --device cuda \
-    > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
+    ${NCU_FLAGS:-} > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
   python3 bench/kernel_breakdown.py "$OUT/ncu.csv" --skip "${NCU_SKIP:-half}" > "$OUT/ncu-breakdown.txt" 2>&1
-  head -30 "$OUT/ncu-breakdown.txt"
+  head -${NCU_LINES:-30} "$OUT/ncu-breakdown.txt"
   echo "ncu: $(( $(date +%s) - start ))s"; pack
 fi
 if has bench; then

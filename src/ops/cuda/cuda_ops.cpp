@@ -11,6 +11,7 @@
 #include <array>
 #include <cmath>
 #include <map>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -85,11 +86,35 @@ struct CudaOps::Impl {
   size_t logits_budget = cuda::kLogitsChunkBudgetBytes;
   std::vector<AdamWTable> adamw_tables;
 
-  // FP8 linears (set_fp8): the cast operands, and per operand its amax and dequant scale on the device.
+  // FP8 linears (set_fp8). Each operand (x, w, dy of the linear with a given weight) has a slot of
+  // kFp8SlotFloats floats on the device: [0] the amax its casts scale by, [1] the amax they saw this step
+  // (delayed scaling), [4] the dequant scale (cuBLASLt takes only 16-byte aligned scale pointers: a 4-byte
+  // aligned one makes the GEMM "not supported"), and a history of kFp8HistoryLen amax values.
   bool fp8 = false;
-  // Per operand (x, w, dy) 8 floats: amax at 0, dequant at 4. cuBLASLt takes only 16-byte aligned scale
-  // pointers (a 4-byte aligned one makes the GEMM "not supported").
-  float* fp8_scales = nullptr;
+  CudaOps::Fp8Scaling fp8_scaling = CudaOps::Fp8Scaling::Current;
+  static constexpr int kFp8MaxSlots = 3 * 4096;  // 4,096 linear layers
+  float* fp8_slots = nullptr;
+  float* fp8_history = nullptr;
+  std::unordered_map<const void*, int> fp8_first_slot;  // weight -> its x slot (w and dy follow)
+  std::vector<uint8_t> fp8_primed, fp8_used;            // per slot: a committed step has an amax / used now
+  int64_t fp8_steps = 0;                                // steps committed
+  // The slot of operand `role` (0: x, 1: w, 2: dy) of the linear with weight w, its scale set for a cast of
+  // x[n]: an amax pass over x unless delayed scaling has a committed amax for it.
+  float* fp8_slot(const void* w, int role, const bf16* x, int64_t n) {
+    const auto it = fp8_first_slot.try_emplace(w, int(fp8_first_slot.size()) * 3).first;
+    TK_CHECK(it->second + 3 <= kFp8MaxSlots, "--fp8 keeps scales for at most {} linear layers", kFp8MaxSlots / 3);
+    const int i = it->second + role;
+    float* slot = fp8_slots + int64_t(i) * cuda::kFp8SlotFloats;
+    fp8_used[size_t(i)] = 1;
+    if (fp8_scaling == CudaOps::Fp8Scaling::Current || !fp8_primed[size_t(i)]) cuda::amax_bf16(slot, x, n, stream);
+    return slot;
+  }
+  // The cast of x[rows, cols] into x8 and/or xt8 with the slot's scale (recording what it saw when delayed).
+  void fp8_cast(uint8_t* x8, uint8_t* xt8, float* slot, const bf16* x, int64_t rows, int64_t cols,
+                cuda::Fp8Format f) {
+    float* seen = fp8_scaling == CudaOps::Fp8Scaling::Delayed ? slot + 1 : nullptr;
+    cuda::quantize_fp8(x8, xt8, slot + 4, x, rows, cols, slot, f, stream, seen);
+  }
   // Space in `transient` for the given FP8 operands (element counts, 0: not needed), each 256-byte aligned.
   template <size_t K>
   std::array<uint8_t*, K> fp8_space(const std::array<int64_t, K>& sizes) {
@@ -378,16 +403,88 @@ void CudaOps::rmsnorm_backward(const Tensor& dh, const Tensor& dw, const Tensor&
 
 // ---- linear ---------------------------------------------------------------------------------------
 
-void CudaOps::set_fp8(bool on) {
+void CudaOps::set_fp8(bool on, Fp8Scaling scaling) {
+  Impl& m = *impl_;
   if (on) {
     cudaDeviceProp prop{};
-    TK_CUDA_CHECK(cudaGetDeviceProperties(&prop, impl_->device));
+    TK_CUDA_CHECK(cudaGetDeviceProperties(&prop, m.device));
     TK_CHECK(prop.major * 10 + prop.minor >= 89,
              "--fp8 needs FP8 tensor cores (compute capability 8.9 or newer); {} is {}.{}", prop.name, prop.major,
              prop.minor);
-    if (!impl_->fp8_scales) impl_->fp8_scales = static_cast<float*>(allocate(24 * sizeof(float), "FP8 scales"));
+    if (!m.fp8_slots) {
+      const size_t slots = size_t(Impl::kFp8MaxSlots) * cuda::kFp8SlotFloats * sizeof(float);
+      const size_t history = size_t(Impl::kFp8MaxSlots) * kFp8HistoryLen * sizeof(float);
+      m.fp8_slots = static_cast<float*>(allocate(slots, "FP8 scales"));
+      m.fp8_history = static_cast<float*>(allocate(history, "FP8 amax history"));
+      TK_CUDA_CHECK(cudaMemsetAsync(m.fp8_slots, 0, slots, m.stream));
+      TK_CUDA_CHECK(cudaMemsetAsync(m.fp8_history, 0, history, m.stream));
+      m.fp8_primed.assign(Impl::kFp8MaxSlots, 0);
+      m.fp8_used.assign(Impl::kFp8MaxSlots, 0);
+    }
   }
-  impl_->fp8 = on;
+  m.fp8 = on;
+  m.fp8_scaling = scaling;
+}
+
+void CudaOps::end_step() {
+  Impl& m = *impl_;
+  if (!m.fp8 || m.fp8_scaling != Fp8Scaling::Delayed || m.fp8_first_slot.empty()) return;
+  const int n = int(m.fp8_first_slot.size()) * 3;
+  cuda::fp8_commit_amax(m.fp8_slots, m.fp8_history, n, kFp8HistoryLen, int(m.fp8_steps % kFp8HistoryLen), m.stream);
+  for (int i = 0; i < n; i++) {
+    m.fp8_primed[size_t(i)] |= m.fp8_used[size_t(i)];
+    m.fp8_used[size_t(i)] = 0;
+  }
+  m.fp8_steps++;
+}
+
+Ops::Fp8ScalingState CudaOps::fp8_scaling_state() const {
+  const Impl& m = *impl_;
+  Fp8ScalingState st;
+  if (!m.fp8 || m.fp8_scaling != Fp8Scaling::Delayed) return st;
+  st.history_len = kFp8HistoryLen;
+  st.steps = m.fp8_steps;
+  const size_t per = size_t(3) * kFp8HistoryLen;
+  std::vector<float> all(m.fp8_first_slot.size() * per);
+  if (!all.empty()) {
+    TK_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+    TK_CUDA_CHECK(cudaMemcpy(all.data(), m.fp8_history, all.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  }
+  for (const auto& [w, first] : m.fp8_first_slot) {
+    const float* h = all.data() + size_t(first) * kFp8HistoryLen;
+    st.weights.push_back({w, std::vector<float>(h, h + per)});
+  }
+  return st;
+}
+
+void CudaOps::set_fp8_scaling_state(const Fp8ScalingState& st) {
+  Impl& m = *impl_;
+  if (!m.fp8 || m.fp8_scaling != Fp8Scaling::Delayed || st.weights.empty()) return;
+  TK_CHECK(st.history_len == kFp8HistoryLen, "the FP8 amax history saved has {} steps a value, this build keeps {}",
+           st.history_len, kFp8HistoryLen);
+  TK_CHECK(m.fp8_first_slot.empty(), "internal error: FP8 scaling state restored after the first FP8 cast");
+  const size_t per = size_t(3) * kFp8HistoryLen;
+  std::vector<float> history(st.weights.size() * per), slots(st.weights.size() * 3 * cuda::kFp8SlotFloats, 0.f);
+  for (size_t e = 0; e < st.weights.size(); e++) {
+    const Fp8AmaxHistory& h = st.weights[e];
+    TK_CHECK(h.amax.size() == per, "an FP8 amax history holds {} values where {} were expected", h.amax.size(), per);
+    TK_CHECK(3 * (e + 1) <= size_t(Impl::kFp8MaxSlots), "--fp8 keeps scales for at most {} linear layers",
+             Impl::kFp8MaxSlots / 3);
+    m.fp8_first_slot[h.weight] = int(e) * 3;
+    std::copy(h.amax.begin(), h.amax.end(), history.begin() + ptrdiff_t(e * per));
+    for (int r = 0; r < 3; r++) {
+      const float* v = h.amax.data() + r * kFp8HistoryLen;
+      const float mx = *std::max_element(v, v + kFp8HistoryLen);
+      slots[(e * 3 + size_t(r)) * cuda::kFp8SlotFloats] = mx;
+      m.fp8_primed[e * 3 + size_t(r)] = mx > 0.f;
+    }
+  }
+  TK_CUDA_CHECK(cudaMemcpyAsync(m.fp8_history, history.data(), history.size() * sizeof(float),
+                                cudaMemcpyHostToDevice, m.stream));
+  TK_CUDA_CHECK(cudaMemcpyAsync(m.fp8_slots, slots.data(), slots.size() * sizeof(float), cudaMemcpyHostToDevice,
+                                m.stream));
+  TK_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  m.fp8_steps = st.steps;
 }
 
 bool CudaOps::fp8() const { return impl_->fp8; }
@@ -411,13 +508,11 @@ void CudaOps::linear_forward(const Tensor& y, const Tensor& x, const Tensor& w, 
   expect_optional(bias, DType::BF16, {out}, op, "bias");
   if (impl_->fp8 && fp8_shape(N, in, out, {&x, &w})) {
     Impl& m = *impl_;
-    float* sx = m.fp8_scales + 0;
-    float* sw = m.fp8_scales + 8;
     const auto [x8, w8] = m.fp8_space<2>({N * in, out * in});
-    cuda::amax_bf16(sx, ptr<bf16>(x), N * in, m.stream);
-    cuda::quantize_fp8(x8, nullptr, sx + 4, ptr<bf16>(x), N, in, sx, cuda::Fp8Format::E4M3, m.stream);
-    cuda::amax_bf16(sw, ptr<bf16>(w), out * in, m.stream);
-    cuda::quantize_fp8(w8, nullptr, sw + 4, ptr<bf16>(w), out, in, sw, cuda::Fp8Format::E4M3, m.stream);
+    float* sx = m.fp8_slot(w.data, 0, ptr<bf16>(x), N * in);
+    m.fp8_cast(x8, nullptr, sx, ptr<bf16>(x), N, in, cuda::Fp8Format::E4M3);
+    float* sw = m.fp8_slot(w.data, 1, ptr<bf16>(w), out * in);
+    m.fp8_cast(w8, nullptr, sw, ptr<bf16>(w), out, in, cuda::Fp8Format::E4M3);
     m.matmul->linear_forward_fp8(ptr<bf16>(y), x8, sx + 4, w8, sw + 4, ptr<bf16>(bias), N, in, out);
     return;
   }
@@ -438,22 +533,19 @@ void CudaOps::linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& 
   cuda::Matmul& mm = *impl_->matmul;
   if (impl_->fp8 && fp8_shape(N, in, out, {&x, &w, &dy}) && (!dx.empty() || !dw.empty())) {
     Impl& m = *impl_;
-    float* sx = m.fp8_scales + 0;
-    float* sw = m.fp8_scales + 8;
-    float* sdy = m.fp8_scales + 16;
     const bool want_dx = !dx.empty(), want_dw = !dw.empty();
     const auto [dy8, dyt8, wt8, xt8] = m.fp8_space<4>(
         {want_dx ? N * out : 0, want_dw ? N * out : 0, want_dx ? out * in : 0, want_dw ? N * in : 0});
-    cuda::amax_bf16(sdy, ptr<bf16>(dy), N * out, m.stream);
-    cuda::quantize_fp8(dy8, dyt8, sdy + 4, ptr<bf16>(dy), N, out, sdy, cuda::Fp8Format::E5M2, m.stream);
-    if (!dx.empty()) {
-      cuda::amax_bf16(sw, ptr<bf16>(w), out * in, m.stream);
-      cuda::quantize_fp8(nullptr, wt8, sw + 4, ptr<bf16>(w), out, in, sw, cuda::Fp8Format::E4M3, m.stream);
+    float* sdy = m.fp8_slot(w.data, 2, ptr<bf16>(dy), N * out);
+    m.fp8_cast(dy8, dyt8, sdy, ptr<bf16>(dy), N, out, cuda::Fp8Format::E5M2);
+    if (want_dx) {
+      float* sw = m.fp8_slot(w.data, 1, ptr<bf16>(w), out * in);
+      m.fp8_cast(nullptr, wt8, sw, ptr<bf16>(w), out, in, cuda::Fp8Format::E4M3);
       mm.linear_backward_input_fp8(ptr<bf16>(dx), dy8, sdy + 4, wt8, sw + 4, N, in, out);
     }
-    if (!dw.empty()) {
-      cuda::amax_bf16(sx, ptr<bf16>(x), N * in, m.stream);
-      cuda::quantize_fp8(nullptr, xt8, sx + 4, ptr<bf16>(x), N, in, sx, cuda::Fp8Format::E4M3, m.stream);
+    if (want_dw) {
+      float* sx = m.fp8_slot(w.data, 0, ptr<bf16>(x), N * in);
+      m.fp8_cast(nullptr, xt8, sx, ptr<bf16>(x), N, in, cuda::Fp8Format::E4M3);
       mm.linear_backward_weight_fp8(ptr<float>(dw), dyt8, sdy + 4, xt8, sx + 4, N, in, out);
     }
     if (!dbias.empty()) mm.bias_backward(ptr<float>(dbias), ptr<bf16>(dy), N, out);

@@ -59,11 +59,22 @@ class CudaOps final : public Ops {
   std::string gemm_tuning_summary() const;
   cuda::Matmul::TuningStats gemm_tuning_stats() const;
   // FP8 GEMMs for linear_forward / linear_backward (sm_89 and newer): each operand cast to e4m3 (x, w) or
-  // e5m2 (dy) with a per-tensor scale from its current absolute maximum, accumulated in f32 by cuBLASLt.
-  // A GEMM with a dimension that is not a multiple of 16 stays bf16. The LM head and attention stay bf16.
-  // Throws when the GPU has no FP8 tensor cores.
-  void set_fp8(bool on);
+  // e5m2 (dy) with a per-tensor scale q = fmax / amax, accumulated in f32 by cuBLASLt. A GEMM with a
+  // dimension that is not a multiple of 16 stays bf16. The LM head and attention stay bf16. Throws when the
+  // GPU has no FP8 tensor cores. The amax:
+  //  - current (the default): the tensor's own, from a pass of its own before each cast;
+  //  - delayed: the largest amax the same operand (x, w or dy of the linear with that weight)
+  //    had over the last kFp8HistoryLen committed steps (end_step), recorded by the casts themselves; an
+  //    operand with no committed step yet takes its own, as current scaling does. Values beyond the scale
+  //    saturate to the format's largest (never inf). Every cast of a step uses the same scale, so a
+  //    recomputed forward casts to the same bytes.
+  enum class Fp8Scaling { Current, Delayed };
+  static constexpr int kFp8HistoryLen = 16;
+  void set_fp8(bool on, Fp8Scaling scaling = Fp8Scaling::Current);
   bool fp8() const;
+  void end_step() override;
+  Fp8ScalingState fp8_scaling_state() const override;
+  void set_fp8_scaling_state(const Fp8ScalingState& state) override;
 
   // ---- ops ----
   void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& table) override;

@@ -74,18 +74,26 @@ __device__ __forceinline__ __nv_fp8x2_storage_t to_fp8x2(float a, float b) {
 // A tile of kTile x kTile elements per block: each thread converts groups of 8 along a row (16-byte load,
 // 8-byte store into x8); with xt8 the bytes also go through shared memory and leave as rows of the
 // transpose, 16 bytes per thread. cols is a multiple of 8; rows and cols need not fill the last tiles.
+// With amax_seen, the block's largest |x| goes to *amax_seen by an atomicMax on the float's bits (non-negative
+// floats order as their bits do), only when it exceeds the value there already: tens of thousands of blocks'
+// atomics on one address would serialise, and after the first blocks few have a larger maximum.
+// (Measured against a 64 x 128 tile with the transpose through 4-byte words and byte permutes, a block a run of
+// tiles: that was slower in every mode, 80% / 66% / 68% of the copy as is / transposed / both against this
+// kernel's 96% / 72% / 77%; bench/NOTES.md.)
 constexpr int kTile = 64;
 constexpr int kPitch = kTile + 4;  // bytes per shared row (a multiple of 4); spreads the column reads over banks
 
 template <Fp8Format F>
 __global__ void __launch_bounds__(kThreads)
     quantize_kernel(uint8_t* x8, uint8_t* xt8, float* dequant, const __nv_bfloat16* x, int64_t rows, int64_t cols,
-                    const float* amax) {
+                    const float* amax, float* amax_seen) {
   __shared__ __align__(16) uint8_t tile[kTile][kPitch];
+  __shared__ float warps[kThreads / 32];
   const float q = quant_scale<F>(amax);
   if (dequant && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *dequant = 1.f / q;
   const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
   constexpr int kGroupsPerRow = kTile / kVec;  // 8
+  float m = 0.f;
 #pragma unroll
   for (int it = 0; it < kTile * kGroupsPerRow / kThreads; it++) {
     const int g = it * kThreads + threadIdx.x;
@@ -99,7 +107,10 @@ __global__ void __launch_bounds__(kThreads)
         uint2 word;
       } out;
 #pragma unroll
-      for (int j = 0; j < kVec / 2; j++) out.pair[j] = to_fp8x2<F>(v[2 * j] * q, v[2 * j + 1] * q);
+      for (int j = 0; j < kVec / 2; j++) {
+        m = fmaxf(m, fmaxf(fabsf(v[2 * j]), fabsf(v[2 * j + 1])));
+        out.pair[j] = to_fp8x2<F>(v[2 * j] * q, v[2 * j + 1] * q);
+      }
       if (x8) *reinterpret_cast<uint2*>(x8 + r * cols + c) = out.word;
       if (xt8) {  // two 4-byte stores: the pitch keeps rows 4-byte (not 8-byte) aligned
         *reinterpret_cast<uint32_t*>(&tile[tr][tc]) = out.word.x;
@@ -107,8 +118,20 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  if (!xt8) return;
+  if (amax_seen) {
+    m = warp_max(m);
+    if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = m;
+  }
+  if (!xt8 && !amax_seen) return;
   __syncthreads();
+  if (amax_seen && threadIdx.x == 0) {
+    float b = 0.f;
+#pragma unroll
+    for (int i = 0; i < kThreads / 32; i++) b = fmaxf(b, warps[i]);
+    if (b > *static_cast<volatile float*>(amax_seen))
+      atomicMax(reinterpret_cast<unsigned int*>(amax_seen), __float_as_uint(b));
+  }
+  if (!xt8) return;
   // Row c of the transpose holds column c of the tile: thread t writes 16 of its bytes (rows 16 s .. 16 s + 15).
   const int tc = threadIdx.x / 4, seg = (threadIdx.x % 4) * 16;
   const int64_t c = c0 + tc, r = r0 + seg;
@@ -127,7 +150,27 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+__global__ void commit_kernel(float* slots, float* history, int n, int history_len, int position) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float* slot = slots + int64_t(i) * kFp8SlotFloats;
+  float* h = history + int64_t(i) * history_len;
+  h[position] = slot[1];
+  float m = 0.f;
+  for (int j = 0; j < history_len; j++) m = fmaxf(m, h[j]);
+  slot[0] = m;
+  slot[1] = 0.f;
+}
+
 }  // namespace
+
+void fp8_commit_amax(float* slots, float* history, int n, int history_len, int position, cudaStream_t s) {
+  TK_CHECK(position >= 0 && position < history_len, "fp8_commit_amax: position {} outside a history of {}", position,
+           history_len);
+  if (n <= 0) return;
+  commit_kernel<<<unsigned(ceil_div(n, 256)), 256, 0, s>>>(slots, history, n, history_len, position);
+  TK_CUDA_CHECK_LAUNCH();
+}
 
 void amax_bf16(float* amax, const bf16* x, int64_t n, cudaStream_t s) {
   TK_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), s));
@@ -138,7 +181,7 @@ void amax_bf16(float* amax, const bf16* x, int64_t n, cudaStream_t s) {
 }
 
 void quantize_fp8(uint8_t* x8, uint8_t* xt8, float* dequant, const bf16* x, int64_t rows, int64_t cols,
-                  const float* amax, Fp8Format format, cudaStream_t s) {
+                  const float* amax, Fp8Format format, cudaStream_t s, float* amax_seen) {
   TK_CHECK(cols % kVec == 0 && aligned16(x), "quantize_fp8: the row length ({}) must be a multiple of 8 and x "
            "16-byte aligned", cols);
   TK_CHECK(!x8 || (reinterpret_cast<uintptr_t>(x8) & 7) == 0, "quantize_fp8: x8 must be 8-byte aligned");
@@ -146,9 +189,9 @@ void quantize_fp8(uint8_t* x8, uint8_t* xt8, float* dequant, const bf16* x, int6
   const dim3 grid(unsigned(ceil_div(cols, kTile)), unsigned(ceil_div(rows, kTile)));
   TK_CHECK(grid.y <= 65535, "quantize_fp8: {} rows is more than this kernel's grid takes", rows);
   if (format == Fp8Format::E4M3) {
-    quantize_kernel<Fp8Format::E4M3><<<grid, kThreads, 0, s>>>(x8, xt8, dequant, x, rows, cols, amax);
+    quantize_kernel<Fp8Format::E4M3><<<grid, kThreads, 0, s>>>(x8, xt8, dequant, x, rows, cols, amax, amax_seen);
   } else {
-    quantize_kernel<Fp8Format::E5M2><<<grid, kThreads, 0, s>>>(x8, xt8, dequant, x, rows, cols, amax);
+    quantize_kernel<Fp8Format::E5M2><<<grid, kThreads, 0, s>>>(x8, xt8, dequant, x, rows, cols, amax, amax_seen);
   }
   TK_CUDA_CHECK_LAUNCH();
 }

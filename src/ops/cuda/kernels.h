@@ -30,9 +30,16 @@ enum class Fp8Format { E4M3, E5M2 };
 // *amax = max |x[i]| over n elements (exact: a max does not depend on the order of the atomics).
 void amax_bf16(float* amax, const bf16* x, int64_t n, cudaStream_t s);
 // x[rows, cols] (cols a multiple of 8, x 16-byte aligned) cast with the scale from *amax: x8[rows, cols]
-// and/or its transpose xt8[cols, rows] (either may be null); *dequant = 1/q (may be null).
+// and/or its transpose xt8[cols, rows] (either may be null); *dequant = 1/q (may be null). With amax_seen,
+// *amax_seen = max(*amax_seen, max |x[i]|) as well (what delayed scaling records for the next step's scale:
+// the cast reads x anyway, so this costs no pass of its own).
 void quantize_fp8(uint8_t* x8, uint8_t* xt8, float* dequant, const bf16* x, int64_t rows, int64_t cols,
-                  const float* amax, Fp8Format format, cudaStream_t s);
+                  const float* amax, Fp8Format format, cudaStream_t s, float* amax_seen = nullptr);
+// Delayed scaling's step end, over n slots of kFp8SlotFloats floats (slot[0]: the amax the casts scale by,
+// slot[1]: the largest |x| the casts saw this step) and their histories (history_len floats each): the seen
+// amax goes into history entry `position`, slot[0] becomes the history's max, slot[1] goes back to 0.
+constexpr int kFp8SlotFloats = 8;  // 32 bytes: slot[4] is the dequant scale, 16-byte aligned as cuBLASLt wants
+void fp8_commit_amax(float* slots, float* history, int n, int history_len, int position, cudaStream_t s);
 
 // ---- embedding (embedding.cu) ---------------------------------------------------------------------
 // out[N,d] = table[tokens[n], :]; tokens i32[N] with 0 <= id < V (the caller validates ids).
