@@ -20,6 +20,7 @@ struct PlanFlags {
   int64_t batch_tokens = 0;
   double efficiency = 0.65, bandwidth_gbs = 3350, host_gbs = 45;
   bool json = false, all = false, doc_mask = false, fp8 = false;
+  std::string fp8_scaling = "current";
 };
 
 nlohmann::ordered_json to_json(const tk::MemoryPlan& p, double budget, const tk::PlanTarget& target) {
@@ -52,6 +53,7 @@ int run(const PlanFlags& f) {
   target.host_memory_limit = f.host_memory.empty() ? tk::local_host_memory_limit() : tk::parse_bytes(f.host_memory);
   target.doc_mask = f.doc_mask;
   target.fp8 = f.fp8;
+  target.fp8_delayed = f.fp8_scaling == "delayed";
   target.moments = tk::parse_moments(f.moments);
   const double budget = f.budget.empty() ? 0 : tk::parse_bytes(f.budget);
   const int64_t global = f.batch_tokens > 0 ? f.batch_tokens : int64_t(f.batch) * f.seq;
@@ -107,6 +109,9 @@ tk::cli::Command plan_cmd("plan", "The memory a training run needs, and the fast
                                            "this machine's memory)");
                             app.add_flag("--doc-mask", f->doc_mask, "Plan for train --doc-mask (with its attention mask)");
                             app.add_flag("--fp8", f->fp8, "Plan for train --fp8 (with the FP8 copies of the operands)");
+                            app.add_option("--fp8-scaling", f->fp8_scaling, "As train --fp8-scaling: current or delayed")
+                                ->check(CLI::IsMember({"current", "delayed"}))
+                                ->capture_default_str();
                             app.add_option("--moments", f->moments,
                                            "AdamW's m and v as train --moments: f32, bf16 or int8 (every setting "
                                            "tried keeps it)")

@@ -77,7 +77,10 @@ double seconds_per_token(const ModelConfig& c, int B, int T, int accumulation, c
     const double q = c.q_dim(), W = d * qkv + q * d + d * 2 * f + f * d;
     const double linear = 6 * L * W;
     matmul_s -= linear * (1 - 1 / kFp8GemmSpeedup) / (t.peak_flops * eff);
-    cast_bytes = L * (10 * (2 * d + q + f) + 6 * (qkv + 2 * d + 2 * f) + 10 * W / N);
+    // Delayed scaling (--fp8-scaling delayed): no amax pass, so 6, 4 and 6 bytes (bench/NOTES.md, delayed
+    // scaling: 84.1k measured for llama3.2-1b).
+    cast_bytes = t.fp8_delayed ? L * (6 * (2 * d + q + f) + 4 * (qkv + 2 * d + 2 * f) + 6 * W / N)
+                               : L * (10 * (2 * d + q + f) + 6 * (qkv + 2 * d + 2 * f) + 10 * W / N);
   }
   return matmul_s + (L * layer_bytes + loss_bytes + cast_bytes) / t.bandwidth +
          optimizer_bytes / t.bandwidth / tokens_per_step;

@@ -24,6 +24,9 @@ struct PlanRow {
 // GEMMs read and write. The plan's speed and the profile's FP8 advice both use them.
 constexpr double kFp8GemmSpeedup = 1.6;
 constexpr double kFp8CastBytesPerGemmByte = 1.2;
+// --fp8-scaling delayed drops the amax passes: per linear the casts move 6 E_x + 4 E_y + 6 W bytes instead of
+// 10 E_x + 6 E_y + 10 W (E_x, E_y: input and output elements, W: weights), ~0.6 of current scaling's.
+constexpr double kFp8DelayedCastShare = 0.6;
 
 struct PlanTarget {
   bool gpu = true;                 // the CUDA backend (bf16 activations, fp32 grads and optimizer state)
@@ -39,6 +42,7 @@ struct PlanTarget {
   double host_memory_limit = 0;
   bool doc_mask = false;           // train --doc-mask: the attention's document mask (GPU targets)
   bool fp8 = false;                // train --fp8: the FP8 copies of the linears' operands (GPU targets)
+  bool fp8_delayed = false;        // with --fp8-scaling delayed: the casts record the amax, no pass of its own
   MomentPrecision moments = MomentPrecision::F32;  // AdamW's m and v (train --moments); the search keeps it
 };
 

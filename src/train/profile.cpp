@@ -311,6 +311,7 @@ ProfileReport run_profile(const ProfileOptions& o) {
   in.gpu = gpu;
   in.fp8_tensor_cores = has_fp8_tensor_cores(gpu);
   in.fp8 = c.fp8;
+  in.fp8_delayed = c.fp8 && c.fp8_scaling == "delayed";
   in.micro_batch = c.batch;
   in.seq = c.seq;
   in.accumulation_steps = rep.accumulation_steps;

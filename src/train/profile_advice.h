@@ -16,6 +16,7 @@ struct AdviceInputs {
   bool gpu = false;
   bool fp8_tensor_cores = false;  // the GPU has them (compute capability 8.9 and later)
   bool fp8 = false;               // the run's linears already use them (--fp8)
+  bool fp8_delayed = false;       // ... with --fp8-scaling delayed
   int micro_batch = 1, seq = 1, accumulation_steps = 1;
   std::string data_dir, mount_type;
   double free_memory_bytes = 0;   // device memory free (GPU) or memory available (CPU) during the profile

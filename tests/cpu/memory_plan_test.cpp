@@ -141,6 +141,23 @@ TEST(MemoryPlan, Fp8PredictionGainsOnWideModelsMoreThanOnNarrowOnes) {
   EXPECT_GT(wide - 1, 2 * (narrow - 1));
 }
 
+// Delayed scaling drops the amax passes: faster than current scaling by a few percent (measured on the H200:
+// 1B 80.7k -> 84.1k tok/s, +4%; 0.5B 145.1k -> 154.0k, +6%), the same memory.
+TEST(MemoryPlan, Fp8DelayedScalingPredictsAFewPercentMoreThanCurrent) {
+  for (const char* name : {"llama3.2-1b", "qwen2.5-0.5b"}) {
+    PlanTarget gpu;
+    gpu.bandwidth = 4.26e12;
+    gpu.fp8 = true;
+    const MemoryPlan current = plan_memory(preset(name), 8, 2048, 1, Recompute(), gpu);
+    gpu.fp8_delayed = true;
+    const MemoryPlan delayed = plan_memory(preset(name), 8, 2048, 1, Recompute(), gpu);
+    const double gain = delayed.predicted_tokens_per_s / current.predicted_tokens_per_s;
+    EXPECT_GT(gain, 1.02) << name;
+    EXPECT_LT(gain, 1.10) << name;
+    EXPECT_EQ(delayed.total_bytes, current.total_bytes) << name;
+  }
+}
+
 // Moments precision: m and v take 4, 2 or 1 byte a parameter (int8 adds the block scales), on the device
 // or, offloaded, in host memory with chunk staging of the same precision; smaller moments let a tight
 // budget keep more on the device.

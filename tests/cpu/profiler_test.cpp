@@ -480,7 +480,8 @@ TEST(ProfileAdvice, RankedByPayoff) {
 }
 
 // FP8 on a GPU that has it: the linears' time less 1/1.6 of it, less the cast (1.2x the GEMMs' bytes at the
-// copy rate); no advice once the run uses --fp8, or where the cast would eat the gain.
+// copy rate); once the run uses --fp8, delayed scaling instead (0.4 of the cast saved) and nothing once it uses
+// that; and no FP8 advice where the cast would eat the gain.
 TEST(ProfileAdvice, Fp8WhereTheGpuHasItAndTheRunDoesNotUseIt) {
   AdviceInputs in = one_gemm(100, 80, 7e10);  // 8.75e11 FLOP/s: 87.5% of the ceiling, so no micro-batch advice
   in.ops[0].bytes = 1e9;                       // 1.2e9 bytes to cast at 1e11 B/s: 12 ms
@@ -498,10 +499,18 @@ TEST(ProfileAdvice, Fp8WhereTheGpuHasItAndTheRunDoesNotUseIt) {
 
   in.fp8 = true;
   a = rank_advice(in);
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].title, "Data: the step waits for the loader");  // 5% against 4.8%
+  EXPECT_NE(a[1].title.find("--fp8-scaling delayed"), std::string::npos) << a[1].title;
+  EXPECT_NEAR(a[1].payoff_pct, 12 * 0.4, 1e-9);
+
+  in.fp8_delayed = true;
+  a = rank_advice(in);
   ASSERT_EQ(a.size(), 1u);
   EXPECT_EQ(a[0].title, "Data: the step waits for the loader");
 
   in.fp8 = false;
+  in.fp8_delayed = false;
   in.ops[0].bytes = 3e9;  // 36 ms of casting: more than the 30 ms the GEMMs would save
   a = rank_advice(in);
   ASSERT_EQ(a.size(), 1u);
