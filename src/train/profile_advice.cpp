@@ -166,14 +166,25 @@ std::optional<Advice> recompute(const AdviceInputs& in) {
 // their operands (kFp8GemmSpeedup, kFp8CastBytesPerGemmByte in memory_plan.h), which is why narrow models gain
 // little.
 
-std::optional<Advice> fp8(const AdviceInputs& in) {
-  if (!in.gpu || !in.fp8_tensor_cores || in.fp8) return std::nullopt;
-  const Sum lin = sum_ops(in.ops, [](const OpRow& r) {
+// The linear layers' ops, and the milliseconds a step casting their operands to FP8 takes (current scaling) at
+// the copy rate (0 when it was not measured).
+struct LinearCast {
+  Sum lin;
+  double cast_ms = 0;
+};
+LinearCast linear_cast(const AdviceInputs& in) {
+  LinearCast c;
+  c.lin = sum_ops(in.ops, [](const OpRow& r) {
     return r.category == OpCategory::Matmul && (r.name == "linear_forward" || r.name == "linear_backward");
   });
-  const double cast_ms = in.ceilings.copy_bytes_per_s > 0
-                             ? 1e3 * kFp8CastBytesPerGemmByte * lin.bytes / in.ceilings.copy_bytes_per_s
-                             : 0;
+  if (in.ceilings.copy_bytes_per_s > 0)
+    c.cast_ms = 1e3 * kFp8CastBytesPerGemmByte * c.lin.bytes / in.ceilings.copy_bytes_per_s;
+  return c;
+}
+
+std::optional<Advice> fp8(const AdviceInputs& in) {
+  if (!in.gpu || !in.fp8_tensor_cores || in.fp8) return std::nullopt;
+  const auto [lin, cast_ms] = linear_cast(in);
   const double saved_ms = lin.ms * (1 - 1 / kFp8GemmSpeedup) - cast_ms;
   const double saved_pct = pct(saved_ms, in.totals.step_ms);
   if (saved_pct < kMinPayoffPct) return std::nullopt;
@@ -190,11 +201,8 @@ std::optional<Advice> fp8(const AdviceInputs& in) {
 // takes the scale from the last steps' maxima, which the casts record as they go, so the first read goes
 // (kFp8DelayedCastShare of the cast bytes are left).
 std::optional<Advice> fp8_delayed(const AdviceInputs& in) {
-  if (!in.gpu || !in.fp8 || in.fp8_delayed || in.ceilings.copy_bytes_per_s <= 0) return std::nullopt;
-  const Sum lin = sum_ops(in.ops, [](const OpRow& r) {
-    return r.category == OpCategory::Matmul && (r.name == "linear_forward" || r.name == "linear_backward");
-  });
-  const double cast_ms = 1e3 * kFp8CastBytesPerGemmByte * lin.bytes / in.ceilings.copy_bytes_per_s;
+  if (!in.gpu || !in.fp8 || in.fp8_delayed) return std::nullopt;
+  const double cast_ms = linear_cast(in).cast_ms;
   const double saved_ms = cast_ms * (1 - kFp8DelayedCastShare);
   const double saved_pct = pct(saved_ms, in.totals.step_ms);
   if (saved_pct < kMinPayoffPct) return std::nullopt;
