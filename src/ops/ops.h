@@ -203,11 +203,12 @@ class Ops {
   virtual void end_step() {}
   // FP8 delayed scaling's state, for checkpoints (empty when the backend keeps none): per linear weight (by
   // the address of its first element) the amax histories of its x, w and dy, each `history_len` values in
-  // ring order, and the number of steps committed (the ring's position). Restoring it before the first step
-  // makes a resumed run scale as the uninterrupted one would.
+  // ring order, then the amax each has seen since the last commit (an evaluation between two steps), and the
+  // number of steps committed (the ring's position). Restoring it before the first cast makes a resumed run
+  // scale as the uninterrupted one would.
   struct Fp8AmaxHistory {
     const void* weight = nullptr;
-    std::vector<float> amax;  // 3 x history_len: x, w, dy
+    std::vector<float> amax;  // 3 x history_len (x, w, dy), then 3 seen since the last commit
   };
   struct Fp8ScalingState {
     int history_len = 0;

@@ -216,7 +216,7 @@ TEST(TrainerStateJson, KeepsTheFp8ScalingStateAndOmitsItWhenThereIsNone) {
   s.step = 3;
   s.fp8_scaling = {{"history_len", 16},
                    {"steps", 3},
-                   {"amax", {{"model.layers.0.mlp.down_proj.weight", std::vector<float>(48, 0.5f)}}}};
+                   {"amax", {{"model.layers.0.mlp.down_proj.weight", std::vector<float>(51, 0.5f)}}}};
   const TrainerState back = TrainerState::from_json(s.to_json(), "test");
   EXPECT_EQ(back.fp8_scaling, s.fp8_scaling);
   EXPECT_EQ(back.step, 3);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -225,6 +226,8 @@ TEST(ModelCudaFp8, DelayedScalingCarriesAcrossStepsPoliciesAndBackends) {
   EXPECT_EQ(state.weights.size(), size_t(4 * cfg.n_layers)) << "one entry per linear layer";
   for (const Ops::Fp8AmaxHistory& h : state.weights)
     for (int r = 0; r < 3; r++) {
+      ASSERT_EQ(h.amax.size(), size_t(3 * state.history_len + 3));
+      EXPECT_EQ(h.amax[size_t(3 * state.history_len + r)], 0.f) << "operand " << r << ": seen after the commit";
       EXPECT_GT(h.amax[size_t(r * state.history_len)], 0.f) << "operand " << r << ": no amax recorded";
       EXPECT_EQ(h.amax[size_t(r * state.history_len + 1)], 0.f) << "operand " << r << ": a second step recorded";
     }
@@ -253,6 +256,23 @@ TEST(ModelCudaFp8, DelayedScalingCarriesAcrossStepsPoliciesAndBackends) {
     EXPECT_EQ(0, std::memcmp(r.grads.data(), d2.grads.data(), d2.grads.size() * sizeof(float)))
         << policy << ": the restored state did not give the same step";
   }
+
+  // What the casts have seen since the last commit (an evaluation between two steps, here the second step) is
+  // part of the state too: committed on another backend, it gives the same histories.
+  const Ops::Fp8ScalingState mid = delayed->fp8_scaling_state();
+  auto other = std::make_unique<CudaOps>(0);
+  other->set_fp8(true, CudaOps::Fp8Scaling::Delayed);
+  other->set_fp8_scaling_state(mid);
+  delayed->end_step();
+  other->end_step();
+  auto by_weight = [](const Ops::Fp8ScalingState& s) {
+    std::map<const void*, std::vector<float>> m;
+    for (const Ops::Fp8AmaxHistory& h : s.weights) m[h.weight] = h.amax;
+    return m;
+  };
+  const auto committed = by_weight(delayed->fp8_scaling_state());
+  EXPECT_EQ(committed, by_weight(other->fp8_scaling_state()));
+  for (const auto& [w, amax] : committed) EXPECT_GT(amax[1], 0.f) << "the second step's x amax was not committed";
 }
 
 }  // namespace

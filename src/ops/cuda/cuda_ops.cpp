@@ -444,15 +444,18 @@ Ops::Fp8ScalingState CudaOps::fp8_scaling_state() const {
   if (!m.fp8 || m.fp8_scaling != Fp8Scaling::Delayed) return st;
   st.history_len = kFp8HistoryLen;
   st.steps = m.fp8_steps;
-  const size_t per = size_t(3) * kFp8HistoryLen;
-  std::vector<float> all(m.fp8_first_slot.size() * per);
-  if (!all.empty()) {
+  const size_t per = size_t(3) * kFp8HistoryLen, n = m.fp8_first_slot.size() * 3;
+  std::vector<float> all(n * kFp8HistoryLen), slots(n * cuda::kFp8SlotFloats);
+  if (n > 0) {
     TK_CUDA_CHECK(cudaStreamSynchronize(m.stream));
     TK_CUDA_CHECK(cudaMemcpy(all.data(), m.fp8_history, all.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    TK_CUDA_CHECK(cudaMemcpy(slots.data(), m.fp8_slots, slots.size() * sizeof(float), cudaMemcpyDeviceToHost));
   }
   for (const auto& [w, first] : m.fp8_first_slot) {
     const float* h = all.data() + size_t(first) * kFp8HistoryLen;
-    st.weights.push_back({w, std::vector<float>(h, h + per)});
+    std::vector<float> v(h, h + per);
+    for (int r = 0; r < 3; r++) v.push_back(slots[(size_t(first) + size_t(r)) * cuda::kFp8SlotFloats + 1]);
+    st.weights.push_back({w, std::move(v)});
   }
   return st;
 }
@@ -467,16 +470,20 @@ void CudaOps::set_fp8_scaling_state(const Fp8ScalingState& st) {
   std::vector<float> history(st.weights.size() * per), slots(st.weights.size() * 3 * cuda::kFp8SlotFloats, 0.f);
   for (size_t e = 0; e < st.weights.size(); e++) {
     const Fp8AmaxHistory& h = st.weights[e];
-    TK_CHECK(h.amax.size() == per, "an FP8 amax history holds {} values where {} were expected", h.amax.size(), per);
+    TK_CHECK(h.amax.size() == per + 3, "an FP8 amax history holds {} values where {} were expected",
+             h.amax.size(), per + 3);
     TK_CHECK(3 * (e + 1) <= size_t(Impl::kFp8MaxSlots), "--fp8 keeps scales for at most {} linear layers",
              Impl::kFp8MaxSlots / 3);
     m.fp8_first_slot[h.weight] = int(e) * 3;
-    std::copy(h.amax.begin(), h.amax.end(), history.begin() + ptrdiff_t(e * per));
+    std::copy(h.amax.begin(), h.amax.begin() + ptrdiff_t(per), history.begin() + ptrdiff_t(e * per));
     for (int r = 0; r < 3; r++) {
       const float* v = h.amax.data() + r * kFp8HistoryLen;
       const float mx = *std::max_element(v, v + kFp8HistoryLen);
+      const float seen = h.amax[per + size_t(r)];
       slots[(e * 3 + size_t(r)) * cuda::kFp8SlotFloats] = mx;
+      slots[(e * 3 + size_t(r)) * cuda::kFp8SlotFloats + 1] = seen;
       m.fp8_primed[e * 3 + size_t(r)] = mx > 0.f;
+      m.fp8_used[e * 3 + size_t(r)] = seen > 0.f;
     }
   }
   TK_CUDA_CHECK(cudaMemcpyAsync(m.fp8_history, history.data(), history.size() * sizeof(float),
