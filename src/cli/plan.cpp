@@ -21,6 +21,7 @@ struct PlanFlags {
   double efficiency = 0.65, bandwidth_gbs = 3350, host_gbs = 45;
   bool json = false, all = false, doc_mask = false, fp8 = false;
   std::string fp8_scaling = "current";
+  int logits_chunk_mib = 0;
 };
 
 nlohmann::ordered_json to_json(const tk::MemoryPlan& p, double budget, const tk::PlanTarget& target) {
@@ -31,6 +32,7 @@ nlohmann::ordered_json to_json(const tk::MemoryPlan& p, double budget, const tk:
   j["recompute"] = p.recompute.describe();
   j["offload"] = p.offload_name();
   j["moments"] = tk::moments_name(p.moments);
+  if (target.gpu) j["logits_chunk_bytes"] = p.logits_chunk;
   j["total_bytes"] = p.total_bytes;
   j["host_bytes"] = p.host_bytes;
   j["fits"] = p.fits(budget, target);
@@ -54,8 +56,10 @@ int run(const PlanFlags& f) {
   target.doc_mask = f.doc_mask;
   target.fp8 = f.fp8;
   target.fp8_delayed = f.fp8_scaling == "delayed";
+  if (f.logits_chunk_mib > 0) target.logits_chunk = double(f.logits_chunk_mib) * (1 << 20);
   target.moments = tk::parse_moments(f.moments);
   const double budget = f.budget.empty() ? 0 : tk::parse_bytes(f.budget);
+  target.choose_logits_chunk = budget > 0 && f.logits_chunk_mib == 0;
   const int64_t global = f.batch_tokens > 0 ? f.batch_tokens : int64_t(f.batch) * f.seq;
   const std::vector<tk::MemoryPlan> all = tk::plan_candidates(cfg, f.batch, f.seq, global, target);
   tk::MemoryPlan chosen = budget > 0 ? tk::choose_plan(cfg, f.batch, f.seq, global, budget, target)
@@ -75,11 +79,11 @@ int run(const PlanFlags& f) {
              budget > 0 ? "budget " + tk::format_bytes(budget) : "no budget", global);
   fmt::print("{}", tk::format_plan(chosen, budget));
   if (f.all || budget > 0) {
-    fmt::print("\nsettings tried, fastest first:\n  {:>6} {:>6} {:<28} {:<9} {:>11} {:>12}  fits\n", "B", "accum",
-               "recompute", "offload", "memory", "tokens/s");
+    fmt::print("\nsettings tried, fastest first:\n  {:>6} {:>6} {:<28} {:<19} {:>10} {:>11} {:>12}  fits\n", "B",
+               "accum", "recompute", "offload", "logits", "memory", "tokens/s");
     for (const tk::MemoryPlan& p : all)
-      fmt::print("  {:>6} {:>6} {:<28} {:<19} {:>11} {:>12.0f}  {}\n", p.B, p.accumulation, p.recompute.describe(),
-                 p.offload_name(),
+      fmt::print("  {:>6} {:>6} {:<28} {:<19} {:>10} {:>11} {:>12.0f}  {}\n", p.B, p.accumulation,
+                 p.recompute.describe(), p.offload_name(), target.gpu ? tk::format_bytes(p.logits_chunk) : "-",
                  tk::format_bytes(p.total_bytes), p.predicted_tokens_per_s,
                  budget <= 0 ? "" : (p.fits(budget, target) ? "yes" : "no"));
   }
@@ -109,6 +113,10 @@ tk::cli::Command plan_cmd("plan", "The memory a training run needs, and the fast
                                            "this machine's memory)");
                             app.add_flag("--doc-mask", f->doc_mask, "Plan for train --doc-mask (with its attention mask)");
                             app.add_flag("--fp8", f->fp8, "Plan for train --fp8 (with the FP8 copies of the operands)");
+                            app.add_option("--logits-chunk", f->logits_chunk_mib,
+                                           "MiB of the LM head's logits chunk as train --logits-chunk (default 512, or "
+                                           "chosen with --memory-budget)")
+                                ->check(CLI::Range(1, 65536));
                             app.add_option("--fp8-scaling", f->fp8_scaling, "As train --fp8-scaling: current or delayed")
                                 ->check(CLI::IsMember({"current", "delayed"}))
                                 ->capture_default_str();

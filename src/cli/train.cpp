@@ -56,8 +56,12 @@ void add_recipe_options(CLI::App& app, TrainConfig& c) {
                  "logarithmic codes); bf16 and int8 round stochastically (docs/memory.md)")
       ->capture_default_str();
   app.add_option("--memory-budget", c.memory_budget,
-                 "Fit the run into this much device memory (e.g. 16GiB): picks the micro-batch (at most --batch) and "
-                 "the recompute policy, keeping the global batch");
+                 "Fit the run into this much device memory (e.g. 16GiB): picks the micro-batch (at most --batch), the "
+                 "recompute policy, the offload and the LM head's logits chunk, keeping the global batch");
+  app.add_option("--logits-chunk", c.logits_chunk_mib,
+                 "MiB of the LM head's bf16 logits chunk (CUDA; default 512, or what --memory-budget chooses): larger "
+                 "chunks pass over the f32 LM-head gradient fewer times")
+      ->check(CLI::Range(1, 65536));
   app.add_option("--vocab-size", c.vocab_size,
                  "Vocabulary of a model trained from scratch, e.g. that of a tokenizer made by train-tokenizer "
                  "(default: the preset's or config's)");

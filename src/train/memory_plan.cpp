@@ -21,7 +21,6 @@
 namespace tk {
 namespace {
 
-constexpr double kLogitsChunkBudget = 512.0 * (1 << 20);      // CudaOps' default (cross_entropy.h)
 constexpr double kAttentionGroupBudget = 1024.0 * (1 << 20);  // CudnnAttention::kBackwardWorkspaceBudget
 constexpr double kCudnnWorkspaceMargin = 1.10;                // cuDNN's figure over the estimate (NOTES.md)
 constexpr double kStagingBytes = 64.0 * (1 << 20);            // CudaOps' f32 staging buffer
@@ -29,10 +28,10 @@ constexpr double kCublasWorkspace = 32.0 * (1 << 20);
 constexpr double kCudaContext = 600.0 * (1 << 20);            // context, cuBLAS/cuDNN handles and kernels
 constexpr double kSmallScratch = 8.0 * (1 << 20);             // norm/grad-norm partials, RoPE table, sort buffers
 
-double logits_chunk_bytes(int64_t N, int64_t V) {
-  const int64_t fit = int64_t(kLogitsChunkBudget / (double(V) * 2));
-  const int64_t rows = std::min<int64_t>(std::max<int64_t>(128, fit / 128 * 128), N);
-  return double(rows) * double(V) * 2;
+// The rows of a logits chunk within `budget` bytes of bf16 logits (cuda::lm_head_chunk_rows' rule).
+int64_t logits_chunk_rows(int64_t N, int64_t V, double budget) {
+  const int64_t fit = int64_t(budget / (double(V) * 2));
+  return std::min<int64_t>(std::max<int64_t>(128, fit / 128 * 128), N);
 }
 
 // The largest divisor of B whose dP workspace fits the group budget (CudnnAttention's rule).
@@ -60,7 +59,14 @@ double seconds_per_token(const ModelConfig& c, int B, int T, int accumulation, c
     if (r.swiglu) layer_bytes += 6 * f;
     if (r.qkv) layer_bytes += 4 * qkv;
   }
-  const double loss_bytes = 3.0 * c.vocab_size * 2;
+  double loss_bytes = 3.0 * c.vocab_size * 2;
+  if (t.gpu) {
+    // Each chunk's weight-gradient GEMM reads and writes the f32 LM-head gradient: V d x 8 bytes a chunk
+    // (bench/NOTES.md, the logits chunk: 512 MiB -> 2 GiB saved 2.2% of a 0.5B step).
+    const int64_t rows = logits_chunk_rows(int64_t(N), c.vocab_size, t.logits_chunk);
+    const double chunks = std::ceil(N / double(rows));
+    loss_bytes += chunks * 8.0 * double(c.vocab_size) * d / N;
+  }
   const double P = double(ParamLayout::build(c).total);
   // AdamW reads the gradient, reads and writes m, v and the master weight, writes the bf16 weight; then the
   // gradient norm and zeroing.
@@ -73,7 +79,8 @@ double seconds_per_token(const ModelConfig& c, int B, int T, int accumulation, c
     // --fp8: the linears' GEMMs (forward and backward, 6 FLOPs a weight a token) at kFp8GemmSpeedup times the
     // bf16 rate, plus their operands' casts: per token 10 bytes an input feature (x: amax and cast, forward
     // and backward), 6 an output feature (dy: amax and the cast as is and transposed); per micro-step 10 a
-    // weight. bench/NOTES.md, FP8 linears: 82.0k tok/s predicted for llama3.2-1b, 81.6k measured.
+    // weight. bench/NOTES.md, FP8 linears: 80.4k tok/s predicted for llama3.2-1b (with the LM head's gradient
+    // traffic), 80.7k measured.
     const double q = c.q_dim(), W = d * qkv + q * d + d * 2 * f + f * d;
     const double linear = 6 * L * W;
     matmul_s -= linear * (1 - 1 / kFp8GemmSpeedup) / (t.peak_flops * eff);
@@ -145,7 +152,9 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, c
   }
   if (target.gpu) {
     const int64_t N = int64_t(B) * T;
-    p.rows.push_back({"LM head logits chunk", logits_chunk_bytes(N, cfg.vocab_size)});
+    p.logits_chunk = target.logits_chunk;
+    p.rows.push_back({"LM head logits chunk", double(logits_chunk_rows(N, cfg.vocab_size, target.logits_chunk)) *
+                                                  double(cfg.vocab_size) * 2});
     if (target.fp8) {
       // CudaOps' FP8 operands of one linear's backward (x^T, dy, dy^T, w^T; one byte an element), the largest
       // of qkv, o, gate+up and down: in the buffer that holds the logits chunk in the LM head (the larger size).
@@ -193,10 +202,17 @@ std::vector<MemoryPlan> plan_candidates(const ModelConfig& cfg, int max_B, int T
     const int64_t micro = int64_t(B) * T;
     if (global_tokens % micro != 0) continue;
     const int accumulation = int(global_tokens / micro);
-    for (const Recompute& r : policies()) {
-      out.push_back(plan_memory(cfg, B, T, accumulation, r, target, false));
-      if (target.gpu) out.push_back(plan_memory(cfg, B, T, accumulation, r, target, true));
-      if (target.gpu) out.push_back(plan_memory(cfg, B, T, accumulation, r, target, true, true));
+    std::vector<double> chunks = {target.logits_chunk};
+    if (target.gpu && target.choose_logits_chunk)
+      chunks.assign(std::begin(kLogitsChunkChoices), std::end(kLogitsChunkChoices));
+    for (double chunk : chunks) {
+      PlanTarget t = target;
+      t.logits_chunk = chunk;
+      for (const Recompute& r : policies()) {
+        out.push_back(plan_memory(cfg, B, T, accumulation, r, t, false));
+        if (t.gpu) out.push_back(plan_memory(cfg, B, T, accumulation, r, t, true));
+        if (t.gpu) out.push_back(plan_memory(cfg, B, T, accumulation, r, t, true, true));
+      }
     }
   }
   std::stable_sort(out.begin(), out.end(), [](const MemoryPlan& a, const MemoryPlan& b) {

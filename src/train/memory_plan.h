@@ -28,6 +28,9 @@ constexpr double kFp8CastBytesPerGemmByte = 1.2;
 // 10 E_x + 6 E_y + 10 W (E_x, E_y: input and output elements, W: weights), ~0.6 of current scaling's.
 constexpr double kFp8DelayedCastShare = 0.6;
 
+constexpr double kDefaultLogitsChunk = 512.0 * (1 << 20);  // CudaOps' default (cross_entropy.h)
+constexpr double kLogitsChunkChoices[] = {512.0 * (1 << 20), 1024.0 * (1 << 20), 2048.0 * (1 << 20)};
+
 struct PlanTarget {
   bool gpu = true;                 // the CUDA backend (bf16 activations, fp32 grads and optimizer state)
   double peak_flops = 989e12;      // dense bf16 peak, for the speed prediction
@@ -43,6 +46,12 @@ struct PlanTarget {
   bool doc_mask = false;           // train --doc-mask: the attention's document mask (GPU targets)
   bool fp8 = false;                // train --fp8: the FP8 copies of the linears' operands (GPU targets)
   bool fp8_delayed = false;        // with --fp8-scaling delayed: the casts record the amax, no pass of its own
+  // The LM head's bf16 logits chunk (CudaOps::set_logits_chunk_budget; 512 MiB by default). Each chunk's
+  // weight-gradient GEMM reads and writes the f32 LM-head gradient once, so larger chunks move fewer bytes.
+  // With choose_logits_chunk the candidates also try kLogitsChunkChoices, so that a budget search spends
+  // memory left over on the chunk when nothing faster wants it.
+  double logits_chunk = kDefaultLogitsChunk;
+  bool choose_logits_chunk = false;
   MomentPrecision moments = MomentPrecision::F32;  // AdamW's m and v (train --moments); the search keeps it
 };
 
@@ -52,6 +61,7 @@ struct MemoryPlan {
   bool offload = false;        // the optimizer state in host memory (train --offload optimizer)
   bool offload_grads = false;  // the gradients too (train --offload optimizer,gradients)
   MomentPrecision moments = MomentPrecision::F32;
+  double logits_chunk = kDefaultLogitsChunk;  // the LM head's logits chunk budget (GPU targets)
   std::string offload_name() const { return offload_grads ? "optimizer,gradients" : offload ? "optimizer" : "none"; }
   std::vector<PlanRow> rows;
   double total_bytes = 0;

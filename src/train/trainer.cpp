@@ -33,7 +33,7 @@
 namespace tk {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, model, data, out, tokenizer, device, batch, seq,
-                                                batch_tokens, doc_mask, gemm_tuning, fp8, fp8_scaling, recompute, offload, offload_chunk, moments, memory_budget, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
+                                                batch_tokens, doc_mask, gemm_tuning, logits_chunk_mib, fp8, fp8_scaling, recompute, offload, offload_chunk, moments, memory_budget, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
                                                 decay_fraction, beta1, beta2, adam_eps, weight_decay, grad_clip, seed,
                                                 eval_every, eval_tokens, save_every, keep_checkpoints, peak_tflops)
 
@@ -676,11 +676,13 @@ void TrainingRun::build_parts() {
   backend_ = make_backend(cfg_.device);
   if (cfg_.gemm_tuning) enable_gemm_tuning(*backend_.ops, gemm_tuning_cache_path());
   if (cfg_.fp8) enable_fp8(*backend_.ops, cfg_.fp8_scaling);
-  if (hooks_.wrap_ops) backend_.ops = hooks_.wrap_ops(std::move(backend_.ops));
   source_ = find_model_source(cfg_.model);
   meta_ = read_dataset_meta(cfg_.data);
   if (cfg_.vocab_size > 0) resize_vocab();
   if (!cfg_.memory_budget.empty()) apply_memory_budget();  // before the loader: it sets the micro-batch
+  // The backend's settings above, then the wrap: they need the backend itself.
+  if (cfg_.logits_chunk_mib > 0) set_logits_chunk_budget(*backend_.ops, size_t(cfg_.logits_chunk_mib) << 20);
+  if (hooks_.wrap_ops) backend_.ops = hooks_.wrap_ops(std::move(backend_.ops));
   open_data();
   check_tokenizer();
   build_model();
@@ -698,13 +700,17 @@ void TrainingRun::apply_memory_budget() {
   target.doc_mask = cfg_.doc_mask;
   target.fp8 = cfg_.fp8;
   target.fp8_delayed = cfg_.fp8 && cfg_.fp8_scaling == "delayed";
+  if (cfg_.logits_chunk_mib > 0) target.logits_chunk = double(cfg_.logits_chunk_mib) * (1 << 20);
+  target.choose_logits_chunk = cfg_.logits_chunk_mib == 0;
   target.peak_flops = describe_device(true, cfg_.peak_tflops * 1e12).peak_flops;
   if (target.peak_flops <= 0) target.peak_flops = 989e12;
   const int64_t global = cfg_.batch_tokens;
   const MemoryPlan p = choose_plan(source_.config, cfg_.batch, cfg_.seq, global, budget, target);
-  fmt::print("memory budget {}: micro-batch {} x {} with {} accumulation step(s), recompute {}, offload {}; planned {}\n",
+  fmt::print("memory budget {}: micro-batch {} x {} with {} accumulation step(s), recompute {}, offload {}, logits "
+             "chunk {}; planned {}\n",
              format_bytes(budget), p.B, p.T, p.accumulation, p.recompute.describe(), p.offload_name(),
-             format_bytes(p.total_bytes));
+             format_bytes(p.logits_chunk), format_bytes(p.total_bytes));
+  cfg_.logits_chunk_mib = int(p.logits_chunk / (1 << 20));  // build_parts gives it to the backend
   cfg_.batch = p.B;
   cfg_.recompute = p.recompute.describe();
   cfg_.offload = p.offload_name();
