@@ -2,7 +2,8 @@
 # Everything that needs the GPU machine, in one call: build tokamak for sm_90, then the steps asked
 # for (default all): tests (ctest -L gpu), hf (comparison with transformers), kernels (fused-kernel
 # bandwidth), moments (bf16 and int8 AdamW moments against f32), fixtures (tokenizer fixtures from
-# python tokenizers/tiktoken), bench (tokamak vs the PyTorch peer). Usage: tests/gpu/run.sh
+# python tokenizers/tiktoken), kprof (Nsight Compute on the kernels under the kernel bar), bench (tokamak vs
+# the PyTorch peer). Usage: tests/gpu/run.sh
 # [step,step...] [test-regex]. Logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,7 +19,7 @@ pack() {
   [ -f "$OUT/gpu-run/report.html" ] && cp "$OUT/gpu-run/report.html" "$RESULTS/report-gpu.html"
 }
 trap pack EXIT
-STEPS=${1:-tests,hf,kernels,curve,moments,fp8,report,profile,needless,plan,offload,budget,seven,docmask,chunks,gemms,tuning,ncu,fixtures,bench}
+STEPS=${1:-tests,hf,kernels,curve,moments,fp8,report,profile,needless,plan,offload,budget,seven,docmask,chunks,gemms,tuning,ncu,kprof,fixtures,bench}
 REGEX=${2:-.}
 source tests/gpu/env.sh
 BUILD=build-gpu
@@ -312,6 +313,19 @@ if has ncu && command -v ncu >/dev/null; then
   python3 bench/kernel_breakdown.py "$OUT/ncu.csv" --skip "${NCU_SKIP:-half}" > "$OUT/ncu-breakdown.txt" 2>&1
   head -${NCU_LINES:-30} "$OUT/ncu-breakdown.txt"
   echo "ncu: $(( $(date +%s) - start ))s"; pack
+fi
+if has kprof && command -v ncu >/dev/null && [ -x $BUILD/bench/kernels_bench ]; then
+  # Nsight Compute's full sections on one launch of each kernel still under the kernel bar, at kernels_bench's
+  # first shape (d = 896): what bounds it (memory throughput, occupancy, stall reasons) before the next rewrite.
+  for k in ${KPROF_KERNELS:-rmsnorm_backward_staged_kernel sort_ids_kernel embedding_backward_tile_kernel embedding_backward_join_kernel}; do
+    timeout 120 ncu --kernel-name "regex:$k" --launch-skip 3 --launch-count 1 --set full \
+      $BUILD/bench/kernels_bench ${KPROF_FAMILIES:-rmsnorm embedding} > "$OUT/kprof-$k.txt" 2>&1
+    echo "== $k"
+    grep -E "^ +(Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Block Limit|L2 Hit Rate|Eligible Warps|Issued Warp|No Eligible)" \
+      "$OUT/kprof-$k.txt" | head -16
+    grep -iE "stall|bottleneck|est\. speedup" "$OUT/kprof-$k.txt" | head -6
+  done
+  echo "kprof: $(( $(date +%s) - start ))s"; pack
 fi
 if has bench; then
   bash bench/run.sh "${BENCH_CONFIGS:-qwen2.5-0.5b,llama3.2-1b,qwen2.5-1.5b}"
