@@ -35,8 +35,8 @@ void add_recipe_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--fp8-scaling", c.fp8_scaling,
                  "Where --fp8 takes each tensor's scale from: current (the tensor's own maximum, a pass of its own "
                  "before every cast) or delayed (the largest maximum of the same tensor over the last 16 steps, "
-                 "recorded by the casts themselves: no pass of its own, a few percent faster; values past the scale "
-                 "saturate)")
+                 "recorded by the casts themselves: no pass of its own, a few percent faster; a cast past its scale is "
+                 "done again with the tensor's own maximum)")
       ->check(CLI::IsMember({"current", "delayed"}))
       ->capture_default_str();
   app.add_option("--recompute", c.recompute,

@@ -209,9 +209,9 @@ std::optional<Advice> fp8_delayed(const AdviceInputs& in) {
   std::string detail = fmt::format(
       "Casting the linears' operands to FP8 takes ~{:.1f} ms a step, of which ~{:.1f} ms is the pass over each "
       "operand for its maximum. --fp8-scaling delayed scales each operand by its largest maximum over the last 16 "
-      "steps, which the casts record as they go, and saves that pass: about {:.1f}% of the step. Values beyond the "
-      "scale saturate; in a 300-step run (bench/NOTES.md) its loss ended 0.015 above current scaling's, with 0.01 "
-      "between two seeds: compare on your run before relying on it.",
+      "steps, which the casts record as they go, and saves that pass: about {:.1f}% of the step (a cast past its "
+      "scale is done again with the tensor's own maximum). FP8 rounds differently from current scaling: compare "
+      "a few hundred steps' loss on your run before relying on it (bench/NOTES.md has the 300-step comparison).",
       cast_ms, saved_ms, saved_pct);
   return Advice{"FP8 delayed scaling (--fp8-scaling delayed): no pass for each operand's maximum", saved_pct, detail};
 }

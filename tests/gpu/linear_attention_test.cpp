@@ -246,9 +246,12 @@ struct HostFp8 {
   float dequant = 1.f;
 };
 
-HostFp8 host_fp8(const std::vector<float>& x, cuda::Fp8Format f) {
-  float amax = 0.f;
-  for (float v : x) amax = std::max(amax, std::fabs(v));
+// The cast with the scale of `amax` (default: x's own).
+HostFp8 host_fp8(const std::vector<float>& x, cuda::Fp8Format f, float amax = -1.f) {
+  if (amax < 0.f) {
+    amax = 0.f;
+    for (float v : x) amax = std::max(amax, std::fabs(v));
+  }
   const float fmax = f == cuda::Fp8Format::E4M3 ? 448.f : 57344.f;
   const float q = amax > 0.f ? fmax / amax : 1.f;
   HostFp8 h;
@@ -311,6 +314,50 @@ TEST_F(Fp8Test, QuantizeIsExactAsIsAndTransposed) {
         }
       EXPECT_EQ(wrong, 0) << "bytes of x8 differ from the host's rounding";
       EXPECT_EQ(wrong_t, 0) << "bytes of the transpose differ from the host's rounding";
+    }
+  }
+}
+
+// Delayed scaling's guard: a cast whose scale was too small for x (saturated) is done again with the amax it
+// saw, bitwise the host's cast at that amax, and the scale's amax is raised to it (the counter left at 0); a cast
+// within its scale is left as it is, bytes and amax.
+TEST_F(Fp8Test, GuardRecastsASaturatedCastWithTheAmaxItSaw) {
+  const int64_t rows = 1000, cols = 264;
+  for (cuda::Fp8Format f : {cuda::Fp8Format::E4M3, cuda::Fp8Format::E5M2}) {
+    const auto x_h = normal(size_t(rows * cols), 3.f);
+    float amax = 0.f;
+    for (float v : x_h) amax = std::max(amax, std::fabs(v));
+    auto x = gpu(DType::BF16, {rows, cols}, &x_h);
+    Owned x8(*gpu_, DType::U8, {rows, cols}), xt8(*gpu_, DType::U8, {cols, rows});
+    for (float scale_amax : {amax / 4, 2 * amax}) {
+      SCOPED_TRACE(::testing::Message() << (f == cuda::Fp8Format::E4M3 ? "e4m3" : "e5m2") << " scale amax "
+                                        << scale_amax << " of " << amax << " seed=" << seed_);
+      std::vector<float> slot_h(cuda::kFp8SlotFloats, 0.f);
+      slot_h[0] = scale_amax;
+      auto slot = gpu(DType::F32, {cuda::kFp8SlotFloats}, &slot_h);
+      float* s = slot->t.as<float>();
+      cuda::quantize_fp8(x8.t.as<uint8_t>(), xt8.t.as<uint8_t>(), s + 4, x->t.as<cuda::bf16>(), rows, cols, s, f,
+                         gpu_->stream(), s + 1);
+      cuda::fp8_guard(x8.t.as<uint8_t>(), xt8.t.as<uint8_t>(), s + 4, x->t.as<cuda::bf16>(), rows, cols, s, s + 1,
+                      reinterpret_cast<unsigned int*>(s + 2), f, gpu_->stream());
+      const bool saturated = scale_amax < amax;
+      const HostFp8 ref = host_fp8(x_h, f, saturated ? amax : scale_amax);
+      const auto got_slot = down(*slot);
+      EXPECT_EQ(got_slot[0], saturated ? amax : scale_amax) << "the scale's amax";
+      EXPECT_EQ(got_slot[1], amax) << "the amax seen";
+      EXPECT_EQ(got_slot[2], 0.f) << "the counter";
+      EXPECT_EQ(got_slot[4], ref.dequant);
+      std::vector<uint8_t> got(size_t(rows * cols)), got_t(got.size());
+      gpu_->download(got.data(), x8.t.data, got.size());
+      gpu_->download(got_t.data(), xt8.t.data, got_t.size());
+      int64_t wrong = 0, wrong_t = 0;
+      for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+          wrong += got[size_t(r * cols + c)] != ref.bytes[size_t(r * cols + c)];
+          wrong_t += got_t[size_t(c * rows + r)] != ref.bytes[size_t(r * cols + c)];
+        }
+      EXPECT_EQ(wrong, 0);
+      EXPECT_EQ(wrong_t, 0);
     }
   }
 }

@@ -112,8 +112,14 @@ struct CudaOps::Impl {
   // The cast of x[rows, cols] into x8 and/or xt8 with the slot's scale (recording what it saw when delayed).
   void fp8_cast(uint8_t* x8, uint8_t* xt8, float* slot, const bf16* x, int64_t rows, int64_t cols,
                 cuda::Fp8Format f) {
-    float* seen = fp8_scaling == CudaOps::Fp8Scaling::Delayed ? slot + 1 : nullptr;
-    cuda::quantize_fp8(x8, xt8, slot + 4, x, rows, cols, slot, f, stream, seen);
+    if (fp8_scaling != CudaOps::Fp8Scaling::Delayed) {
+      cuda::quantize_fp8(x8, xt8, slot + 4, x, rows, cols, slot, f, stream);
+      return;
+    }
+    // Delayed: the cast records what it saw; a cast that saturated is done again with that (the guard).
+    cuda::quantize_fp8(x8, xt8, slot + 4, x, rows, cols, slot, f, stream, slot + 1);
+    cuda::fp8_guard(x8, xt8, slot + 4, x, rows, cols, slot, slot + 1, reinterpret_cast<unsigned int*>(slot + 2), f,
+                    stream);
   }
   // Space in `transient` for the given FP8 operands (element counts, 0: not needed), each 256-byte aligned.
   template <size_t K>

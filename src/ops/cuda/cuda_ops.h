@@ -65,9 +65,10 @@ class CudaOps final : public Ops {
   //  - current (the default): the tensor's own, from a pass of its own before each cast;
   //  - delayed: the largest amax the same operand (x, w or dy of the linear with that weight)
   //    had over the last kFp8HistoryLen committed steps (end_step), recorded by the casts themselves; an
-  //    operand with no committed step yet takes its own, as current scaling does. Values beyond the scale
-  //    saturate to the format's largest (never inf). Every cast of a step uses the same scale, so a
-  //    recomputed forward casts to the same bytes.
+  //    operand with no committed step yet takes its own, as current scaling does. A cast whose tensor
+  //    exceeds the scale is done again with the tensor's own amax (fp8_guard), which then scales the
+  //    step's later casts of that operand: nothing saturates, and a recomputed forward casts to the same
+  //    bytes.
   enum class Fp8Scaling { Current, Delayed };
   static constexpr int kFp8HistoryLen = 16;
   void set_fp8(bool on, Fp8Scaling scaling = Fp8Scaling::Current);

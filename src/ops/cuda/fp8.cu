@@ -83,15 +83,12 @@ __device__ __forceinline__ __nv_fp8x2_storage_t to_fp8x2(float a, float b) {
 constexpr int kTile = 64;
 constexpr int kPitch = kTile + 4;  // bytes per shared row (a multiple of 4); spreads the column reads over banks
 
+// One tile at (r0, c0) cast with scale q into x8 and/or xt8 (the block's threads together); returns the largest
+// |x| this thread read. With xt8 it holds a barrier, so every thread of the block must call it.
 template <Fp8Format F>
-__global__ void __launch_bounds__(kThreads)
-    quantize_kernel(uint8_t* x8, uint8_t* xt8, float* dequant, const __nv_bfloat16* x, int64_t rows, int64_t cols,
-                    const float* amax, float* amax_seen) {
-  __shared__ __align__(16) uint8_t tile[kTile][kPitch];
-  __shared__ float warps[kThreads / 32];
-  const float q = quant_scale<F>(amax);
-  if (dequant && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *dequant = 1.f / q;
-  const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
+__device__ __forceinline__ float cast_tile(uint8_t (&tile)[kTile][kPitch], uint8_t* x8, uint8_t* xt8,
+                                           const __nv_bfloat16* x, int64_t rows, int64_t cols, int64_t r0, int64_t c0,
+                                           float q) {
   constexpr int kGroupsPerRow = kTile / kVec;  // 8
   float m = 0.f;
 #pragma unroll
@@ -118,35 +115,73 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  if (amax_seen) {
-    m = warp_max(m);
-    if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = m;
-  }
-  if (!xt8 && !amax_seen) return;
+  if (!xt8) return m;
   __syncthreads();
-  if (amax_seen && threadIdx.x == 0) {
+  // Row c of the transpose holds column c of the tile: thread t writes 16 of its bytes (rows 16 s .. 16 s + 15).
+  const int tc = threadIdx.x / 4, seg = (threadIdx.x % 4) * 16;
+  const int64_t c = c0 + tc, r = r0 + seg;
+  if (c < cols && r < rows) {
+    union {
+      uint8_t b[16];
+      uint4 word;
+    } out;
+#pragma unroll
+    for (int j = 0; j < 16; j++) out.b[j] = tile[seg + j][tc];
+    uint8_t* dst = xt8 + c * rows + r;
+    if (r + 16 <= rows && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
+      *reinterpret_cast<uint4*>(dst) = out.word;
+    } else {
+      for (int j = 0; j < 16 && r + j < rows; j++) dst[j] = out.b[j];
+    }
+  }
+  return m;
+}
+
+template <Fp8Format F>
+__global__ void __launch_bounds__(kThreads)
+    quantize_kernel(uint8_t* x8, uint8_t* xt8, float* dequant, const __nv_bfloat16* x, int64_t rows, int64_t cols,
+                    const float* amax, float* amax_seen) {
+  __shared__ __align__(16) uint8_t tile[kTile][kPitch];
+  __shared__ float warps[kThreads / 32];
+  const float q = quant_scale<F>(amax);
+  if (dequant && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *dequant = 1.f / q;
+  float m = cast_tile<F>(tile, x8, xt8, x, rows, cols, int64_t(blockIdx.y) * kTile, int64_t(blockIdx.x) * kTile, q);
+  if (!amax_seen) return;
+  m = warp_max(m);
+  if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
     float b = 0.f;
 #pragma unroll
     for (int i = 0; i < kThreads / 32; i++) b = fmaxf(b, warps[i]);
     if (b > *static_cast<volatile float*>(amax_seen))
       atomicMax(reinterpret_cast<unsigned int*>(amax_seen), __float_as_uint(b));
   }
-  if (!xt8) return;
-  // Row c of the transpose holds column c of the tile: thread t writes 16 of its bytes (rows 16 s .. 16 s + 15).
-  const int tc = threadIdx.x / 4, seg = (threadIdx.x % 4) * 16;
-  const int64_t c = c0 + tc, r = r0 + seg;
-  if (c >= cols || r >= rows) return;
-  union {
-    uint8_t b[16];
-    uint4 word;
-  } out;
-#pragma unroll
-  for (int j = 0; j < 16; j++) out.b[j] = tile[seg + j][tc];
-  uint8_t* dst = xt8 + c * rows + r;
-  if (r + 16 <= rows && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
-    *reinterpret_cast<uint4*>(dst) = out.word;
-  } else {
-    for (int j = 0; j < 16 && r + j < rows; j++) dst[j] = out.b[j];
+}
+
+// The guard after a delayed-scaling cast: the blocks exit at once unless the cast saw a larger |x| than its
+// scale (*seen > *amax: values saturated); then they cast x again with *seen (x8, xt8, *dequant rewritten), each
+// block a run of tiles, and the last block to finish (by *counter) sets *amax = *seen and *counter = 0. No block
+// writes *amax before every block has read it, so all take the same branch.
+template <Fp8Format F>
+__global__ void __launch_bounds__(kThreads)
+    guard_kernel(uint8_t* x8, uint8_t* xt8, float* dequant, const __nv_bfloat16* x, int64_t rows, int64_t cols,
+                 float* amax, const float* seen, unsigned int* counter, int64_t tiles_x, int64_t n_tiles) {
+  __shared__ __align__(16) uint8_t tile[kTile][kPitch];
+  const float a = *amax, s = *seen;
+  if (!(s > a) || !isfinite(s)) return;
+  const float q = fp8_max<F>() / s;
+  if (dequant && blockIdx.x == 0 && threadIdx.x == 0) *dequant = 1.f / q;
+  for (int64_t t = blockIdx.x; t < n_tiles; t += gridDim.x) {
+    cast_tile<F>(tile, x8, xt8, x, rows, cols, (t / tiles_x) * kTile, (t % tiles_x) * kTile, q);
+    __syncthreads();  // the next tile reuses the shared tile
+  }
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(counter, 1u) == gridDim.x - 1) {
+      *amax = s;
+      *counter = 0;
+    }
   }
 }
 
@@ -163,6 +198,28 @@ __global__ void commit_kernel(float* slots, float* history, int n, int history_l
 }
 
 }  // namespace
+
+void fp8_guard(uint8_t* x8, uint8_t* xt8, float* dequant, const bf16* x, int64_t rows, int64_t cols, float* amax,
+               const float* seen, unsigned int* counter, Fp8Format format, cudaStream_t s) {
+  if (rows <= 0 || cols <= 0) return;
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    TK_CUDA_CHECK(cudaGetDevice(&dev));
+    TK_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  // One wave of blocks: exiting at once costs a launch, not tens of thousands of block starts.
+  const int64_t tiles_x = ceil_div(cols, kTile), n_tiles = tiles_x * ceil_div(rows, kTile);
+  const unsigned grid = unsigned(std::min<int64_t>(n_tiles, int64_t(sms) * 4));
+  if (format == Fp8Format::E4M3) {
+    guard_kernel<Fp8Format::E4M3>
+        <<<grid, kThreads, 0, s>>>(x8, xt8, dequant, x, rows, cols, amax, seen, counter, tiles_x, n_tiles);
+  } else {
+    guard_kernel<Fp8Format::E5M2>
+        <<<grid, kThreads, 0, s>>>(x8, xt8, dequant, x, rows, cols, amax, seen, counter, tiles_x, n_tiles);
+  }
+  TK_CUDA_CHECK_LAUNCH();
+}
 
 void fp8_commit_amax(float* slots, float* history, int n, int history_len, int position, cudaStream_t s) {
   TK_CHECK(position >= 0 && position < history_len, "fp8_commit_amax: position {} outside a history of {}", position,

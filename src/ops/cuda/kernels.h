@@ -35,10 +35,16 @@ void amax_bf16(float* amax, const bf16* x, int64_t n, cudaStream_t s);
 // the cast reads x anyway, so this costs no pass of its own).
 void quantize_fp8(uint8_t* x8, uint8_t* xt8, float* dequant, const bf16* x, int64_t rows, int64_t cols,
                   const float* amax, Fp8Format format, cudaStream_t s, float* amax_seen = nullptr);
+// Delayed scaling's guard, after quantize_fp8 of the same x with scale amax and amax_seen = seen: nothing
+// unless *seen > *amax (the cast saturated); then x is cast again with *seen into x8 / xt8 (and *dequant), and
+// *amax = *seen, so that later casts of the operand in the step scale alike. counter: a zeroed unsigned the
+// kernel leaves zeroed.
+void fp8_guard(uint8_t* x8, uint8_t* xt8, float* dequant, const bf16* x, int64_t rows, int64_t cols, float* amax,
+               const float* seen, unsigned int* counter, Fp8Format format, cudaStream_t s);
 // Delayed scaling's step end, over n slots of kFp8SlotFloats floats (slot[0]: the amax the casts scale by,
 // slot[1]: the largest |x| the casts saw this step) and their histories (history_len floats each): the seen
 // amax goes into history entry `position`, slot[0] becomes the history's max, slot[1] goes back to 0.
-constexpr int kFp8SlotFloats = 8;  // 32 bytes: slot[4] is the dequant scale, 16-byte aligned as cuBLASLt wants
+constexpr int kFp8SlotFloats = 8;  // 32 bytes: slot[2] the guard's counter; slot[4] is the dequant scale, 16-byte aligned as cuBLASLt wants
 void fp8_commit_amax(float* slots, float* history, int n, int history_len, int position, cudaStream_t s);
 
 // ---- embedding (embedding.cu) ---------------------------------------------------------------------
