@@ -395,6 +395,45 @@ void bench_fp8() {
                      nullptr, scales + 2);
       });
     }
+    // SwiGLU's gradient for the gate/up linear's FP8 GEMMs, with delayed scaling: swiglu_backward in bf16 then the
+    // cast both ways and its guard (18 N f bytes: 6 read + 4 written, then 4 read + 4 written), against the fused cast that
+    // never writes the bf16 gradient (10 N f: 6 read, 4 written), its guard included.
+    const int64_t nf = kTokens * f;
+    const int sets = rotation_sets(10.0 * double(nf));
+    Pool pool;
+    std::vector<bf16*> gate_up, dout, dgate_up;
+    std::vector<uint8_t*> dy8, dyt8;
+    for (int k = 0; k < sets; k++) {
+      gate_up.push_back(pool.random_bf16(2 * nf)), dout.push_back(pool.random_bf16(nf));
+      dgate_up.push_back(pool.alloc<bf16>(2 * nf));
+      dy8.push_back(pool.alloc<uint8_t>(2 * nf)), dyt8.push_back(pool.alloc<uint8_t>(2 * nf));
+    }
+    float* slot = pool.alloc<float>(8);
+    const float big = 1e30f;  // a scale no value exceeds: the guard exits at once, as in a step that fits
+    TK_CUDA_CHECK(cudaMemset(slot, 0, 8 * sizeof(float)));
+    TK_CUDA_CHECK(cudaMemcpy(slot, &big, sizeof(float), cudaMemcpyHostToDevice));
+    const std::string shape = "N=" + std::to_string(kTokens) + " f=" + std::to_string(f);
+    record("swiglu_backward + fp8 cast both", shape, 18.0 * double(nf), [&](int k) {
+      swiglu_backward(dgate_up[k % sets], dout[k % sets], gate_up[k % sets], kTokens, f, nullptr);
+      quantize_fp8(dy8[k % sets], dyt8[k % sets], slot + 4, dgate_up[k % sets], kTokens, 2 * f, slot, Fp8Format::E5M2,
+                   nullptr, slot + 1);
+      fp8_guard(dy8[k % sets], dyt8[k % sets], slot + 4, dgate_up[k % sets], kTokens, 2 * f, slot, slot + 1,
+                reinterpret_cast<unsigned int*>(slot + 2), Fp8Format::E5M2, nullptr);
+    });
+    // The forward: swiglu_forward then the cast as is (9 N f bytes), against the cast as it writes (7 N f).
+    record("swiglu_forward + fp8 cast", shape, 9.0 * double(nf), [&](int k) {
+      swiglu_forward(dgate_up[k % sets], gate_up[k % sets], kTokens, f, nullptr);
+      quantize_fp8(dy8[k % sets], nullptr, slot + 4, dgate_up[k % sets], kTokens, f, slot, Fp8Format::E4M3, nullptr,
+                   slot + 1);
+    });
+    record("swiglu_forward_fp8 (fused)", shape, 7.0 * double(nf), [&](int k) {
+      swiglu_forward_fp8(dgate_up[k % sets], dy8[k % sets], slot + 4, gate_up[k % sets], kTokens, f, slot, slot + 1,
+                         Fp8Format::E4M3, nullptr);
+    });
+    record("swiglu_backward_fp8 (fused)", shape, 10.0 * double(nf), [&](int k) {
+      swiglu_backward_fp8(dy8[k % sets], dyt8[k % sets], slot + 4, dout[k % sets], gate_up[k % sets], kTokens, f, slot,
+                          slot + 1, reinterpret_cast<unsigned int*>(slot + 2), Fp8Format::E5M2, nullptr);
+    });
   }
 }
 

@@ -352,8 +352,7 @@ void Model::Impl::layer_forward(const Step& s, int l) {
   const Tensor x_mlp = shaped(a.x_mlp, {N, d}), gate_up = shaped(a.gate_up, {N, 2 * f}), act = shaped(a.act, {N, f});
   ops.residual_rmsnorm_forward(shaped(a.h_mid, {N, d}), x_mlp, shaped(a.rstd_mlp, {N}), h, branch, lw.mlp_norm, eps);
   ops.linear_forward(gate_up, x_mlp, lw.gate_up_w, Tensor());
-  ops.swiglu_forward(act, gate_up);
-  ops.linear_forward(branch, act, lw.down_w, Tensor());
+  ops.swiglu_linear_forward(branch, act, gate_up, lw.down_w);
 }
 
 // Per-token losses over targets tokens[:, 1:]; with grads, dL/dx_final lands in buf.dx and the LM
@@ -507,8 +506,8 @@ void Model::Impl::layer_backward(const Step& s, int l) {
 
   // MLP: dh is dL/d(branch) as well as the gradient flowing on to h_mid.
   ops.linear_backward(shaped(buf.dact, {N, f}), lg.down_w, Tensor(), dh, shaped(a.act, {N, f}), lw.down_w);
-  ops.swiglu_backward(dgate_up, shaped(buf.dact, {N, f}), shaped(a.gate_up, {N, 2 * f}));
-  ops.linear_backward(dx, lg.gate_up_w, Tensor(), dgate_up, shaped(a.x_mlp, {N, d}), lw.gate_up_w);
+  ops.swiglu_linear_backward(dx, lg.gate_up_w, dgate_up, shaped(buf.dact, {N, f}), shaped(a.gate_up, {N, 2 * f}),
+                             shaped(a.x_mlp, {N, d}), lw.gate_up_w);
   ops.rmsnorm_backward(dh, lg.mlp_norm, dx, dh, shaped(a.h_mid, {N, d}), shaped(a.rstd_mlp, {N}), lw.mlp_norm);
 
   // Attention: dh is now dL/d(h_mid), the gradient of o_proj's output.

@@ -160,6 +160,21 @@ class Ops {
   virtual void swiglu_forward(const Tensor& out, const Tensor& gate_up) = 0;
   // dgate_up[N,2f] (=) given dout[N,f] and the forward's gate_up.
   virtual void swiglu_backward(const Tensor& dgate_up, const Tensor& dout, const Tensor& gate_up) = 0;
+  // swiglu_forward(act, gate_up), then linear_forward(y, act, w, {}) (no bias): one op, so that a backend may
+  // cast act for that linear's GEMM as it writes it (CUDA with --fp8 and delayed scaling).
+  virtual void swiglu_linear_forward(const Tensor& y, const Tensor& act, const Tensor& gate_up, const Tensor& w) {
+    swiglu_forward(act, gate_up);
+    linear_forward(y, act, w, Tensor());
+  }
+  // swiglu_backward, then linear_backward(dx, dw, {}, dgate_up, x, w) of the linear (no bias) that made gate_up
+  // from x: one op, so that a backend may hand the gradient to that linear's GEMMs without writing it in bf16
+  // (CUDA with --fp8 and delayed scaling casts it to FP8 as it computes it). dgate_up[N, 2f] is scratch: what it
+  // holds afterwards is unspecified.
+  virtual void swiglu_linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dgate_up, const Tensor& dout,
+                                      const Tensor& gate_up, const Tensor& x, const Tensor& w) {
+    swiglu_backward(dgate_up, dout, gate_up);
+    linear_backward(dx, dw, Tensor(), dgate_up, x, w);
+  }
 
   // ---- LM head + cross-entropy, fused ---------------------------------------------------------
   // For each token n: logits = x[n,:] @ w[V,d]^T (never stored whole), and

@@ -364,6 +364,151 @@ TEST_F(Fp8Test, GuardRecastsASaturatedCastWithTheAmaxItSaw) {
 
 // Delayed scaling's step end: the seen amax into the history at the ring position, the scale's amax the
 // history's max, the seen amax back to 0.
+// The guards of several casts in one launch (fp8_guard_all): each operand as its own fp8_guard would leave it,
+// the saturated ones cast again with their own amax and the others untouched, whatever their shapes and formats.
+TEST_F(Fp8Test, GuardAllTreatsEachOperandByItself) {
+  struct Case {
+    int64_t rows, cols;
+    cuda::Fp8Format f;
+    float scale_share;  // the scale's amax as a share of the tensor's own
+  };
+  const Case cases[] = {{1000, 264, cuda::Fp8Format::E4M3, 0.25f},
+                        {64, 4096, cuda::Fp8Format::E5M2, 2.f},
+                        {333, 72, cuda::Fp8Format::E4M3, 0.5f}};
+  struct Operand {
+    std::vector<float> x_h;
+    float amax = 0.f, scale_amax = 0.f;
+    std::unique_ptr<Owned> x, slot;
+    std::unique_ptr<Owned> x8, xt8;
+  };
+  std::vector<Operand> ops(3);
+  std::vector<cuda::Fp8GuardOperand> guard;
+  for (size_t i = 0; i < 3; i++) {
+    const Case& c = cases[i];
+    Operand& o = ops[i];
+    o.x_h = normal(size_t(c.rows * c.cols), 3.f);
+    for (float v : o.x_h) o.amax = std::max(o.amax, std::fabs(v));
+    o.scale_amax = o.amax * c.scale_share;
+    o.x = gpu(DType::BF16, {c.rows, c.cols}, &o.x_h);
+    std::vector<float> slot_h(cuda::kFp8SlotFloats, 0.f);
+    slot_h[0] = o.scale_amax;
+    o.slot = gpu(DType::F32, {cuda::kFp8SlotFloats}, &slot_h);
+    o.x8 = std::make_unique<Owned>(*gpu_, DType::U8, std::initializer_list<int64_t>{c.rows, c.cols});
+    o.xt8 = std::make_unique<Owned>(*gpu_, DType::U8, std::initializer_list<int64_t>{c.cols, c.rows});
+    float* s = o.slot->t.as<float>();
+    cuda::quantize_fp8(o.x8->t.as<uint8_t>(), o.xt8->t.as<uint8_t>(), s + 4, o.x->t.as<cuda::bf16>(), c.rows, c.cols,
+                       s, c.f, gpu_->stream(), s + 1);
+    guard.push_back({o.x8->t.as<uint8_t>(), o.xt8->t.as<uint8_t>(), s + 4, o.x->t.as<cuda::bf16>(), c.rows, c.cols, s,
+                     s + 1, reinterpret_cast<unsigned int*>(s + 2), c.f});
+  }
+  cuda::fp8_guard_all(guard.data(), int(guard.size()), gpu_->stream());
+  for (size_t i = 0; i < 3; i++) {
+    const Case& c = cases[i];
+    const Operand& o = ops[i];
+    SCOPED_TRACE(::testing::Message() << "operand " << i << " seed=" << seed_);
+    const bool saturated = o.scale_amax < o.amax;
+    const HostFp8 ref = host_fp8(o.x_h, c.f, saturated ? o.amax : o.scale_amax);
+    const auto got_slot = down(*o.slot);
+    EXPECT_EQ(got_slot[0], saturated ? o.amax : o.scale_amax) << "the scale's amax";
+    EXPECT_EQ(got_slot[1], o.amax) << "the amax seen";
+    EXPECT_EQ(got_slot[2], 0.f) << "the counter";
+    EXPECT_EQ(got_slot[4], ref.dequant);
+    const auto got = bytes(*o.x8), got_t = bytes(*o.xt8);
+    int64_t wrong = 0, wrong_t = 0;
+    for (int64_t r = 0; r < c.rows; r++)
+      for (int64_t col = 0; col < c.cols; col++) {
+        wrong += got[size_t(r * c.cols + col)] != ref.bytes[size_t(r * c.cols + col)];
+        wrong_t += got_t[size_t(col * c.rows + r)] != ref.bytes[size_t(r * c.cols + col)];
+      }
+    EXPECT_EQ(wrong, 0);
+    EXPECT_EQ(wrong_t, 0);
+  }
+}
+
+// SwiGLU's forward cast as it is written (swiglu_forward_fp8): the bf16 output of swiglu_forward, and the bytes and
+// recorded amax of quantize_fp8 of it, bitwise.
+TEST_F(Fp8Test, SwigluForwardCastIsSwigluForwardThenTheCast) {
+  for (auto [rows, f] : {std::pair<int64_t, int64_t>{1000, 200}, {256, 4864}}) {
+    SCOPED_TRACE(::testing::Message() << rows << " x " << f << " seed=" << seed_);
+    const auto gu_h = normal(size_t(rows * 2 * f), 2.f);
+    auto gate_up = gpu(DType::BF16, {rows, 2 * f}, &gu_h);
+    auto ref = gpu(DType::BF16, {rows, f}), got = gpu(DType::BF16, {rows, f});
+    poison(*got);
+    cuda::swiglu_forward(ref->t.as<cuda::bf16>(), gate_up->t.as<cuda::bf16>(), rows, int(f), gpu_->stream());
+    float amax = 0.f;
+    for (float v : down(*ref)) amax = std::max(amax, std::fabs(v));
+    std::vector<float> slot_h(cuda::kFp8SlotFloats, 0.f);
+    slot_h[0] = amax / 2;  // a scale the values exceed: the cast saturates, as the guard after it would find
+    auto ref_slot = gpu(DType::F32, {cuda::kFp8SlotFloats}, &slot_h), got_slot = gpu(DType::F32, {cuda::kFp8SlotFloats}, &slot_h);
+    Owned ref8(*gpu_, DType::U8, {rows, f}), got8(*gpu_, DType::U8, {rows, f});
+    poison(got8);
+    float *rs = ref_slot->t.as<float>(), *gs = got_slot->t.as<float>();
+    cuda::quantize_fp8(ref8.t.as<uint8_t>(), nullptr, rs + 4, ref->t.as<cuda::bf16>(), rows, f, rs,
+                       cuda::Fp8Format::E4M3, gpu_->stream(), rs + 1);
+    cuda::swiglu_forward_fp8(got->t.as<cuda::bf16>(), got8.t.as<uint8_t>(), gs + 4, gate_up->t.as<cuda::bf16>(), rows,
+                             int(f), gs, gs + 1, cuda::Fp8Format::E4M3, gpu_->stream());
+    EXPECT_EQ(bytes(*got), bytes(*ref)) << "the bf16 output";
+    EXPECT_EQ(bytes(got8), bytes(ref8)) << "the FP8 bytes";
+    const auto r = down(*ref_slot), g = down(*got_slot);
+    EXPECT_EQ(g[1], amax) << "the amax seen";
+    for (int i : {0, 1, 4}) EXPECT_EQ(g[size_t(i)], r[size_t(i)]) << "slot float " << i;
+  }
+}
+
+// SwiGLU's backward cast straight to FP8 (swiglu_backward_fp8) gives the bytes, the recorded amax and the guard's
+// outcome of swiglu_backward in bf16 followed by quantize_fp8 and fp8_guard, bitwise: with a scale that holds
+// the values and with one they exceed, at sizes that fill no 64 x 64 tile (rows 1000, f 200) and at a width
+// of the models' (f 4864, 9728 gradient columns).
+TEST_F(Fp8Test, SwigluBackwardCastIsSwigluBackwardThenTheCast) {
+  for (auto [rows, f] : {std::pair<int64_t, int64_t>{1000, 200}, {256, 4864}}) {
+    const int64_t cols = 2 * f;
+    const auto gu_h = normal(size_t(rows * cols), 2.f), dout_h = normal(size_t(rows * f), 0.5f);
+    auto gate_up = gpu(DType::BF16, {rows, cols}, &gu_h);
+    auto dout = gpu(DType::BF16, {rows, f}, &dout_h);
+    auto dgate_up = gpu(DType::BF16, {rows, cols});
+    cuda::swiglu_backward(dgate_up->t.as<cuda::bf16>(), dout->t.as<cuda::bf16>(), gate_up->t.as<cuda::bf16>(), rows,
+                          int(f), gpu_->stream());
+    float amax = 0.f;
+    for (float v : down(*dgate_up)) amax = std::max(amax, std::fabs(v));
+    ASSERT_GT(amax, 0.f);
+    for (cuda::Fp8Format fmt : {cuda::Fp8Format::E5M2, cuda::Fp8Format::E4M3}) {
+      for (float scale_amax : {amax / 4, 2 * amax}) {
+        SCOPED_TRACE(::testing::Message() << rows << " x " << f << (fmt == cuda::Fp8Format::E4M3 ? " e4m3" : " e5m2")
+                                          << " scale amax " << scale_amax << " of " << amax << " seed=" << seed_);
+        std::vector<float> slot_h(cuda::kFp8SlotFloats, 0.f);
+        slot_h[0] = scale_amax;
+        auto ref_slot = gpu(DType::F32, {cuda::kFp8SlotFloats}, &slot_h);
+        auto got_slot = gpu(DType::F32, {cuda::kFp8SlotFloats}, &slot_h);
+        Owned ref8(*gpu_, DType::U8, {rows, cols}), reft8(*gpu_, DType::U8, {cols, rows});
+        Owned got8(*gpu_, DType::U8, {rows, cols}), gott8(*gpu_, DType::U8, {cols, rows});
+        poison(got8);  // 0xff is NaN in both formats, which a saturating cast never writes
+        poison(gott8);
+        float* rs = ref_slot->t.as<float>();
+        cuda::quantize_fp8(ref8.t.as<uint8_t>(), reft8.t.as<uint8_t>(), rs + 4, dgate_up->t.as<cuda::bf16>(), rows,
+                           cols, rs, fmt, gpu_->stream(), rs + 1);
+        cuda::fp8_guard(ref8.t.as<uint8_t>(), reft8.t.as<uint8_t>(), rs + 4, dgate_up->t.as<cuda::bf16>(), rows,
+                        cols, rs, rs + 1, reinterpret_cast<unsigned int*>(rs + 2), fmt, gpu_->stream());
+        float* gs = got_slot->t.as<float>();
+        cuda::swiglu_backward_fp8(got8.t.as<uint8_t>(), gott8.t.as<uint8_t>(), gs + 4, dout->t.as<cuda::bf16>(),
+                                  gate_up->t.as<cuda::bf16>(), rows, int(f), gs, gs + 1,
+                                  reinterpret_cast<unsigned int*>(gs + 2), fmt, gpu_->stream());
+        const auto rslot = down(*ref_slot), gslot = down(*got_slot);
+        EXPECT_EQ(gslot[1], amax) << "the amax seen";
+        EXPECT_EQ(gslot[0], scale_amax < amax ? amax : scale_amax) << "the scale's amax after the guard";
+        for (int i : {0, 1, 2, 4}) EXPECT_EQ(gslot[size_t(i)], rslot[size_t(i)]) << "slot float " << i;
+        for (auto [got, ref] : {std::pair{&got8, &ref8}, {&gott8, &reft8}}) {
+          std::vector<uint8_t> g(size_t(rows * cols)), r(g.size());
+          gpu_->download(g.data(), got->t.data, g.size());
+          gpu_->download(r.data(), ref->t.data, r.size());
+          int64_t wrong = 0;
+          for (size_t i = 0; i < g.size(); i++) wrong += g[i] != r[i];
+          EXPECT_EQ(wrong, 0) << (got == &got8 ? "as is" : "transposed");
+        }
+      }
+    }
+  }
+}
+
 TEST_F(Fp8Test, CommitPutsTheSeenAmaxInTheHistoryAndScalesByItsMax) {
   const int n = 300, len = 16, position = 5;
   std::vector<float> slots_h(size_t(n) * cuda::kFp8SlotFloats), history_h = normal(size_t(n) * len, 1.f);

@@ -257,6 +257,27 @@ TEST(ModelCudaFp8, DelayedScalingCarriesAcrossStepsPoliciesAndBackends) {
         << policy << ": the restored state did not give the same step";
   }
 
+  // SwiGLU's gradient cast to FP8 as it is computed (the default) gives bitwise the step of swiglu_backward and
+  // the linear's cast apart.
+  {
+    EXPECT_GE(delayed->fp8_fused_casts(), int64_t(cfg.n_layers)) << "the second step did not take the fused cast";
+    auto apart = std::make_unique<CudaOps>(0);
+    apart->set_fp8(true, CudaOps::Fp8Scaling::Delayed);
+    apart->set_fp8_fusion(false);
+    Model again(cfg, *apart, {B, T, false});
+    again.set_params_f32(params);
+    Ops::Fp8ScalingState moved = state;
+    for (Ops::Fp8AmaxHistory& h : moved.weights)
+      h.weight = static_cast<const char*>(again.params().data) +
+                 (static_cast<const char*>(h.weight) - static_cast<const char*>(model.params().data));
+    apart->set_fp8_scaling_state(moved);
+    const Result r = step(again, second.batch);
+    EXPECT_EQ(apart->fp8_fused_casts(), 0);
+    EXPECT_EQ(r.loss.sum, d2.loss.sum);
+    EXPECT_EQ(0, std::memcmp(r.grads.data(), d2.grads.data(), d2.grads.size() * sizeof(float)))
+        << "the fused cast did not give the step of the casts apart";
+  }
+
   // What the casts have seen since the last commit (an evaluation between two steps, here the second step) is
   // part of the state too: committed on another backend, it gives the same histories.
   const Ops::Fp8ScalingState mid = delayed->fp8_scaling_state();

@@ -90,7 +90,8 @@ struct CudaOps::Impl {
   // kFp8SlotFloats floats on the device: [0] the amax its casts scale by, [1] the amax they saw this step
   // (delayed scaling), [4] the dequant scale (cuBLASLt takes only 16-byte aligned scale pointers: a 4-byte
   // aligned one makes the GEMM "not supported"), and a history of kFp8HistoryLen amax values.
-  bool fp8 = false;
+  bool fp8 = false, fp8_fusion = true;
+  int64_t fp8_fused_casts = 0;
   CudaOps::Fp8Scaling fp8_scaling = CudaOps::Fp8Scaling::Current;
   static constexpr int kFp8MaxSlots = 3 * 4096;  // 4,096 linear layers
   float* fp8_slots = nullptr;
@@ -116,10 +117,22 @@ struct CudaOps::Impl {
       cuda::quantize_fp8(x8, xt8, slot + 4, x, rows, cols, slot, f, stream);
       return;
     }
-    // Delayed: the cast records what it saw; a cast that saturated is done again with that (the guard).
+    // Delayed: the cast records what it saw; a cast that saturated is done again with that (the guard, launched
+    // with the op's other casts' guards before its GEMMs: fp8_flush_guards).
     cuda::quantize_fp8(x8, xt8, slot + 4, x, rows, cols, slot, f, stream, slot + 1);
-    cuda::fp8_guard(x8, xt8, slot + 4, x, rows, cols, slot, slot + 1, reinterpret_cast<unsigned int*>(slot + 2), f,
-                    stream);
+    if (fp8_guards.size() == size_t(cuda::kFp8MaxGuarded)) fp8_flush_guards();
+    fp8_guards.push_back(
+        {x8, xt8, slot + 4, x, rows, cols, slot, slot + 1, reinterpret_cast<unsigned int*>(slot + 2), f});
+  }
+  std::vector<cuda::Fp8GuardOperand> fp8_guards;  // casts whose guard has not been launched yet
+  void fp8_flush_guards() {
+    cuda::fp8_guard_all(fp8_guards.data(), int(fp8_guards.size()), stream);
+    fp8_guards.clear();
+  }
+  // Whether the operand's slot has a committed amax (delayed scaling scales its next cast without a pass).
+  bool fp8_slot_primed(const void* w, int role) const {
+    const auto it = fp8_first_slot.find(w);
+    return it != fp8_first_slot.end() && fp8_primed[size_t(it->second + role)];
   }
   // Space in `transient` for the given FP8 operands (element counts, 0: not needed), each 256-byte aligned.
   template <size_t K>
@@ -134,6 +147,31 @@ struct CudaOps::Impl {
       base += up(sizes[i]);
     }
     return out;
+  }
+  // linear_backward's FP8 operands in `transient`: dy as is and transposed, w^T, x^T (those the GEMMs asked need).
+  std::array<uint8_t*, 4> fp8_backward_space(const Tensor& dx, const Tensor& dw, int64_t N,
+                                             int64_t in, int64_t out) {
+    const bool want_dx = !dx.empty(), want_dw = !dw.empty();
+    return fp8_space<4>({want_dx ? N * out : 0, want_dw ? N * out : 0, want_dx ? out * in : 0, want_dw ? N * in : 0});
+  }
+
+  // linear_backward's FP8 GEMMs once dy is cast (dy8 / dyt8 with the scale in slot sdy): w^T and x^T cast, then
+  // dx = dy w and dw += dy^T x.
+  void fp8_backward_gemms(const Tensor& dx, const Tensor& dw, uint8_t* dy8, uint8_t* dyt8, float* sdy,
+                          uint8_t* wt8, uint8_t* xt8, const Tensor& x, const Tensor& w, int64_t N, int64_t in,
+                          int64_t out) {
+    float *sw = nullptr, *sx = nullptr;
+    if (!dx.empty()) {
+      sw = fp8_slot(w.data, 1, ptr<bf16>(w), out * in);
+      fp8_cast(nullptr, wt8, sw, ptr<bf16>(w), out, in, cuda::Fp8Format::E4M3);
+    }
+    if (!dw.empty()) {
+      sx = fp8_slot(w.data, 0, ptr<bf16>(x), N * in);
+      fp8_cast(nullptr, xt8, sx, ptr<bf16>(x), N, in, cuda::Fp8Format::E4M3);
+    }
+    fp8_flush_guards();
+    if (sw) matmul->linear_backward_input_fp8(ptr<bf16>(dx), dy8, sdy + 4, wt8, sw + 4, N, in, out);
+    if (sx) matmul->linear_backward_weight_fp8(ptr<float>(dw), dyt8, sdy + 4, xt8, sx + 4, N, in, out);
   }
   static constexpr const char* kTransientLabel = "LM head logits chunk / FP8 operands (shared)";
 
@@ -501,6 +539,8 @@ void CudaOps::set_fp8_scaling_state(const Fp8ScalingState& st) {
 }
 
 bool CudaOps::fp8() const { return impl_->fp8; }
+void CudaOps::set_fp8_fusion(bool on) { impl_->fp8_fusion = on; }
+int64_t CudaOps::fp8_fused_casts() const { return impl_->fp8_fused_casts; }
 
 namespace {
 // The FP8 path's conditions: cuBLASLt's (every dimension a multiple of 16) and quantize_fp8's (16-byte rows).
@@ -509,6 +549,7 @@ bool fp8_shape(int64_t N, int64_t in, int64_t out, std::initializer_list<const T
     if (!t->empty() && (reinterpret_cast<uintptr_t>(t->data) & 15) != 0) return false;
   return N % 16 == 0 && in % 16 == 0 && out % 16 == 0;
 }
+
 }  // namespace
 
 void CudaOps::linear_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) {
@@ -526,6 +567,7 @@ void CudaOps::linear_forward(const Tensor& y, const Tensor& x, const Tensor& w, 
     m.fp8_cast(x8, nullptr, sx, ptr<bf16>(x), N, in, cuda::Fp8Format::E4M3);
     float* sw = m.fp8_slot(w.data, 1, ptr<bf16>(w), out * in);
     m.fp8_cast(w8, nullptr, sw, ptr<bf16>(w), out, in, cuda::Fp8Format::E4M3);
+    m.fp8_flush_guards();
     m.matmul->linear_forward_fp8(ptr<bf16>(y), x8, sx + 4, w8, sw + 4, ptr<bf16>(bias), N, in, out);
     return;
   }
@@ -546,21 +588,10 @@ void CudaOps::linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& 
   cuda::Matmul& mm = *impl_->matmul;
   if (impl_->fp8 && fp8_shape(N, in, out, {&x, &w, &dy}) && (!dx.empty() || !dw.empty())) {
     Impl& m = *impl_;
-    const bool want_dx = !dx.empty(), want_dw = !dw.empty();
-    const auto [dy8, dyt8, wt8, xt8] = m.fp8_space<4>(
-        {want_dx ? N * out : 0, want_dw ? N * out : 0, want_dx ? out * in : 0, want_dw ? N * in : 0});
+    const auto [dy8, dyt8, wt8, xt8] = m.fp8_backward_space(dx, dw, N, in, out);
     float* sdy = m.fp8_slot(w.data, 2, ptr<bf16>(dy), N * out);
     m.fp8_cast(dy8, dyt8, sdy, ptr<bf16>(dy), N, out, cuda::Fp8Format::E5M2);
-    if (want_dx) {
-      float* sw = m.fp8_slot(w.data, 1, ptr<bf16>(w), out * in);
-      m.fp8_cast(nullptr, wt8, sw, ptr<bf16>(w), out, in, cuda::Fp8Format::E4M3);
-      mm.linear_backward_input_fp8(ptr<bf16>(dx), dy8, sdy + 4, wt8, sw + 4, N, in, out);
-    }
-    if (want_dw) {
-      float* sx = m.fp8_slot(w.data, 0, ptr<bf16>(x), N * in);
-      m.fp8_cast(nullptr, xt8, sx, ptr<bf16>(x), N, in, cuda::Fp8Format::E4M3);
-      mm.linear_backward_weight_fp8(ptr<float>(dw), dyt8, sdy + 4, xt8, sx + 4, N, in, out);
-    }
+    m.fp8_backward_gemms(dx, dw, dy8, dyt8, sdy, wt8, xt8, x, w, N, in, out);
     if (!dbias.empty()) mm.bias_backward(ptr<float>(dbias), ptr<bf16>(dy), N, out);
     return;
   }
@@ -685,6 +716,68 @@ void CudaOps::swiglu_backward(const Tensor& dgate_up, const Tensor& dout, const 
   expect(gate_up, DType::BF16, {N, 2 * f}, op, "gate_up");
   expect(dgate_up, DType::BF16, {N, 2 * f}, op, "dgate_up");
   cuda::swiglu_backward(ptr<bf16>(dgate_up), ptr<bf16>(dout), ptr<bf16>(gate_up), N, int(f), impl_->stream);
+}
+
+void CudaOps::swiglu_linear_forward(const Tensor& y, const Tensor& act, const Tensor& gate_up, const Tensor& w) {
+  Impl& m = *impl_;
+  const int64_t f = act.dim(-1), N = rows_of(act, f, "swiglu_linear_forward");
+  // SwiGLU's output cast to FP8 as it is written: with delayed scaling once the operand has a committed amax,
+  // when linear_forward would take the FP8 path for it.
+  const bool fused = m.fp8 && m.fp8_fusion && m.fp8_scaling == Fp8Scaling::Delayed && w.ndim == 2 &&
+                     w.dim(1) == f && f % 8 == 0 && fp8_shape(N, f, w.dim(0), {&act, &w, &gate_up}) &&
+                     m.fp8_slot_primed(w.data, 0);
+  if (!fused) {
+    Ops::swiglu_linear_forward(y, act, gate_up, w);
+    return;
+  }
+  const char* op = "swiglu_linear_forward";
+  const int64_t out = w.dim(0), in = f;
+  expect(act, DType::BF16, {N, f}, op, "act");
+  expect(gate_up, DType::BF16, {N, 2 * f}, op, "gate_up");
+  expect(w, DType::BF16, {out, in}, op, "w");
+  expect(y, DType::BF16, {N, out}, op, "y");
+  const auto [x8, w8] = m.fp8_space<2>({N * in, out * in});
+  float* sx = m.fp8_slot(w.data, 0, nullptr, 0);  // primed: no amax pass
+  m.fp8_fused_casts++;
+  cuda::swiglu_forward_fp8(ptr<bf16>(act), x8, sx + 4, ptr<bf16>(gate_up), N, int(f), sx, sx + 1,
+                           cuda::Fp8Format::E4M3, m.stream);
+  m.fp8_guards.push_back({x8, nullptr, sx + 4, ptr<bf16>(act), N, in, sx, sx + 1,
+                          reinterpret_cast<unsigned int*>(sx + 2), cuda::Fp8Format::E4M3});
+  float* sw = m.fp8_slot(w.data, 1, ptr<bf16>(w), out * in);
+  m.fp8_cast(w8, nullptr, sw, ptr<bf16>(w), out, in, cuda::Fp8Format::E4M3);
+  m.fp8_flush_guards();
+  m.matmul->linear_forward_fp8(ptr<bf16>(y), x8, sx + 4, w8, sw + 4, nullptr, N, in, out);
+}
+
+void CudaOps::swiglu_linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dgate_up, const Tensor& dout,
+                                     const Tensor& gate_up, const Tensor& x, const Tensor& w) {
+  Impl& m = *impl_;
+  const int64_t f = dout.dim(-1), N = rows_of(dout, f, "swiglu_linear_backward");
+  // SwiGLU's gradient cast to FP8 as it is computed: with delayed scaling once the operand has a committed amax
+  // (its scale is known before the values are), when linear_backward would take the FP8 path for it.
+  const bool fused = m.fp8 && m.fp8_fusion && m.fp8_scaling == Fp8Scaling::Delayed && w.ndim == 2 &&
+                     w.dim(0) == 2 * f && f % 8 == 0 && (!dx.empty() || !dw.empty()) &&
+                     fp8_shape(N, w.dim(1), 2 * f, {&x, &w, &dgate_up, &dout, &gate_up}) &&
+                     m.fp8_slot_primed(w.data, 2);
+  if (!fused) {
+    Ops::swiglu_linear_backward(dx, dw, dgate_up, dout, gate_up, x, w);
+    return;
+  }
+  const char* op = "swiglu_linear_backward";
+  const int64_t out = 2 * f, in = w.dim(1);
+  expect(dout, DType::BF16, {N, f}, op, "dout");
+  expect(gate_up, DType::BF16, {N, out}, op, "gate_up");
+  expect(dgate_up, DType::BF16, {N, out}, op, "dgate_up");
+  expect(w, DType::BF16, {out, in}, op, "w");
+  expect(x, DType::BF16, {N, in}, op, "x");
+  expect_optional(dx, DType::BF16, {N, in}, op, "dx");
+  expect_optional(dw, DType::F32, {out, in}, op, "dw");
+  const auto [dy8, dyt8, wt8, xt8] = m.fp8_backward_space(dx, dw, N, in, out);
+  float* sdy = m.fp8_slot(w.data, 2, nullptr, 0);  // primed: no amax pass
+  m.fp8_fused_casts++;
+  cuda::swiglu_backward_fp8(dy8, dyt8, sdy + 4, ptr<bf16>(dout), ptr<bf16>(gate_up), N, int(f), sdy, sdy + 1,
+                            reinterpret_cast<unsigned int*>(sdy + 2), cuda::Fp8Format::E5M2, m.stream);
+  m.fp8_backward_gemms(dx, dw, dy8, dyt8, sdy, wt8, xt8, x, w, N, in, out);
 }
 
 // ---- LM head + cross-entropy ------------------------------------------------------------------------

@@ -62,17 +62,23 @@ class CudaOps final : public Ops {
   // e5m2 (dy) with a per-tensor scale q = fmax / amax, accumulated in f32 by cuBLASLt. A GEMM with a
   // dimension that is not a multiple of 16 stays bf16. The LM head and attention stay bf16. Throws when the
   // GPU has no FP8 tensor cores. The amax:
-  //  - current (the default): the tensor's own, from a pass of its own before each cast;
+  //  - current (this class's default; the command line's is delayed): the tensor's own, from a pass of its own
+  //    before each cast;
   //  - delayed: the largest amax the same operand (x, w or dy of the linear with that weight)
   //    had over the last kFp8HistoryLen committed steps (end_step), recorded by the casts themselves; an
   //    operand with no committed step yet takes its own, as current scaling does. A cast whose tensor
   //    exceeds the scale is done again with the tensor's own amax (fp8_guard), which then scales the
   //    step's later casts of that operand: nothing saturates, and a recomputed forward casts to the same
-  //    bytes.
+  //    bytes. The scale being known before the values are, SwiGLU's gradient is cast as it is computed
+  //    (swiglu_linear_backward), never written in bf16.
   enum class Fp8Scaling { Current, Delayed };
   static constexpr int kFp8HistoryLen = 16;
   void set_fp8(bool on, Fp8Scaling scaling = Fp8Scaling::Current);
   bool fp8() const;
+  // With delayed scaling, swiglu_linear_forward / swiglu_linear_backward cast SwiGLU's output / gradient to FP8
+  // as they compute it (on by default; off runs the ops apart, to the same bytes: the tests compare the two).
+  void set_fp8_fusion(bool on);
+  int64_t fp8_fused_casts() const;  // swiglu_linear_forward / _backward calls that took the fused cast
   void end_step() override;
   Fp8ScalingState fp8_scaling_state() const override;
   void set_fp8_scaling_state(const Fp8ScalingState& state) override;
@@ -88,6 +94,9 @@ class CudaOps final : public Ops {
   void linear_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) override;
   void linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dbias, const Tensor& dy, const Tensor& x,
                        const Tensor& w) override;
+  void swiglu_linear_forward(const Tensor& y, const Tensor& act, const Tensor& gate_up, const Tensor& w) override;
+  void swiglu_linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dgate_up, const Tensor& dout,
+                              const Tensor& gate_up, const Tensor& x, const Tensor& w) override;
   void qk_norm_rope_forward(const Tensor& qkv_out, const Tensor& qk_rstd, const Tensor& qkv_in,
                             const Tensor& q_norm_w, const Tensor& k_norm_w, const Tensor& positions,
                             const AttnShape& s, float theta, float eps) override;

@@ -41,6 +41,31 @@ void quantize_fp8(uint8_t* x8, uint8_t* xt8, float* dequant, const bf16* x, int6
 // kernel leaves zeroed.
 void fp8_guard(uint8_t* x8, uint8_t* xt8, float* dequant, const bf16* x, int64_t rows, int64_t cols, float* amax,
                const float* seen, unsigned int* counter, Fp8Format format, cudaStream_t s);
+// The guards of up to kFp8MaxGuarded casts (each as fp8_guard) in one launch.
+struct Fp8GuardOperand {
+  uint8_t *x8, *xt8;
+  float* dequant;
+  const bf16* x;
+  int64_t rows, cols;
+  float* amax;
+  const float* seen;
+  unsigned int* counter;
+  Fp8Format format;
+};
+constexpr int kFp8MaxGuarded = 4;
+void fp8_guard_all(const Fp8GuardOperand* ops, int n, cudaStream_t s);
+// SwiGLU's forward written in bf16 into out[N, f] (as swiglu_forward) and cast as it is written into x8[N, f]
+// with the scale from *amax, recording *amax_seen (as quantize_fp8 of out would). No guard: fp8_guard on out
+// after it. f a multiple of 8.
+void swiglu_forward_fp8(bf16* out, uint8_t* x8, float* dequant, const bf16* gate_up, int64_t N, int f,
+                        const float* amax, float* amax_seen, Fp8Format format, cudaStream_t s);
+// SwiGLU's backward (swiglu_backward's dgate_up[N, 2f], each value rounded to bf16 as it stores them) cast
+// straight to FP8 with delayed scaling, never written in bf16: dy8[N, 2f] and/or dyt8[2f, N], with the scale from
+// *amax, recording *amax_seen, then the guard (as fp8_guard: a cast that saturated is done again with the seen
+// amax). The bytes are those of swiglu_backward followed by quantize_fp8 and fp8_guard. f a multiple of 8.
+void swiglu_backward_fp8(uint8_t* dy8, uint8_t* dyt8, float* dequant, const bf16* dout, const bf16* gate_up,
+                         int64_t N, int f, float* amax, float* amax_seen, unsigned int* counter, Fp8Format format,
+                         cudaStream_t s);
 // Delayed scaling's step end, over n slots of kFp8SlotFloats floats (slot[0]: the amax the casts scale by,
 // slot[1]: the largest |x| the casts saw this step) and their histories (history_len floats each): the seen
 // amax goes into history entry `position`, slot[0] becomes the history's max, slot[1] goes back to 0.

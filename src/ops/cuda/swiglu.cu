@@ -3,14 +3,13 @@
 // a pointer does not allow them), reading its gate and up values together.
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/swiglu.cuh"
 #include "ops/cuda/vector_access.cuh"
 
 namespace tk::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-__device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
 
 template <int V>
 __global__ void __launch_bounds__(kThreads)
@@ -24,11 +23,11 @@ __global__ void __launch_bounds__(kThreads)
   load_bf16(g, gate_up + n * 2 * f + col);
   load_bf16(u, gate_up + n * 2 * f + f + col);
 #pragma unroll
-  for (int k = 0; k < V; k++) y[k] = g[k] * sigmoid(g[k]) * u[k];
+  for (int k = 0; k < V; k++) y[k] = swiglu_value(g[k], u[k]);
   store_bf16(out + n * f + col, y);
 }
 
-// d silu(g) / dg = s (1 + g (1 - s)) with s = sigmoid(g).
+// d silu(g) / dg = s (1 + g (1 - s)) with s = sigmoid(g) (swiglu.cuh).
 template <int V>
 __global__ void __launch_bounds__(kThreads)
     swiglu_backward_kernel(__nv_bfloat16* dgate_up, const __nv_bfloat16* dout, const __nv_bfloat16* gate_up,
@@ -43,11 +42,7 @@ __global__ void __launch_bounds__(kThreads)
   load_bf16(u, gate_up + n * 2 * f + f + col);
   load_bf16(dy, dout + n * f + col);
 #pragma unroll
-  for (int k = 0; k < V; k++) {
-    const float s = sigmoid(g[k]);
-    du[k] = dy[k] * g[k] * s;
-    dg[k] = dy[k] * u[k] * s * (1.f + g[k] * (1.f - s));
-  }
+  for (int k = 0; k < V; k++) swiglu_grad(g[k], u[k], dy[k], dg[k], du[k]);
   store_bf16(dgate_up + n * 2 * f + col, dg);
   store_bf16(dgate_up + n * 2 * f + f + col, du);
 }
