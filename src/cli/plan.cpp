@@ -20,7 +20,7 @@ struct PlanFlags {
   int64_t batch_tokens = 0;
   double efficiency = 0.65, bandwidth_gbs = 3350, host_gbs = 45;
   bool json = false, all = false, doc_mask = false, fp8 = false;
-  std::string fp8_scaling = "current";
+  std::string fp8_scaling = "delayed";
   int logits_chunk_mib = 0;
 };
 
@@ -117,7 +117,7 @@ tk::cli::Command plan_cmd("plan", "The memory a training run needs, and the fast
                                            "MiB of the LM head's logits chunk as train --logits-chunk (default 512, or "
                                            "chosen with --memory-budget)")
                                 ->check(CLI::Range(1, 65536));
-                            app.add_option("--fp8-scaling", f->fp8_scaling, "As train --fp8-scaling: current or delayed")
+                            app.add_option("--fp8-scaling", f->fp8_scaling, "As train --fp8-scaling: delayed or current")
                                 ->check(CLI::IsMember({"current", "delayed"}))
                                 ->capture_default_str();
                             app.add_option("--moments", f->moments,

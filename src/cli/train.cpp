@@ -33,10 +33,10 @@ void add_recipe_options(CLI::App& app, TrainConfig& c) {
                "The linear layers' GEMMs in FP8 (e4m3 weights and activations, e5m2 gradients, per-tensor scales; "
                "CUDA on compute capability 8.9+). The LM head, attention and everything else stay bf16");
   app.add_option("--fp8-scaling", c.fp8_scaling,
-                 "Where --fp8 takes each tensor's scale from: current (the tensor's own maximum, a pass of its own "
-                 "before every cast) or delayed (the largest maximum of the same tensor over the last 16 steps, "
-                 "recorded by the casts themselves: no pass of its own, a few percent faster; a cast past its scale is "
-                 "done again with the tensor's own maximum)")
+                 "Where --fp8 takes each tensor's scale from: delayed (the largest maximum of the same tensor over "
+                 "the last 16 steps, recorded by the casts themselves; a cast past its scale is done again with the "
+                 "tensor's own maximum) or current (the tensor's own maximum, a pass of its own before every cast: "
+                 "a few percent slower)")
       ->check(CLI::IsMember({"current", "delayed"}))
       ->capture_default_str();
   app.add_option("--recompute", c.recompute,
