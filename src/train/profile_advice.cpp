@@ -184,7 +184,8 @@ LinearCast linear_cast(const AdviceInputs& in) {
 
 std::optional<Advice> fp8(const AdviceInputs& in) {
   if (!in.gpu || !in.fp8_tensor_cores || in.fp8) return std::nullopt;
-  const auto [lin, cast_ms] = linear_cast(in);
+  const auto [lin, current_cast_ms] = linear_cast(in);
+  const double cast_ms = current_cast_ms * kFp8DelayedCastShare;  // --fp8 scales by delayed scaling by default
   const double saved_ms = lin.ms * (1 - 1 / kFp8GemmSpeedup) - cast_ms;
   const double saved_pct = pct(saved_ms, in.totals.step_ms);
   if (saved_pct < kMinPayoffPct) return std::nullopt;
