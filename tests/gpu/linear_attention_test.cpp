@@ -275,6 +275,18 @@ HostFp8 host_fp8(const std::vector<float>& x, cuda::Fp8Format f, float amax = -1
 class Fp8Test : public CudaOpsTest {
  protected:
   void check_linear(int64_t N, int64_t in, int64_t out, bool with_bias);
+  // How many bytes of x8 [rows, cols] and of its transpose xt8 [cols, rows] differ from ref (row-major).
+  std::pair<int64_t, int64_t> wrong_bytes(const Owned& x8, const Owned& xt8, const std::vector<uint8_t>& ref,
+                                          int64_t rows, int64_t cols) {
+    const auto got = bytes(x8), got_t = bytes(xt8);
+    int64_t wrong = 0, wrong_t = 0;
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t c = 0; c < cols; c++) {
+        wrong += got[size_t(r * cols + c)] != ref[size_t(r * cols + c)];
+        wrong_t += got_t[size_t(c * rows + r)] != ref[size_t(r * cols + c)];
+      }
+    return {wrong, wrong_t};
+  }
 };
 
 // amax and the cast, bitwise against the host, as is and transposed, for both formats, at sizes whose rows
@@ -303,15 +315,7 @@ TEST_F(Fp8Test, QuantizeIsExactAsIsAndTransposed) {
       EXPECT_EQ(scales[0], amax);
       EXPECT_EQ(scales[1], ref.dequant);
       EXPECT_EQ(scales[2], amax) << "the amax the cast saw";
-      std::vector<uint8_t> got(size_t(rows * cols)), got_t(got.size());
-      gpu_->download(got.data(), x8.t.data, got.size());
-      gpu_->download(got_t.data(), xt8.t.data, got_t.size());
-      int64_t wrong = 0, wrong_t = 0;
-      for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) {
-          wrong += got[size_t(r * cols + c)] != ref.bytes[size_t(r * cols + c)];
-          wrong_t += got_t[size_t(c * rows + r)] != ref.bytes[size_t(r * cols + c)];
-        }
+      const auto [wrong, wrong_t] = wrong_bytes(x8, xt8, ref.bytes, rows, cols);
       EXPECT_EQ(wrong, 0) << "bytes of x8 differ from the host's rounding";
       EXPECT_EQ(wrong_t, 0) << "bytes of the transpose differ from the host's rounding";
     }
@@ -347,15 +351,7 @@ TEST_F(Fp8Test, GuardRecastsASaturatedCastWithTheAmaxItSaw) {
       EXPECT_EQ(got_slot[1], amax) << "the amax seen";
       EXPECT_EQ(got_slot[2], 0.f) << "the counter";
       EXPECT_EQ(got_slot[4], ref.dequant);
-      std::vector<uint8_t> got(size_t(rows * cols)), got_t(got.size());
-      gpu_->download(got.data(), x8.t.data, got.size());
-      gpu_->download(got_t.data(), xt8.t.data, got_t.size());
-      int64_t wrong = 0, wrong_t = 0;
-      for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) {
-          wrong += got[size_t(r * cols + c)] != ref.bytes[size_t(r * cols + c)];
-          wrong_t += got_t[size_t(c * rows + r)] != ref.bytes[size_t(r * cols + c)];
-        }
+      const auto [wrong, wrong_t] = wrong_bytes(x8, xt8, ref.bytes, rows, cols);
       EXPECT_EQ(wrong, 0);
       EXPECT_EQ(wrong_t, 0);
     }
@@ -413,13 +409,7 @@ TEST_F(Fp8Test, GuardAllTreatsEachOperandByItself) {
     EXPECT_EQ(got_slot[1], o.amax) << "the amax seen";
     EXPECT_EQ(got_slot[2], 0.f) << "the counter";
     EXPECT_EQ(got_slot[4], ref.dequant);
-    const auto got = bytes(*o.x8), got_t = bytes(*o.xt8);
-    int64_t wrong = 0, wrong_t = 0;
-    for (int64_t r = 0; r < c.rows; r++)
-      for (int64_t col = 0; col < c.cols; col++) {
-        wrong += got[size_t(r * c.cols + col)] != ref.bytes[size_t(r * c.cols + col)];
-        wrong_t += got_t[size_t(col * c.rows + r)] != ref.bytes[size_t(r * c.cols + col)];
-      }
+    const auto [wrong, wrong_t] = wrong_bytes(*o.x8, *o.xt8, ref.bytes, c.rows, c.cols);
     EXPECT_EQ(wrong, 0);
     EXPECT_EQ(wrong_t, 0);
   }

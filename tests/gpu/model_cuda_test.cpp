@@ -239,6 +239,15 @@ TEST(ModelCudaFp8, DelayedScalingCarriesAcrossStepsPoliciesAndBackends) {
   // Two FP8 roundings of the same step (each within FP8's bounds of the exact one: ModelCudaFp8 above).
   EXPECT_LT(rel_error(d2.grads.data(), c2.grads.data(), d2.grads.size()), 0.3);
 
+  // The saved state on another backend, each weight's address moved to that model's copy of it (as a
+  // checkpoint's round trip by parameter name does).
+  auto restore = [&](CudaOps& ops, Model& again) {
+    Ops::Fp8ScalingState moved = state;
+    for (Ops::Fp8AmaxHistory& h : moved.weights)
+      h.weight = static_cast<const char*>(again.params().data) +
+                 (static_cast<const char*>(h.weight) - static_cast<const char*>(model.params().data));
+    ops.set_fp8_scaling_state(moved);
+  };
   for (const char* policy : {"none", "block", "norm,swiglu", "attention,qkv"}) {
     auto fresh = std::make_unique<CudaOps>(0);
     fresh->set_fp8(true, CudaOps::Fp8Scaling::Delayed);
@@ -246,11 +255,7 @@ TEST(ModelCudaFp8, DelayedScalingCarriesAcrossStepsPoliciesAndBackends) {
     o.recompute = Recompute::parse(policy);
     Model again(cfg, *fresh, o);
     again.set_params_f32(params);
-    Ops::Fp8ScalingState moved = state;
-    for (Ops::Fp8AmaxHistory& h : moved.weights)
-      h.weight = static_cast<const char*>(again.params().data) +
-                 (static_cast<const char*>(h.weight) - static_cast<const char*>(model.params().data));
-    fresh->set_fp8_scaling_state(moved);
+    restore(*fresh, again);
     const Result r = step(again, second.batch);
     EXPECT_EQ(r.loss.sum, d2.loss.sum) << policy;
     EXPECT_EQ(0, std::memcmp(r.grads.data(), d2.grads.data(), d2.grads.size() * sizeof(float)))
@@ -266,11 +271,7 @@ TEST(ModelCudaFp8, DelayedScalingCarriesAcrossStepsPoliciesAndBackends) {
     apart->set_fp8_fusion(false);
     Model again(cfg, *apart, {B, T, false});
     again.set_params_f32(params);
-    Ops::Fp8ScalingState moved = state;
-    for (Ops::Fp8AmaxHistory& h : moved.weights)
-      h.weight = static_cast<const char*>(again.params().data) +
-                 (static_cast<const char*>(h.weight) - static_cast<const char*>(model.params().data));
-    apart->set_fp8_scaling_state(moved);
+    restore(*apart, again);
     const Result r = step(again, second.batch);
     EXPECT_EQ(apart->fp8_fused_casts(), 0);
     EXPECT_EQ(r.loss.sum, d2.loss.sum);
