@@ -175,6 +175,9 @@ class Ops {
     swiglu_backward(dgate_up, dout, gate_up);
     linear_backward(dx, dw, Tensor(), dgate_up, x, w);
   }
+  // Whether swiglu_linear_forward / swiglu_linear_backward run as one fused piece of work on this backend (then
+  // a profiler times them as one op; otherwise as the two ops they compose).
+  virtual bool fuses_swiglu_linear() const { return false; }
 
   // ---- LM head + cross-entropy, fused ---------------------------------------------------------
   // For each token n: logits = x[n,:] @ w[V,d]^T (never stored whole), and

@@ -91,6 +91,11 @@ class ProfilingOps final : public Ops {
                         const AttnShape& s) override;
   void swiglu_forward(const Tensor& out, const Tensor& gate_up) override;
   void swiglu_backward(const Tensor& dgate_up, const Tensor& dout, const Tensor& gate_up) override;
+  // Timed as one op (category matmul) where the inner backend fuses them, else as swiglu_* and linear_*.
+  void swiglu_linear_forward(const Tensor& y, const Tensor& act, const Tensor& gate_up, const Tensor& w) override;
+  void swiglu_linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dgate_up, const Tensor& dout,
+                              const Tensor& gate_up, const Tensor& x, const Tensor& w) override;
+  bool fuses_swiglu_linear() const override { return inner_->fuses_swiglu_linear(); }
   void lm_head_cross_entropy(const Tensor& losses, const Tensor& dx, const Tensor& dw, const Tensor& x,
                              const Tensor& w, const Tensor& targets, float grad_scale, int ignore_index) override;
   double grad_norm(const Tensor& grads) override;

@@ -171,6 +171,27 @@ TEST(OpCost, SwigluLossAndOptimizer) {
   EXPECT_DOUBLE_EQ(c.last().cost.bytes, 2.0 * sizeof host);
 }
 
+// SwiGLU and the linear it feeds, on a backend that does not fuse them (the CPU's): timed as the two ops they
+// are, with those ops' costs (a fusing backend's single row is checked on the GPU: tests/gpu/run.sh profile).
+TEST(OpCost, SwigluLinearIsTimedAsItsTwoOpsWhereTheBackendDoesNotFuseThem) {
+  CostCase c;
+  EXPECT_FALSE(c.ops.fuses_swiglu_linear());
+  Tensor gu = c.t.f32({6, 10}), act = c.t.f32({6, 5}), w = c.t.f32({8, 5}), y = c.t.f32({6, 8});
+  const size_t before = c.ops.records().size();
+  c.ops.swiglu_linear_forward(y, act, gu, w);
+  ASSERT_EQ(c.ops.records().size(), before + 2);
+  EXPECT_STREQ(c.ops.records()[before].name, "swiglu_forward");
+  EXPECT_STREQ(c.last().name, "linear_forward");
+  EXPECT_DOUBLE_EQ(c.last().cost.flops, 2.0 * 6 * 5 * 8);
+  Tensor dx = c.t.f32({6, 5}), dwg = c.t.f32({10, 5}), x = c.t.f32({6, 5}), dgu = c.t.f32({6, 10}),
+         wg = c.t.f32({10, 5});
+  c.ops.swiglu_linear_backward(dx, dwg, dgu, act, gu, x, wg);
+  ASSERT_EQ(c.ops.records().size(), before + 4);
+  EXPECT_STREQ(c.ops.records()[before + 2].name, "swiglu_backward");
+  EXPECT_STREQ(c.last().name, "linear_backward");
+  EXPECT_DOUBLE_EQ(c.last().cost.flops, 2 * 2.0 * 6 * 5 * 10);
+}
+
 TEST(OpCost, RecordsNestTheirMarksInCallOrder) {
   CostCase c;
   Tensor a = c.t.f32({64, 64}), b = c.t.f32({64, 64}), y = c.t.f32({64, 64}), act = c.t.f32({64, 32});

@@ -540,6 +540,9 @@ void CudaOps::set_fp8_scaling_state(const Fp8ScalingState& st) {
 
 bool CudaOps::fp8() const { return impl_->fp8; }
 void CudaOps::set_fp8_fusion(bool on) { impl_->fp8_fusion = on; }
+bool CudaOps::fuses_swiglu_linear() const {
+  return impl_->fp8 && impl_->fp8_fusion && impl_->fp8_scaling == Fp8Scaling::Delayed;
+}
 int64_t CudaOps::fp8_fused_casts() const { return impl_->fp8_fused_casts; }
 
 namespace {

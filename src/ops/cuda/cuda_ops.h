@@ -95,6 +95,7 @@ class CudaOps final : public Ops {
   void linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dbias, const Tensor& dy, const Tensor& x,
                        const Tensor& w) override;
   void swiglu_linear_forward(const Tensor& y, const Tensor& act, const Tensor& gate_up, const Tensor& w) override;
+  bool fuses_swiglu_linear() const override;
   void swiglu_linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dgate_up, const Tensor& dout,
                               const Tensor& gate_up, const Tensor& x, const Tensor& w) override;
   void qk_norm_rope_forward(const Tensor& qkv_out, const Tensor& qk_rstd, const Tensor& qkv_in,
