@@ -260,15 +260,15 @@ void ProfilingOps::swiglu_backward(const Tensor& dgate_up, const Tensor& dout, c
 }
 
 // SwiGLU and the linear it feeds, fused by the backend (CUDA with --fp8 and delayed scaling: the cast of SwiGLU's
-// output or gradient happens in its kernel): the linear's GEMMs and SwiGLU's arithmetic and traffic as one op.
+// output or gradient happens in its kernel): one op, whose FLOPs are the linear's GEMMs' (so that the matmul
+// FLOPs of a step stay the model's) and whose bytes are both ops'.
 void ProfilingOps::swiglu_linear_forward(const Tensor& y, const Tensor& act, const Tensor& gate_up, const Tensor& w) {
   if (!inner_->fuses_swiglu_linear()) {
     Ops::swiglu_linear_forward(y, act, gate_up, w);  // as swiglu_forward and linear_forward, each timed
     return;
   }
   const double in = double(w.dim(-1)), out = double(w.dim(0)), N = rows(act, w.dim(-1));
-  const OpCost c{2.0 * N * in * out + 5.0 * double(act.numel()),
-                 bytes_of(gate_up) + bytes_of(act) + bytes_of(w) + bytes_of(y)};
+  const OpCost c{2.0 * N * in * out, bytes_of(gate_up) + bytes_of(act) + bytes_of(w) + bytes_of(y)};
   timed("swiglu_linear_forward", OpCategory::Matmul, c, gate_up, y,
         [&] { inner_->swiglu_linear_forward(y, act, gate_up, w); });
 }
@@ -281,7 +281,7 @@ void ProfilingOps::swiglu_linear_backward(const Tensor& dx, const Tensor& dw, co
     return;
   }
   const double in = double(w.dim(-1)), out = double(w.dim(0)), N = rows(dout, dout.dim(-1));
-  OpCost c{11.0 * double(dout.numel()), bytes_of(dout) + bytes_of(gate_up)};
+  OpCost c{0, bytes_of(dout) + bytes_of(gate_up)};
   if (!dx.empty()) {
     c.flops += 2.0 * N * in * out;
     c.bytes += bytes_of(w) + bytes_of(dx);
