@@ -552,7 +552,6 @@ bool fp8_shape(int64_t N, int64_t in, int64_t out, std::initializer_list<const T
     if (!t->empty() && (reinterpret_cast<uintptr_t>(t->data) & 15) != 0) return false;
   return N % 16 == 0 && in % 16 == 0 && out % 16 == 0;
 }
-
 }  // namespace
 
 void CudaOps::linear_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) {
@@ -726,9 +725,8 @@ void CudaOps::swiglu_linear_forward(const Tensor& y, const Tensor& act, const Te
   const int64_t f = act.dim(-1), N = rows_of(act, f, "swiglu_linear_forward");
   // SwiGLU's output cast to FP8 as it is written: with delayed scaling once the operand has a committed amax,
   // when linear_forward would take the FP8 path for it.
-  const bool fused = m.fp8 && m.fp8_fusion && m.fp8_scaling == Fp8Scaling::Delayed && w.ndim == 2 &&
-                     w.dim(1) == f && f % 8 == 0 && fp8_shape(N, f, w.dim(0), {&act, &w, &gate_up}) &&
-                     m.fp8_slot_primed(w.data, 0);
+  const bool fused = fuses_swiglu_linear() && w.ndim == 2 && w.dim(1) == f && f % 8 == 0 &&
+                     fp8_shape(N, f, w.dim(0), {&act, &w, &gate_up}) && m.fp8_slot_primed(w.data, 0);
   if (!fused) {
     Ops::swiglu_linear_forward(y, act, gate_up, w);
     return;
@@ -758,8 +756,8 @@ void CudaOps::swiglu_linear_backward(const Tensor& dx, const Tensor& dw, const T
   const int64_t f = dout.dim(-1), N = rows_of(dout, f, "swiglu_linear_backward");
   // SwiGLU's gradient cast to FP8 as it is computed: with delayed scaling once the operand has a committed amax
   // (its scale is known before the values are), when linear_backward would take the FP8 path for it.
-  const bool fused = m.fp8 && m.fp8_fusion && m.fp8_scaling == Fp8Scaling::Delayed && w.ndim == 2 &&
-                     w.dim(0) == 2 * f && f % 8 == 0 && (!dx.empty() || !dw.empty()) &&
+  const bool fused = fuses_swiglu_linear() && w.ndim == 2 && w.dim(0) == 2 * f && f % 8 == 0 &&
+                     (!dx.empty() || !dw.empty()) &&
                      fp8_shape(N, w.dim(1), 2 * f, {&x, &w, &dgate_up, &dout, &gate_up}) &&
                      m.fp8_slot_primed(w.data, 2);
   if (!fused) {
