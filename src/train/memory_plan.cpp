@@ -85,9 +85,10 @@ double seconds_per_token(const ModelConfig& c, int B, int T, int accumulation, c
     const double linear = 6 * L * W;
     matmul_s -= linear * (1 - 1 / kFp8GemmSpeedup) / (t.peak_flops * eff);
     // Delayed scaling (--fp8-scaling delayed): no amax pass, so 6, 4 and 6 bytes (bench/NOTES.md, delayed
-    // scaling: 84.1k measured for llama3.2-1b); SwiGLU's gradient is cast as it is computed, so the gate/up
-    // linear's dy has no cast of its own (swiglu_backward writes its FP8 forms where it wrote bf16).
-    cast_bytes = t.fp8_delayed ? L * (6 * (2 * d + q + f) + 4 * (qkv + 2 * d) + 6 * W / N)
+    // scaling: 84.1k measured for llama3.2-1b); SwiGLU's output and gradient are cast as they are computed, so
+    // the down projection's x costs only its backward's transposed cast (4 bytes: the forward cast's read goes)
+    // and the gate/up projection's dy nothing (swiglu_backward writes its FP8 forms where it wrote bf16).
+    cast_bytes = t.fp8_delayed ? L * (6 * (2 * d + q) + 4 * f + 4 * (qkv + 2 * d) + 6 * W / N)
                                : L * (10 * (2 * d + q + f) + 6 * (qkv + 2 * d + 2 * f) + 10 * W / N);
   }
   return matmul_s + (L * layer_bytes + loss_bytes + cast_bytes) / t.bandwidth +

@@ -173,9 +173,10 @@ TEST(MemoryPlan, Fp8PredictionGainsOnWideModelsMoreThanOnNarrowOnes) {
   EXPECT_GT(wide - 1, 2 * (narrow - 1));
 }
 
-// Delayed scaling drops the amax passes: faster than current scaling by a few percent (measured on the H200:
-// 1B 80.7k -> 84.1k tok/s, +4%; 0.5B 145.1k -> 154.0k, +6%), the same memory.
-TEST(MemoryPlan, Fp8DelayedScalingPredictsAFewPercentMoreThanCurrent) {
+// Delayed scaling drops the amax passes and casts SwiGLU's output and gradient in its kernels: faster than
+// current scaling by several percent (measured on the H200 with both: 1B 81.8k -> 85.6k tok/s, +4.6%; 0.5B
+// 146.3k -> 158.6k, +8.4%), the same memory.
+TEST(MemoryPlan, Fp8DelayedScalingPredictsSeveralPercentMoreThanCurrent) {
   for (const char* name : {"llama3.2-1b", "qwen2.5-0.5b"}) {
     PlanTarget gpu;
     gpu.bandwidth = 4.26e12;
@@ -184,8 +185,8 @@ TEST(MemoryPlan, Fp8DelayedScalingPredictsAFewPercentMoreThanCurrent) {
     gpu.fp8_delayed = true;
     const MemoryPlan delayed = plan_memory(preset(name), 8, 2048, 1, Recompute(), gpu);
     const double gain = delayed.predicted_tokens_per_s / current.predicted_tokens_per_s;
-    EXPECT_GT(gain, 1.02) << name;
-    EXPECT_LT(gain, 1.10) << name;
+    EXPECT_GT(gain, 1.03) << name;
+    EXPECT_LT(gain, 1.12) << name;
     EXPECT_EQ(delayed.total_bytes, current.total_bytes) << name;
   }
 }
