@@ -169,11 +169,11 @@ void ProfilingOps::linear_forward(const Tensor& y, const Tensor& x, const Tensor
   timed("linear_forward", OpCategory::Matmul, c, x, y, [&] { inner_->linear_forward(y, x, w, bias); });
 }
 
-void ProfilingOps::linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dbias, const Tensor& dy,
-                                   const Tensor& x, const Tensor& w) {
-  const double in = double(w.dim(-1)), out = double(w.dim(0)), N = rows(dy, w.dim(0));
-  const double gemm = 2.0 * N * in * out;
-  OpCost c{0, bytes_of(dy) + 2.0 * bytes_of(dbias)};
+namespace {
+// A linear's backward GEMMs over N rows: one for dx (reads w, writes dx), one for dw (reads x, reads and writes dw).
+OpCost linear_backward_gemms(const Tensor& dx, const Tensor& dw, const Tensor& x, const Tensor& w, double N) {
+  const double gemm = 2.0 * N * double(w.dim(-1)) * double(w.dim(0));
+  OpCost c{0, 0};
   if (!dx.empty()) {
     c.flops += gemm;
     c.bytes += bytes_of(w) + bytes_of(dx);
@@ -182,6 +182,14 @@ void ProfilingOps::linear_backward(const Tensor& dx, const Tensor& dw, const Ten
     c.flops += gemm;
     c.bytes += bytes_of(x) + 2.0 * bytes_of(dw);
   }
+  return c;
+}
+}  // namespace
+
+void ProfilingOps::linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dbias, const Tensor& dy,
+                                   const Tensor& x, const Tensor& w) {
+  OpCost c = linear_backward_gemms(dx, dw, x, w, rows(dy, w.dim(0)));
+  c.bytes += bytes_of(dy) + 2.0 * bytes_of(dbias);
   timed("linear_backward", OpCategory::Matmul, c, dy, dx.empty() ? dw : dx,
         [&] { inner_->linear_backward(dx, dw, dbias, dy, x, w); });
 }
@@ -280,16 +288,8 @@ void ProfilingOps::swiglu_linear_backward(const Tensor& dx, const Tensor& dw, co
     Ops::swiglu_linear_backward(dx, dw, dgate_up, dout, gate_up, x, w);
     return;
   }
-  const double in = double(w.dim(-1)), out = double(w.dim(0)), N = rows(dout, dout.dim(-1));
-  OpCost c{0, bytes_of(dout) + bytes_of(gate_up)};
-  if (!dx.empty()) {
-    c.flops += 2.0 * N * in * out;
-    c.bytes += bytes_of(w) + bytes_of(dx);
-  }
-  if (!dw.empty()) {
-    c.flops += 2.0 * N * in * out;
-    c.bytes += bytes_of(x) + 2.0 * bytes_of(dw);
-  }
+  OpCost c = linear_backward_gemms(dx, dw, x, w, rows(dout, dout.dim(-1)));
+  c.bytes += bytes_of(dout) + bytes_of(gate_up);
   timed("swiglu_linear_backward", OpCategory::Matmul, c, dout, dx.empty() ? dw : dx,
         [&] { inner_->swiglu_linear_backward(dx, dw, dgate_up, dout, gate_up, x, w); });
 }
