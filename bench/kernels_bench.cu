@@ -427,8 +427,25 @@ void bench_fp8() {
                    slot + 1);
     });
     record("swiglu_forward_fp8 (fused)", shape, 7.0 * double(nf), [&](int k) {
-      swiglu_forward_fp8(dgate_up[k % sets], dy8[k % sets], slot + 4, gate_up[k % sets], kTokens, f, slot, slot + 1,
-                         Fp8Format::E4M3, nullptr);
+      swiglu_forward_fp8(dgate_up[k % sets], dy8[k % sets], nullptr, slot + 4, gate_up[k % sets], kTokens, f, slot,
+                         slot + 1, Fp8Format::E4M3, nullptr);
+    });
+    // As the step runs it under --fp8: the bytes as is for the GEMM and transposed for the backward's weight
+    // gradient (kept in the output's memory), no bf16 output (6 N f), then the guard that finds nothing to do.
+    record("swiglu_forward_fp8 both, no bf16 (fused) + guard", shape, 6.0 * double(nf), [&](int k) {
+      swiglu_forward_fp8(nullptr, dy8[k % sets], dyt8[k % sets], slot + 4, gate_up[k % sets], kTokens, f, slot,
+                         slot + 1, Fp8Format::E4M3, nullptr);
+      Fp8GuardOperand op{dy8[k % sets], dyt8[k % sets], slot + 4, nullptr, kTokens, f, slot, slot + 1,
+                         reinterpret_cast<unsigned int*>(slot + 2), Fp8Format::E4M3, gate_up[k % sets]};
+      fp8_guard_all(&op, 1, nullptr);
+    });
+    // What the step did before: the bf16 output and the cast as is in the forward, the transposed cast of the
+    // bf16 output in the backward (9 N f + 3 N f).
+    record("swiglu_forward + fp8 cast, then the cast transposed", shape, 12.0 * double(nf), [&](int k) {
+      swiglu_forward_fp8(dgate_up[k % sets], dy8[k % sets], nullptr, slot + 4, gate_up[k % sets], kTokens, f, slot,
+                         slot + 1, Fp8Format::E4M3, nullptr);
+      quantize_fp8(nullptr, dyt8[k % sets], slot + 4, dgate_up[k % sets], kTokens, f, slot, Fp8Format::E4M3, nullptr,
+                   slot + 1);
     });
     record("swiglu_backward_fp8 (fused)", shape, 10.0 * double(nf), [&](int k) {
       swiglu_backward_fp8(dy8[k % sets], dyt8[k % sets], slot + 4, dout[k % sets], gate_up[k % sets], kTokens, f, slot,

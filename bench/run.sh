@@ -3,7 +3,8 @@
 # ceilings and the PyTorch peer (torch.compile) and tokamak on the same shapes, and prints a table
 # with the ratios. Usage: bench/run.sh [configs] [peer-modes]; needs the peer script in .shared/.
 # TK_BENCH_FLAGS adds flags to tokamak's runs (e.g. "--logits-chunk 1024"); tokamak runs each config in bf16 and
-# again with --fp8 (FP8 linears, delayed scaling) and with --fp8 --fp8-scaling current, unless NO_FP8=1.
+# again with --fp8 (FP8 linears, delayed scaling) and with --fp8 --fp8-scaling current, unless NO_FP8=1 (PRECS picks
+# among bf16, fp8 and fp8c).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/bench-out}
@@ -24,7 +25,7 @@ for c in ${CONFIGS//,/ }; do
   [ "$c" = gpt2s-llama ] && { B=16; T=1024; }
   # bf16, then (unless NO_FP8 is set) the same with the linear layers' GEMMs in FP8.
   # fp8c: FP8 with current scaling (--fp8-scaling current).
-  precs="bf16 fp8 fp8c"; [ -n "${NO_FP8:-}" ] && precs=bf16
+  precs=${PRECS:-"bf16 fp8 fp8c"}; [ -n "${NO_FP8:-}" ] && precs=bf16
   for prec in $precs; do
     flags=(); [ "$prec" = fp8 ] && flags=(--fp8); [ "$prec" = fp8c ] && flags=(--fp8 --fp8-scaling current)
     $BUILD/tokamak bench --model "$c" --batch $B --seq $T --steps "$STEPS" --json "${flags[@]}" ${TK_BENCH_FLAGS:-} \

@@ -87,8 +87,11 @@ double seconds_per_token(const ModelConfig& c, int B, int T, int accumulation, c
     // Delayed scaling (--fp8-scaling delayed): no amax pass, so 6, 4 and 6 bytes (bench/NOTES.md, delayed
     // scaling: 84.1k measured for llama3.2-1b); SwiGLU's output and gradient are cast as they are computed, so
     // the down projection's x costs only its backward's transposed cast (4 bytes: the forward cast's read goes)
-    // and the gate/up projection's dy nothing (swiglu_backward writes its FP8 forms where it wrote bf16).
-    cast_bytes = t.fp8_delayed ? L * (6 * (2 * d + q) + 4 * f + 4 * (qkv + 2 * d) + 6 * W / N)
+    // and the gate/up projection's dy nothing (swiglu_backward writes its FP8 forms where it wrote bf16). When
+    // SwiGLU's output is kept (not recomputed), the forward writes that transpose in its place, 1 byte where the
+    // bf16 output took 2, and the backward casts nothing for it: -1 byte instead of 4.
+    const double down_x = (r.swiglu || r.block) ? 4 * f : -f;
+    cast_bytes = t.fp8_delayed ? L * (6 * (2 * d + q) + down_x + 4 * (qkv + 2 * d) + 6 * W / N)
                                : L * (10 * (2 * d + q + f) + 6 * (qkv + 2 * d + 2 * f) + 10 * W / N);
   }
   return matmul_s + (L * layer_bytes + loss_bytes + cast_bytes) / t.bandwidth +

@@ -175,7 +175,7 @@ TEST(MemoryPlan, Fp8PredictionGainsOnWideModelsMoreThanOnNarrowOnes) {
 
 // Delayed scaling drops the amax passes and casts SwiGLU's output and gradient in its kernels: faster than
 // current scaling by several percent (measured on the H200 with both: 1B 81.8k -> 85.6k tok/s, +4.6%; 0.5B
-// 146.3k -> 158.6k, +8.4%), the same memory.
+// 146.3k -> 158.6k, +8.4%, before the fused forward kept the down projection's x^T), the same memory.
 TEST(MemoryPlan, Fp8DelayedScalingPredictsSeveralPercentMoreThanCurrent) {
   for (const char* name : {"llama3.2-1b", "qwen2.5-0.5b"}) {
     PlanTarget gpu;
@@ -186,7 +186,7 @@ TEST(MemoryPlan, Fp8DelayedScalingPredictsSeveralPercentMoreThanCurrent) {
     const MemoryPlan delayed = plan_memory(preset(name), 8, 2048, 1, Recompute(), gpu);
     const double gain = delayed.predicted_tokens_per_s / current.predicted_tokens_per_s;
     EXPECT_GT(gain, 1.03) << name;
-    EXPECT_LT(gain, 1.12) << name;
+    EXPECT_LT(gain, 1.15) << name;
     EXPECT_EQ(delayed.total_bytes, current.total_bytes) << name;
   }
 }

@@ -435,13 +435,37 @@ TEST_F(Fp8Test, SwigluForwardCastIsSwigluForwardThenTheCast) {
     float *rs = ref_slot->t.as<float>(), *gs = got_slot->t.as<float>();
     cuda::quantize_fp8(ref8.t.as<uint8_t>(), nullptr, rs + 4, ref->t.as<cuda::bf16>(), rows, f, rs,
                        cuda::Fp8Format::E4M3, gpu_->stream(), rs + 1);
-    cuda::swiglu_forward_fp8(got->t.as<cuda::bf16>(), got8.t.as<uint8_t>(), gs + 4, gate_up->t.as<cuda::bf16>(), rows,
-                             int(f), gs, gs + 1, cuda::Fp8Format::E4M3, gpu_->stream());
+    cuda::swiglu_forward_fp8(got->t.as<cuda::bf16>(), got8.t.as<uint8_t>(), nullptr, gs + 4,
+                             gate_up->t.as<cuda::bf16>(), rows, int(f), gs, gs + 1, cuda::Fp8Format::E4M3,
+                             gpu_->stream());
     EXPECT_EQ(bytes(*got), bytes(*ref)) << "the bf16 output";
     EXPECT_EQ(bytes(got8), bytes(ref8)) << "the FP8 bytes";
     const auto r = down(*ref_slot), g = down(*got_slot);
     EXPECT_EQ(g[1], amax) << "the amax seen";
     for (int i : {0, 1, 4}) EXPECT_EQ(g[size_t(i)], r[size_t(i)]) << "slot float " << i;
+
+    // As the step runs it: as is and transposed, no bf16 output, then its guard (from gate_up), which finds the
+    // cast saturated and casts again: the bytes and slot of quantize_fp8 both ways and fp8_guard of the bf16 output.
+    auto ref_slot2 = gpu(DType::F32, {cuda::kFp8SlotFloats}, &slot_h), got_slot2 = gpu(DType::F32, {cuda::kFp8SlotFloats}, &slot_h);
+    Owned reft8(*gpu_, DType::U8, {f, rows}), gott8(*gpu_, DType::U8, {f, rows});
+    poison(got8);
+    poison(gott8);
+    float *rs2 = ref_slot2->t.as<float>(), *gs2 = got_slot2->t.as<float>();
+    cuda::quantize_fp8(ref8.t.as<uint8_t>(), reft8.t.as<uint8_t>(), rs2 + 4, ref->t.as<cuda::bf16>(), rows, f, rs2,
+                       cuda::Fp8Format::E4M3, gpu_->stream(), rs2 + 1);
+    cuda::fp8_guard(ref8.t.as<uint8_t>(), reft8.t.as<uint8_t>(), rs2 + 4, ref->t.as<cuda::bf16>(), rows, f, rs2,
+                    rs2 + 1, reinterpret_cast<unsigned int*>(rs2 + 2), cuda::Fp8Format::E4M3, gpu_->stream());
+    cuda::swiglu_forward_fp8(nullptr, got8.t.as<uint8_t>(), gott8.t.as<uint8_t>(), gs2 + 4, gate_up->t.as<cuda::bf16>(),
+                             rows, int(f), gs2, gs2 + 1, cuda::Fp8Format::E4M3, gpu_->stream());
+    const cuda::Fp8GuardOperand op{got8.t.as<uint8_t>(), gott8.t.as<uint8_t>(), gs2 + 4, nullptr, rows, f, gs2, gs2 + 1,
+                                   reinterpret_cast<unsigned int*>(gs2 + 2), cuda::Fp8Format::E4M3,
+                                   gate_up->t.as<cuda::bf16>()};
+    cuda::fp8_guard_all(&op, 1, gpu_->stream());
+    EXPECT_EQ(bytes(got8), bytes(ref8)) << "the FP8 bytes as is, after the guard";
+    EXPECT_EQ(bytes(gott8), bytes(reft8)) << "the FP8 bytes transposed, after the guard";
+    const auto r2 = down(*ref_slot2), g2 = down(*got_slot2);
+    EXPECT_EQ(r2[0], amax) << "the guard raised the scale's amax to the one seen";
+    for (int i : {0, 1, 2, 4}) EXPECT_EQ(g2[size_t(i)], r2[size_t(i)]) << "slot float " << i << " after the guard";
   }
 }
 

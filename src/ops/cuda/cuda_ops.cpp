@@ -125,6 +125,11 @@ struct CudaOps::Impl {
         {x8, xt8, slot + 4, x, rows, cols, slot, slot + 1, reinterpret_cast<unsigned int*>(slot + 2), f});
   }
   std::vector<cuda::Fp8GuardOperand> fp8_guards;  // casts whose guard has not been launched yet
+  // Activations whose memory holds, instead of their bf16 values, the e4m3 transpose that their linear's weight
+  // gradient takes (x -> the linear's weight): the fused SwiGLU forward writes the down projection's x^T there,
+  // since the backward needs x only for that GEMM. Consumed by the linear_backward of that weight; any other write
+  // of the activation (swiglu_forward) drops it.
+  std::unordered_map<const void*, const void*> fp8_kept_xt;
   void fp8_flush_guards() {
     cuda::fp8_guard_all(fp8_guards.data(), int(fp8_guards.size()), stream);
     fp8_guards.clear();
@@ -166,8 +171,17 @@ struct CudaOps::Impl {
       fp8_cast(nullptr, wt8, sw, ptr<bf16>(w), out, in, cuda::Fp8Format::E4M3);
     }
     if (!dw.empty()) {
-      sx = fp8_slot(w.data, 0, ptr<bf16>(x), N * in);
-      fp8_cast(nullptr, xt8, sx, ptr<bf16>(x), N, in, cuda::Fp8Format::E4M3);
+      const auto kept = fp8_kept_xt.find(x.data);
+      if (kept != fp8_kept_xt.end()) {
+        TK_CHECK(kept->second == w.data && fp8_slot_primed(w.data, 0),
+                 "linear_backward: x holds the FP8 transpose the fused SwiGLU forward wrote for another linear");
+        fp8_kept_xt.erase(kept);
+        sx = fp8_slot(w.data, 0, nullptr, 0);  // primed: no amax pass; the forward's guard saw to saturation
+        xt8 = static_cast<uint8_t*>(x.data);
+      } else {
+        sx = fp8_slot(w.data, 0, ptr<bf16>(x), N * in);
+        fp8_cast(nullptr, xt8, sx, ptr<bf16>(x), N, in, cuda::Fp8Format::E4M3);
+      }
     }
     fp8_flush_guards();
     if (sw) matmul->linear_backward_input_fp8(ptr<bf16>(dx), dy8, sdy + 4, wt8, sw + 4, N, in, out);
@@ -597,6 +611,8 @@ void CudaOps::linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& 
     if (!dbias.empty()) mm.bias_backward(ptr<float>(dbias), ptr<bf16>(dy), N, out);
     return;
   }
+  TK_CHECK(dw.empty() || !impl_->fp8_kept_xt.count(x.data),
+           "{}: x holds the FP8 transpose of the fused SwiGLU forward, but this backward is not on the FP8 path", op);
   if (!dx.empty()) mm.linear_backward_input(ptr<bf16>(dx), ptr<bf16>(dy), ptr<bf16>(w), N, in, out);
   if (!dw.empty()) mm.linear_backward_weight(ptr<float>(dw), ptr<bf16>(dy), ptr<bf16>(x), N, in, out);
   if (!dbias.empty()) mm.bias_backward(ptr<float>(dbias), ptr<bf16>(dy), N, out);
@@ -708,6 +724,7 @@ void CudaOps::swiglu_forward(const Tensor& out, const Tensor& gate_up) {
   int64_t f = out.dim(-1), N = rows_of(out, f, op);
   expect(out, DType::BF16, {N, f}, op, "out");
   expect(gate_up, DType::BF16, {N, 2 * f}, op, "gate_up");
+  impl_->fp8_kept_xt.erase(out.data);  // out holds bf16 values again
   cuda::swiglu_forward(ptr<bf16>(out), ptr<bf16>(gate_up), N, int(f), impl_->stream);
 }
 
@@ -728,7 +745,7 @@ void CudaOps::swiglu_linear_forward(const Tensor& y, const Tensor& act, const Te
   const bool fused = fuses_swiglu_linear() && w.ndim == 2 && w.dim(1) == f && f % 8 == 0 &&
                      fp8_shape(N, f, w.dim(0), {&act, &w, &gate_up}) && m.fp8_slot_primed(w.data, 0);
   if (!fused) {
-    Ops::swiglu_linear_forward(y, act, gate_up, w);
+    Ops::swiglu_linear_forward(y, act, gate_up, w);  // swiglu_forward drops act from fp8_kept_xt
     return;
   }
   const char* op = "swiglu_linear_forward";
@@ -740,10 +757,14 @@ void CudaOps::swiglu_linear_forward(const Tensor& y, const Tensor& act, const Te
   const auto [x8, w8] = m.fp8_space<2>({N * in, out * in});
   float* sx = m.fp8_slot(w.data, 0, nullptr, 0);  // primed: no amax pass
   m.fp8_fused_casts++;
-  cuda::swiglu_forward_fp8(ptr<bf16>(act), x8, sx + 4, ptr<bf16>(gate_up), N, int(f), sx, sx + 1,
+  // The backward needs act only for the weight gradient's x^T: that is what act's memory keeps (N f bytes of its
+  // 2 N f), so the bf16 output is never written and the backward casts nothing for it.
+  auto* xt8 = static_cast<uint8_t*>(act.data);
+  cuda::swiglu_forward_fp8(nullptr, x8, xt8, sx + 4, ptr<bf16>(gate_up), N, int(f), sx, sx + 1,
                            cuda::Fp8Format::E4M3, m.stream);
-  m.fp8_guards.push_back({x8, nullptr, sx + 4, ptr<bf16>(act), N, in, sx, sx + 1,
-                          reinterpret_cast<unsigned int*>(sx + 2), cuda::Fp8Format::E4M3});
+  m.fp8_guards.push_back({x8, xt8, sx + 4, nullptr, N, in, sx, sx + 1, reinterpret_cast<unsigned int*>(sx + 2),
+                          cuda::Fp8Format::E4M3, ptr<bf16>(gate_up)});
+  m.fp8_kept_xt[act.data] = w.data;
   float* sw = m.fp8_slot(w.data, 1, ptr<bf16>(w), out * in);
   m.fp8_cast(w8, nullptr, sw, ptr<bf16>(w), out, in, cuda::Fp8Format::E4M3);
   m.fp8_flush_guards();

@@ -124,9 +124,9 @@ struct SwigluGradSource {
   }
 };
 
-// SwiGLU's forward out = silu(g) u from gate_up [rows, 2 f], stored in bf16 into out [rows, f] as swiglu_forward
-// stores it and given to the cast as stored (rounded), so that the bytes are those of swiglu_forward followed by
-// quantize_fp8. For the cast as is only: the guard reads the stored out instead (Bf16Source).
+// SwiGLU's forward out = silu(g) u from gate_up [rows, 2 f], rounded to bf16 as swiglu_forward stores it (and
+// stored into out [rows, f] when out is given), so that the bytes are those of swiglu_forward followed by
+// quantize_fp8. The guard of such a cast recomputes the values from gate_up the same way (out null).
 struct SwigluSource {
   static constexpr int K = 1;
   const __nv_bfloat16* gate_up;
@@ -141,7 +141,7 @@ struct SwigluSource {
     load_bf16(u, gate_up + r * 2 * f + f + c);
 #pragma unroll
     for (int j = 0; j < kVec; j++) v[0][j] = __bfloat162float(__float2bfloat16_rn(swiglu_value(g[j], u[j])));
-    store_bf16(out + r * f + c, v[0]);
+    if (out) store_bf16(out + r * f + c, v[0]);
   }
 };
 
@@ -259,24 +259,32 @@ __global__ void __launch_bounds__(kThreads)
   guard_body<F>(tiles, x8, xt8, dequant, src, amax, seen, counter, tiles_x, n_tiles);
 }
 
-// The guards of several bf16 casts in one launch (blockIdx.y: the operand): a guard that finds nothing to do
-// costs a launch, and a linear's casts (x, w, dy) all end before its GEMMs.
+// The guards of several bf16 casts in one launch: each block looks at every operand in turn, so a guard that finds
+// nothing to do costs one launch of one block an SM, and a linear's casts (x, w, dy) all end before its GEMMs.
 struct GuardBatch {
   Fp8GuardOperand op[kFp8MaxGuarded];
   int64_t tiles_x[kFp8MaxGuarded], n_tiles[kFp8MaxGuarded];
+  int n;
 };
 
 __global__ void __launch_bounds__(kThreads) guard_batch_kernel(const __grid_constant__ GuardBatch b) {
   __shared__ __align__(16) uint8_t tiles[1][kTile][kPitch];
-  const int i = blockIdx.y;
-  const Fp8GuardOperand& o = b.op[i];
-  const Bf16Source src{o.x, o.rows, o.cols};
-  if (o.format == Fp8Format::E4M3) {
-    guard_body<Fp8Format::E4M3>(tiles, o.x8, o.xt8, o.dequant, src, o.amax, o.seen, o.counter, b.tiles_x[i],
-                                b.n_tiles[i]);
-  } else {
-    guard_body<Fp8Format::E5M2>(tiles, o.x8, o.xt8, o.dequant, src, o.amax, o.seen, o.counter, b.tiles_x[i],
-                                b.n_tiles[i]);
+  for (int i = 0; i < b.n; i++) {
+    const Fp8GuardOperand& o = b.op[i];
+    auto guard = [&](const auto& src) {
+      if (o.format == Fp8Format::E4M3) {
+        guard_body<Fp8Format::E4M3>(tiles, o.x8, o.xt8, o.dequant, src, o.amax, o.seen, o.counter, b.tiles_x[i],
+                                    b.n_tiles[i]);
+      } else {
+        guard_body<Fp8Format::E5M2>(tiles, o.x8, o.xt8, o.dequant, src, o.amax, o.seen, o.counter, b.tiles_x[i],
+                                    b.n_tiles[i]);
+      }
+    };
+    if (o.gate_up) {
+      guard(SwigluSource{o.gate_up, nullptr, o.rows, o.cols});
+    } else {
+      guard(Bf16Source{o.x, o.rows, o.cols});
+    }
   }
 }
 
@@ -315,12 +323,15 @@ void launch_cast(uint8_t* x8, uint8_t* xt8, float* dequant, const Src& src, cons
   TK_CUDA_CHECK_LAUNCH();
 }
 
+// A guard's blocks: one an SM (at most one a tile). Exiting at once, the common case, then costs one short wave;
+// the rare recast runs at a fraction of the copy rate, which is what a saturated cast costs.
+unsigned guard_blocks(int64_t n_tiles) { return unsigned(std::min<int64_t>(n_tiles, sm_count())); }
+
 template <class Src>
 void launch_guard(uint8_t* x8, uint8_t* xt8, float* dequant, const Src& src, float* amax, const float* seen,
                   unsigned int* counter, Fp8Format format, cudaStream_t s) {
-  // One wave of blocks: exiting at once costs a launch, not tens of thousands of block starts.
   const int64_t tiles_x = ceil_div(src.width(), kTile), n_tiles = tiles_x * ceil_div(src.rows, kTile);
-  const unsigned grid = unsigned(std::min<int64_t>(n_tiles, int64_t(sm_count()) * 4));
+  const unsigned grid = guard_blocks(n_tiles);
   if (format == Fp8Format::E4M3) {
     guard_kernel<Fp8Format::E4M3, Src>
         <<<grid, kThreads, 0, s>>>(x8, xt8, dequant, src, amax, seen, counter, tiles_x, n_tiles);
@@ -353,9 +364,8 @@ void fp8_guard_all(const Fp8GuardOperand* ops, int n, cudaStream_t s) {
     m++;
   }
   if (m == 0) return;
-  // One wave of blocks: exiting at once costs a launch, not tens of thousands of block starts.
-  const dim3 grid(unsigned(std::min<int64_t>(most, int64_t(sm_count()) * 4)), unsigned(m));
-  guard_batch_kernel<<<grid, kThreads, 0, s>>>(b);
+  b.n = m;
+  guard_batch_kernel<<<guard_blocks(most), kThreads, 0, s>>>(b);
   TK_CUDA_CHECK_LAUNCH();
 }
 
@@ -371,13 +381,13 @@ void swiglu_backward_fp8(uint8_t* dy8, uint8_t* dyt8, float* dequant, const bf16
   launch_guard(dy8, dyt8, dequant, src, amax, amax_seen, counter, format, s);
 }
 
-void swiglu_forward_fp8(bf16* out, uint8_t* x8, float* dequant, const bf16* gate_up, int64_t N, int f,
-                        const float* amax, float* amax_seen, Fp8Format format, cudaStream_t s) {
-  TK_CHECK(f > 0 && f % kVec == 0 && aligned16(out) && aligned16(gate_up),
+void swiglu_forward_fp8(bf16* out, uint8_t* x8, uint8_t* xt8, float* dequant, const bf16* gate_up, int64_t N,
+                        int f, const float* amax, float* amax_seen, Fp8Format format, cudaStream_t s) {
+  TK_CHECK(f > 0 && f % kVec == 0 && (!out || aligned16(out)) && aligned16(gate_up),
            "swiglu_forward_fp8: the hidden width ({}) must be a multiple of 8 and the tensors 16-byte aligned", f);
   TK_CHECK((reinterpret_cast<uintptr_t>(x8) & 7) == 0, "swiglu_forward_fp8: x8 must be 8-byte aligned");
   if (N <= 0) return;
-  launch_cast(x8, nullptr, dequant, SwigluSource{gate_up, out, N, f}, amax, amax_seen, format, s);
+  launch_cast(x8, xt8, dequant, SwigluSource{gate_up, out, N, f}, amax, amax_seen, format, s);
 }
 
 void fp8_commit_amax(float* slots, float* history, int n, int history_len, int position, cudaStream_t s) {

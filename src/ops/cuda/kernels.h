@@ -51,13 +51,16 @@ struct Fp8GuardOperand {
   const float* seen;
   unsigned int* counter;
   Fp8Format format;
+  // When given, the values are SwiGLU's forward of gate_up [rows, 2 cols] (x unused): swiglu_forward_fp8's guard.
+  const bf16* gate_up = nullptr;
 };
 constexpr int kFp8MaxGuarded = 4;
 void fp8_guard_all(const Fp8GuardOperand* ops, int n, cudaStream_t s);
-// SwiGLU's forward written in bf16 into out[N, f] (as swiglu_forward) and cast as it is written into x8[N, f]
-// with the scale from *amax, recording *amax_seen (as quantize_fp8 of out would). No guard: fp8_guard on out
-// after it. f a multiple of 8.
-void swiglu_forward_fp8(bf16* out, uint8_t* x8, float* dequant, const bf16* gate_up, int64_t N, int f,
+// SwiGLU's forward cast to FP8 as it is computed, with the scale from *amax, recording *amax_seen: x8[N, f] as is
+// and/or xt8[f, N] transposed, the bytes quantize_fp8 gives for swiglu_forward's output; that output is written
+// in bf16 into out[N, f] only when out is given. No guard: fp8_guard_all with the operand's gate_up after it.
+// f a multiple of 8.
+void swiglu_forward_fp8(bf16* out, uint8_t* x8, uint8_t* xt8, float* dequant, const bf16* gate_up, int64_t N, int f,
                         const float* amax, float* amax_seen, Fp8Format format, cudaStream_t s);
 // SwiGLU's backward (swiglu_backward's dgate_up[N, 2f], each value rounded to bf16 as it stores them) cast
 // straight to FP8 with delayed scaling, never written in bf16: dy8[N, 2f] and/or dyt8[2f, N], with the scale from
