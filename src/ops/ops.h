@@ -111,6 +111,26 @@ class Ops {
   virtual void rmsnorm_backward(const Tensor& dh, const Tensor& dw, const Tensor& dy, const Tensor& dresidual,
                                 const Tensor& h, const Tensor& rstd, const Tensor& w) = 0;
 
+  // The norm, then the linear that takes its output: rmsnorm_forward(x_norm, rstd, x, norm_w, eps), or with h_in
+  // residual_rmsnorm_forward(h_out, x_norm, rstd, h_in, x, norm_w, eps); then linear_forward(y, x_norm, w, bias).
+  // One op, so that a backend may cast the norm's output for the linear's GEMMs as it makes it (CUDA with --fp8
+  // and delayed scaling). x_norm is kept for that linear's backward and may be read only by it (linear_backward or
+  // swiglu_linear_backward with x = x_norm and this w): a backend may keep there, instead of the values, what that
+  // backward needs of them. h_out and h_in are empty without the residual add.
+  virtual void rmsnorm_linear_forward(const Tensor& y, const Tensor& x_norm, const Tensor& rstd, const Tensor& h_out,
+                                      const Tensor& h_in, const Tensor& x, const Tensor& norm_w, const Tensor& w,
+                                      const Tensor& bias, float eps) {
+    if (h_in.empty()) {
+      rmsnorm_forward(x_norm, rstd, x, norm_w, eps);
+    } else {
+      residual_rmsnorm_forward(h_out, x_norm, rstd, h_in, x, norm_w, eps);
+    }
+    linear_forward(y, x_norm, w, bias);
+  }
+  // Whether rmsnorm_linear_forward runs as one fused piece of work on this backend (then a profiler times it as
+  // one op; otherwise as the two ops it composes).
+  virtual bool fuses_rmsnorm_linear() const { return false; }
+
   // ---- linear ---------------------------------------------------------------------------------
   // y[N,out] = x[N,in] @ w[out,in]^T + bias[out] (bias optional).
   virtual void linear_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) = 0;
@@ -161,7 +181,9 @@ class Ops {
   // dgate_up[N,2f] (=) given dout[N,f] and the forward's gate_up.
   virtual void swiglu_backward(const Tensor& dgate_up, const Tensor& dout, const Tensor& gate_up) = 0;
   // swiglu_forward(act, gate_up), then linear_forward(y, act, w, {}) (no bias): one op, so that a backend may
-  // cast act for that linear's GEMM as it writes it (CUDA with --fp8 and delayed scaling).
+  // cast act for that linear's GEMM as it writes it (CUDA with --fp8 and delayed scaling). act is kept for that
+  // linear's backward and may be read only by it (linear_backward with x = act and this w): a backend may keep
+  // there, instead of the values, what that backward needs of them (CUDA: the FP8 transpose of its weight gradient).
   virtual void swiglu_linear_forward(const Tensor& y, const Tensor& act, const Tensor& gate_up, const Tensor& w) {
     swiglu_forward(act, gate_up);
     linear_forward(y, act, w, Tensor());

@@ -91,7 +91,11 @@ double seconds_per_token(const ModelConfig& c, int B, int T, int accumulation, c
     // SwiGLU's output is kept (not recomputed), the forward writes that transpose in its place, 1 byte where the
     // bf16 output took 2, and the backward casts nothing for it: -1 byte instead of 4.
     const double down_x = (r.swiglu || r.block) ? 4 * f : -f;
-    cast_bytes = t.fp8_delayed ? L * (6 * (2 * d + q) + down_x + 4 * (qkv + 2 * d) + 6 * W / N)
+    // The same for the norms' outputs (x of the qkv and gate/up projections) when neither they nor those linears
+    // are recomputed: cast both ways from the norm's input (2 read, 2 written) in place of the bf16 output's 2
+    // bytes, nothing in the backward: 2 bytes instead of 6.
+    const double norm_x = (r.norm || r.block || r.qkv) ? 6 * 2 * d : 2 * 2 * d;
+    cast_bytes = t.fp8_delayed ? L * (norm_x + 6 * q + down_x + 4 * (qkv + 2 * d) + 6 * W / N)
                                : L * (10 * (2 * d + q + f) + 6 * (qkv + 2 * d + 2 * f) + 10 * W / N);
   }
   return matmul_s + (L * layer_bytes + loss_bytes + cast_bytes) / t.bandwidth +

@@ -176,7 +176,8 @@ LinearCast linear_cast(const AdviceInputs& in) {
   LinearCast c;
   c.lin = sum_ops(in.ops, [](const OpRow& r) {
     return r.category == OpCategory::Matmul && (r.name == "linear_forward" || r.name == "linear_backward" ||
-                                                r.name == "swiglu_linear_forward" || r.name == "swiglu_linear_backward");
+                                                r.name == "swiglu_linear_forward" || r.name == "swiglu_linear_backward" ||
+                                                r.name == "rmsnorm_linear_forward");
   });
   if (in.ceilings.copy_bytes_per_s > 0)
     c.cast_ms = 1e3 * kFp8CastBytesPerGemmByte * c.lin.bytes / in.ceilings.copy_bytes_per_s;

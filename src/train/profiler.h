@@ -96,6 +96,11 @@ class ProfilingOps final : public Ops {
   void swiglu_linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dgate_up, const Tensor& dout,
                               const Tensor& gate_up, const Tensor& x, const Tensor& w) override;
   bool fuses_swiglu_linear() const override { return inner_->fuses_swiglu_linear(); }
+  // Timed as one op (category matmul) where the inner backend fuses it, else as the norm and linear_forward.
+  void rmsnorm_linear_forward(const Tensor& y, const Tensor& x_norm, const Tensor& rstd, const Tensor& h_out,
+                              const Tensor& h_in, const Tensor& x, const Tensor& norm_w, const Tensor& w,
+                              const Tensor& bias, float eps) override;
+  bool fuses_rmsnorm_linear() const override { return inner_->fuses_rmsnorm_linear(); }
   void lm_head_cross_entropy(const Tensor& losses, const Tensor& dx, const Tensor& dw, const Tensor& x,
                              const Tensor& w, const Tensor& targets, float grad_scale, int ignore_index) override;
   double grad_norm(const Tensor& grads) override;

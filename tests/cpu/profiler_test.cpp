@@ -192,6 +192,25 @@ TEST(OpCost, SwigluLinearIsTimedAsItsTwoOpsWhereTheBackendDoesNotFuseThem) {
   EXPECT_DOUBLE_EQ(c.last().cost.flops, 2 * 2.0 * 6 * 5 * 10);
 }
 
+// The norm and the linear it feeds, on a backend that does not fuse them: the norm's op (plain or with the residual
+// add) and linear_forward, each with its own cost.
+TEST(OpCost, RmsnormLinearIsTimedAsItsTwoOpsWhereTheBackendDoesNotFuseThem) {
+  CostCase c;
+  EXPECT_FALSE(c.ops.fuses_rmsnorm_linear());
+  Tensor x = c.t.f32({6, 8}), xn = c.t.f32({6, 8}), rstd = c.t.f32({6}), nw = c.t.f32({8}), w = c.t.f32({4, 8}),
+         y = c.t.f32({6, 4}), h_in = c.t.f32({6, 8}), h_out = c.t.f32({6, 8});
+  const size_t before = c.ops.records().size();
+  c.ops.rmsnorm_linear_forward(y, xn, rstd, Tensor(), Tensor(), x, nw, w, Tensor(), 1e-6f);
+  ASSERT_EQ(c.ops.records().size(), before + 2);
+  EXPECT_STREQ(c.ops.records()[before].name, "rmsnorm_forward");
+  EXPECT_STREQ(c.last().name, "linear_forward");
+  EXPECT_DOUBLE_EQ(c.last().cost.flops, 2.0 * 6 * 8 * 4);
+  c.ops.rmsnorm_linear_forward(y, xn, rstd, h_out, h_in, x, nw, w, Tensor(), 1e-6f);
+  ASSERT_EQ(c.ops.records().size(), before + 4);
+  EXPECT_STREQ(c.ops.records()[before + 2].name, "residual_rmsnorm_forward");
+  EXPECT_STREQ(c.last().name, "linear_forward");
+}
+
 TEST(OpCost, RecordsNestTheirMarksInCallOrder) {
   CostCase c;
   Tensor a = c.t.f32({64, 64}), b = c.t.f32({64, 64}), y = c.t.f32({64, 64}), act = c.t.f32({64, 32});

@@ -469,6 +469,72 @@ TEST_F(Fp8Test, SwigluForwardCastIsSwigluForwardThenTheCast) {
   }
 }
 
+// RMSNorm's output cast from the norm's input and rstd (rmsnorm_cast_fp8), both ways, then its guard: the bytes and
+// slot of rmsnorm_forward's bf16 output cast by quantize_fp8 and guarded by fp8_guard, bitwise; with the residual
+// add (the norm of its rounded sum) and without, with a scale that holds and one the values exceed.
+TEST_F(Fp8Test, RmsnormCastIsTheNormOutputThenTheCast) {
+  for (auto [rows, d] : {std::pair<int64_t, int64_t>{1000, 200}, {256, 896}}) {
+    for (bool residual : {false, true}) {
+      const auto x_h = normal(size_t(rows * d), 1.5f), r_h = normal(size_t(rows * d), 1.f),
+                 w_h = normal(size_t(d), 1.f);
+      auto x = gpu(DType::BF16, {rows, d}, &x_h), h_in = gpu(DType::BF16, {rows, d}, &r_h),
+           nw = gpu(DType::BF16, {d}, &w_h);
+      auto h_out = gpu(DType::BF16, {rows, d}), h_out2 = gpu(DType::BF16, {rows, d}), y = gpu(DType::BF16, {rows, d});
+      auto rstd = gpu(DType::F32, {rows}), rstd2 = gpu(DType::F32, {rows});
+      poison(*h_out2);
+      poison(*rstd2);
+      const cuda::bf16* h = x->t.as<cuda::bf16>();
+      if (residual) {
+        cuda::residual_rmsnorm_forward(h_out->t.as<cuda::bf16>(), y->t.as<cuda::bf16>(), rstd->t.as<float>(),
+                                       h_in->t.as<cuda::bf16>(), x->t.as<cuda::bf16>(), nw->t.as<cuda::bf16>(), rows,
+                                       int(d), 1e-6f, gpu_->stream());
+        cuda::residual_rmsnorm_forward(h_out2->t.as<cuda::bf16>(), nullptr, rstd2->t.as<float>(),
+                                       h_in->t.as<cuda::bf16>(), x->t.as<cuda::bf16>(), nw->t.as<cuda::bf16>(), rows,
+                                       int(d), 1e-6f, gpu_->stream());
+        h = h_out2->t.as<cuda::bf16>();
+      } else {
+        cuda::rmsnorm_forward(y->t.as<cuda::bf16>(), rstd->t.as<float>(), x->t.as<cuda::bf16>(),
+                              nw->t.as<cuda::bf16>(), rows, int(d), 1e-6f, gpu_->stream());
+        cuda::rmsnorm_forward(nullptr, rstd2->t.as<float>(), x->t.as<cuda::bf16>(), nw->t.as<cuda::bf16>(), rows,
+                              int(d), 1e-6f, gpu_->stream());
+      }
+      EXPECT_EQ(down(*rstd2), down(*rstd)) << "rstd without the output";
+      if (residual) EXPECT_EQ(bytes(*h_out2), bytes(*h_out)) << "h_out without the output";
+      float amax = 0.f;
+      for (float v : down(*y)) amax = std::max(amax, std::fabs(v));
+      for (float scale_amax : {2 * amax, amax / 3}) {
+        SCOPED_TRACE(::testing::Message() << rows << " x " << d << (residual ? " residual" : "") << " scale amax "
+                                          << scale_amax << " of " << amax << " seed=" << seed_);
+        std::vector<float> slot_h(cuda::kFp8SlotFloats, 0.f);
+        slot_h[0] = scale_amax;
+        auto ref_slot = gpu(DType::F32, {cuda::kFp8SlotFloats}, &slot_h);
+        auto got_slot = gpu(DType::F32, {cuda::kFp8SlotFloats}, &slot_h);
+        Owned ref8(*gpu_, DType::U8, {rows, d}), got8(*gpu_, DType::U8, {rows, d});
+        Owned reft8(*gpu_, DType::U8, {d, rows}), gott8(*gpu_, DType::U8, {d, rows});
+        poison(got8);
+        poison(gott8);
+        float *rs = ref_slot->t.as<float>(), *gs = got_slot->t.as<float>();
+        cuda::quantize_fp8(ref8.t.as<uint8_t>(), reft8.t.as<uint8_t>(), rs + 4, y->t.as<cuda::bf16>(), rows, d, rs,
+                           cuda::Fp8Format::E4M3, gpu_->stream(), rs + 1);
+        cuda::fp8_guard(ref8.t.as<uint8_t>(), reft8.t.as<uint8_t>(), rs + 4, y->t.as<cuda::bf16>(), rows, d, rs,
+                        rs + 1, reinterpret_cast<unsigned int*>(rs + 2), cuda::Fp8Format::E4M3, gpu_->stream());
+        cuda::rmsnorm_cast_fp8(got8.t.as<uint8_t>(), gott8.t.as<uint8_t>(), gs + 4, h, rstd2->t.as<float>(),
+                               nw->t.as<cuda::bf16>(), rows, int(d), gs, gs + 1, cuda::Fp8Format::E4M3,
+                               gpu_->stream());
+        const cuda::Fp8GuardOperand op{got8.t.as<uint8_t>(), gott8.t.as<uint8_t>(), gs + 4, h, rows, d, gs, gs + 1,
+                                       reinterpret_cast<unsigned int*>(gs + 2), cuda::Fp8Format::E4M3, nullptr,
+                                       rstd2->t.as<float>(), nw->t.as<cuda::bf16>()};
+        cuda::fp8_guard_all(&op, 1, gpu_->stream());
+        EXPECT_EQ(bytes(got8), bytes(ref8)) << "the FP8 bytes as is";
+        EXPECT_EQ(bytes(gott8), bytes(reft8)) << "the FP8 bytes transposed";
+        const auto r = down(*ref_slot), g = down(*got_slot);
+        EXPECT_EQ(g[1], amax) << "the amax seen";
+        for (int i : {0, 1, 2, 4}) EXPECT_EQ(g[size_t(i)], r[size_t(i)]) << "slot float " << i;
+      }
+    }
+  }
+}
+
 // SwiGLU's backward cast straight to FP8 (swiglu_backward_fp8) gives the bytes, the recorded amax and the guard's
 // outcome of swiglu_backward in bf16 followed by quantize_fp8 and fp8_guard, bitwise: with a scale that holds
 // the values and with one they exceed, at sizes that fill no 64 x 64 tile (rows 1000, f 200) and at a width

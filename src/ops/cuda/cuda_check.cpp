@@ -42,4 +42,14 @@ void fail_cudnn_call(int status, const char* call, const char* file, int line) {
        call, file, line, cudnnGetErrorString(static_cast<cudnnStatus_t>(status)), status);
 }
 
+int sm_count() {
+  constexpr int kMaxDevices = 64;
+  static int counts[kMaxDevices] = {};
+  int dev = 0;
+  TK_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= kMaxDevices) dev = 0;
+  if (counts[dev] == 0) TK_CUDA_CHECK(cudaDeviceGetAttribute(&counts[dev], cudaDevAttrMultiProcessorCount, dev));
+  return counts[dev];
+}
+
 }  // namespace tk::cuda

@@ -16,6 +16,9 @@ namespace tk::cuda {
 [[noreturn]] void fail_cublas_call(int status, const char* call, const char* file, int line);
 [[noreturn]] void fail_cudnn_call(int status, const char* call, const char* file, int line);
 
+// The current device's streaming multiprocessors (asked once per device).
+int sm_count();
+
 }  // namespace tk::cuda
 
 #define TK_CUDA_CHECK(call)                                                                              \

@@ -425,6 +425,7 @@ void CudaOps::rmsnorm_forward(const Tensor& y, const Tensor& rstd, const Tensor&
   expect(x, DType::BF16, {N, d}, op, "x");
   expect(y, DType::BF16, {N, d}, op, "y");
   expect(rstd, DType::F32, {N}, op, "rstd");
+  impl_->fp8_kept_xt.erase(y.data);  // y holds bf16 values again
   cuda::rmsnorm_forward(ptr<bf16>(y), ptr<float>(rstd), ptr<bf16>(x), ptr<bf16>(w), N, int(d), eps, impl_->stream);
 }
 
@@ -438,6 +439,7 @@ void CudaOps::residual_rmsnorm_forward(const Tensor& h_out, const Tensor& y, con
   expect(h_out, DType::BF16, {N, d}, op, "h_out");
   expect(y, DType::BF16, {N, d}, op, "y");
   expect(rstd, DType::F32, {N}, op, "rstd");
+  impl_->fp8_kept_xt.erase(y.data);  // y holds bf16 values again
   cuda::residual_rmsnorm_forward(ptr<bf16>(h_out), ptr<bf16>(y), ptr<float>(rstd), ptr<bf16>(h_in), ptr<bf16>(x),
                                  ptr<bf16>(w), N, int(d), eps, impl_->stream);
 }
@@ -557,6 +559,7 @@ void CudaOps::set_fp8_fusion(bool on) { impl_->fp8_fusion = on; }
 bool CudaOps::fuses_swiglu_linear() const {
   return impl_->fp8 && impl_->fp8_fusion && impl_->fp8_scaling == Fp8Scaling::Delayed;
 }
+bool CudaOps::fuses_rmsnorm_linear() const { return fuses_swiglu_linear(); }  // the same conditions
 int64_t CudaOps::fp8_fused_casts() const { return impl_->fp8_fused_casts; }
 
 namespace {
@@ -576,6 +579,8 @@ void CudaOps::linear_forward(const Tensor& y, const Tensor& x, const Tensor& w, 
   expect(x, DType::BF16, {N, in}, op, "x");
   expect(y, DType::BF16, {N, out}, op, "y");
   expect_optional(bias, DType::BF16, {out}, op, "bias");
+  TK_CHECK(!impl_->fp8_kept_xt.count(x.data),
+           "{}: x holds the FP8 transpose a fused forward kept for a linear's backward, not its values", op);
   if (impl_->fp8 && fp8_shape(N, in, out, {&x, &w})) {
     Impl& m = *impl_;
     const auto [x8, w8] = m.fp8_space<2>({N * in, out * in});
@@ -769,6 +774,55 @@ void CudaOps::swiglu_linear_forward(const Tensor& y, const Tensor& act, const Te
   m.fp8_cast(w8, nullptr, sw, ptr<bf16>(w), out, in, cuda::Fp8Format::E4M3);
   m.fp8_flush_guards();
   m.matmul->linear_forward_fp8(ptr<bf16>(y), x8, sx + 4, w8, sw + 4, nullptr, N, in, out);
+}
+
+void CudaOps::rmsnorm_linear_forward(const Tensor& y, const Tensor& x_norm, const Tensor& rstd, const Tensor& h_out,
+                                     const Tensor& h_in, const Tensor& x, const Tensor& norm_w, const Tensor& w,
+                                     const Tensor& bias, float eps) {
+  Impl& m = *impl_;
+  const char* op = "rmsnorm_linear_forward";
+  const int64_t d = norm_w.numel(), N = rows_of(x, d, op);
+  // The norm's output cast to FP8 from its input and rstd: with delayed scaling once the operand has a committed
+  // amax, when linear_forward would take the FP8 path, and for the norm kernels' warp-per-row widths.
+  const bool fused = fuses_rmsnorm_linear() && w.ndim == 2 && w.dim(1) == d && d % 8 == 0 && d <= 4096 &&
+                     fp8_shape(N, d, w.dim(0), {&x, &x_norm, &w, &norm_w, &h_in, &h_out}) &&
+                     m.fp8_slot_primed(w.data, 0);
+  if (!fused) {
+    Ops::rmsnorm_linear_forward(y, x_norm, rstd, h_out, h_in, x, norm_w, w, bias, eps);
+    return;
+  }
+  const int64_t out = w.dim(0), in = d;
+  expect(norm_w, DType::BF16, {d}, op, "norm_w");
+  expect(x, DType::BF16, {N, d}, op, "x");
+  expect(x_norm, DType::BF16, {N, d}, op, "x_norm");
+  expect(rstd, DType::F32, {N}, op, "rstd");
+  expect(w, DType::BF16, {out, in}, op, "w");
+  expect(y, DType::BF16, {N, out}, op, "y");
+  expect_optional(bias, DType::BF16, {out}, op, "bias");
+  const bf16* h = ptr<bf16>(x);  // the norm's input
+  if (h_in.empty()) {
+    cuda::rmsnorm_forward(nullptr, ptr<float>(rstd), ptr<bf16>(x), ptr<bf16>(norm_w), N, int(d), eps, m.stream);
+  } else {
+    expect(h_in, DType::BF16, {N, d}, op, "h_in");
+    expect(h_out, DType::BF16, {N, d}, op, "h_out");
+    cuda::residual_rmsnorm_forward(ptr<bf16>(h_out), nullptr, ptr<float>(rstd), ptr<bf16>(h_in), ptr<bf16>(x),
+                                   ptr<bf16>(norm_w), N, int(d), eps, m.stream);
+    h = ptr<bf16>(h_out);
+  }
+  const auto [x8, w8] = m.fp8_space<2>({N * in, out * in});
+  float* sx = m.fp8_slot(w.data, 0, nullptr, 0);  // primed: no amax pass
+  m.fp8_fused_casts++;
+  // As for SwiGLU's output: x_norm's memory keeps the transpose the weight gradient takes, not the bf16 values.
+  auto* xt8 = static_cast<uint8_t*>(x_norm.data);
+  cuda::rmsnorm_cast_fp8(x8, xt8, sx + 4, h, ptr<float>(rstd), ptr<bf16>(norm_w), N, int(d), sx, sx + 1,
+                         cuda::Fp8Format::E4M3, m.stream);
+  m.fp8_guards.push_back({x8, xt8, sx + 4, h, N, in, sx, sx + 1, reinterpret_cast<unsigned int*>(sx + 2),
+                          cuda::Fp8Format::E4M3, nullptr, ptr<float>(rstd), ptr<bf16>(norm_w)});
+  m.fp8_kept_xt[x_norm.data] = w.data;
+  float* sw = m.fp8_slot(w.data, 1, ptr<bf16>(w), out * in);
+  m.fp8_cast(w8, nullptr, sw, ptr<bf16>(w), out, in, cuda::Fp8Format::E4M3);
+  m.fp8_flush_guards();
+  m.matmul->linear_forward_fp8(ptr<bf16>(y), x8, sx + 4, w8, sw + 4, ptr<bf16>(bias), N, in, out);
 }
 
 void CudaOps::swiglu_linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dgate_up, const Tensor& dout,

@@ -76,9 +76,11 @@ class CudaOps final : public Ops {
   void set_fp8(bool on, Fp8Scaling scaling = Fp8Scaling::Current);
   bool fp8() const;
   // With delayed scaling, swiglu_linear_forward / swiglu_linear_backward cast SwiGLU's output / gradient to FP8
-  // as they compute it (on by default; off runs the ops apart, to the same bytes: the tests compare the two).
+  // as they compute it, and rmsnorm_linear_forward the norm's output; the forwards keep the transposed bytes the
+  // linear's weight gradient takes in their output's memory (on by default; off runs the ops apart, to the same
+  // bytes: the tests compare the two).
   void set_fp8_fusion(bool on);
-  int64_t fp8_fused_casts() const;  // swiglu_linear_forward / _backward calls that took the fused cast
+  int64_t fp8_fused_casts() const;  // swiglu_linear_* and rmsnorm_linear_forward calls that took the fused cast
   void end_step() override;
   Fp8ScalingState fp8_scaling_state() const override;
   void set_fp8_scaling_state(const Fp8ScalingState& state) override;
@@ -95,6 +97,10 @@ class CudaOps final : public Ops {
   void linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dbias, const Tensor& dy, const Tensor& x,
                        const Tensor& w) override;
   void swiglu_linear_forward(const Tensor& y, const Tensor& act, const Tensor& gate_up, const Tensor& w) override;
+  void rmsnorm_linear_forward(const Tensor& y, const Tensor& x_norm, const Tensor& rstd, const Tensor& h_out,
+                              const Tensor& h_in, const Tensor& x, const Tensor& norm_w, const Tensor& w,
+                              const Tensor& bias, float eps) override;
+  bool fuses_rmsnorm_linear() const override;
   bool fuses_swiglu_linear() const override;
   void swiglu_linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dgate_up, const Tensor& dout,
                               const Tensor& gate_up, const Tensor& x, const Tensor& w) override;

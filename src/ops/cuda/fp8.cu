@@ -145,6 +145,28 @@ struct SwigluSource {
   }
 };
 
+// RMSNorm's output h * rstd * w from its input h [rows, cols] (the rounded sum of the residual add), the saved rstd
+// and the weight, rounded to bf16 as rmsnorm_forward stores it (the same products in the same order), so that the
+// bytes are those of the norm's output followed by quantize_fp8.
+struct RmsnormSource {
+  static constexpr int K = 1;
+  const __nv_bfloat16* h;
+  const float* rstd;
+  const __nv_bfloat16* w;
+  int64_t rows, cols;
+  __host__ __device__ int64_t width() const { return cols; }
+  __host__ __device__ int64_t out_cols() const { return cols; }
+  __host__ __device__ int64_t offset(int) const { return 0; }
+  __device__ __forceinline__ void operator()(int64_t r, int64_t c, float (&v)[K][kVec]) const {
+    float hv[kVec], wv[kVec];
+    load_bf16(hv, h + r * cols + c);
+    load_bf16(wv, w + c);
+    const float rs = rstd[r];
+#pragma unroll
+    for (int j = 0; j < kVec; j++) v[0][j] = __bfloat162float(__float2bfloat16_rn(hv[j] * rs * wv[j]));
+  }
+};
+
 // One source tile at (r0, c0) cast with scale q into x8 and/or xt8 (the block's threads together); returns the
 // largest |value| this thread converted. With xt8 it holds a barrier, so every thread of the block must call it.
 template <Fp8Format F, class Src>
@@ -282,6 +304,8 @@ __global__ void __launch_bounds__(kThreads) guard_batch_kernel(const __grid_cons
     };
     if (o.gate_up) {
       guard(SwigluSource{o.gate_up, nullptr, o.rows, o.cols});
+    } else if (o.rstd) {
+      guard(RmsnormSource{o.x, o.rstd, o.norm_w, o.rows, o.cols});
     } else {
       guard(Bf16Source{o.x, o.rows, o.cols});
     }
@@ -298,16 +322,6 @@ __global__ void commit_kernel(float* slots, float* history, int n, int history_l
   for (int j = 0; j < history_len; j++) m = fmaxf(m, h[j]);
   slot[0] = m;
   slot[1] = 0.f;
-}
-
-int sm_count() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    TK_CUDA_CHECK(cudaGetDevice(&dev));
-    TK_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  return sms;
 }
 
 template <class Src>
@@ -388,6 +402,15 @@ void swiglu_forward_fp8(bf16* out, uint8_t* x8, uint8_t* xt8, float* dequant, co
   TK_CHECK((reinterpret_cast<uintptr_t>(x8) & 7) == 0, "swiglu_forward_fp8: x8 must be 8-byte aligned");
   if (N <= 0) return;
   launch_cast(x8, xt8, dequant, SwigluSource{gate_up, out, N, f}, amax, amax_seen, format, s);
+}
+
+void rmsnorm_cast_fp8(uint8_t* x8, uint8_t* xt8, float* dequant, const bf16* h, const float* rstd, const bf16* w,
+                      int64_t N, int d, const float* amax, float* amax_seen, Fp8Format format, cudaStream_t s) {
+  TK_CHECK(d > 0 && d % kVec == 0 && aligned16(h) && aligned16(w),
+           "rmsnorm_cast_fp8: the width ({}) must be a multiple of 8 and the tensors 16-byte aligned", d);
+  TK_CHECK((reinterpret_cast<uintptr_t>(x8) & 7) == 0, "rmsnorm_cast_fp8: x8 must be 8-byte aligned");
+  if (N <= 0) return;
+  launch_cast(x8, xt8, dequant, RmsnormSource{h, rstd, w, N, d}, amax, amax_seen, format, s);
 }
 
 void fp8_commit_amax(float* slots, float* history, int n, int history_len, int position, cudaStream_t s) {

@@ -53,6 +53,9 @@ struct Fp8GuardOperand {
   Fp8Format format;
   // When given, the values are SwiGLU's forward of gate_up [rows, 2 cols] (x unused): swiglu_forward_fp8's guard.
   const bf16* gate_up = nullptr;
+  // When given, the values are RMSNorm's output x * rstd * norm_w (x the norm's input): rmsnorm_cast_fp8's guard.
+  const float* rstd = nullptr;
+  const bf16* norm_w = nullptr;
 };
 constexpr int kFp8MaxGuarded = 4;
 void fp8_guard_all(const Fp8GuardOperand* ops, int n, cudaStream_t s);
@@ -62,6 +65,12 @@ void fp8_guard_all(const Fp8GuardOperand* ops, int n, cudaStream_t s);
 // f a multiple of 8.
 void swiglu_forward_fp8(bf16* out, uint8_t* x8, uint8_t* xt8, float* dequant, const bf16* gate_up, int64_t N, int f,
                         const float* amax, float* amax_seen, Fp8Format format, cudaStream_t s);
+// RMSNorm's output y = h * rstd * w (as rmsnorm_forward / residual_rmsnorm_forward compute it from their rounded
+// input h [N, d] and write rstd) cast to FP8 without being written in bf16: x8[N, d] as is and/or xt8[d, N]
+// transposed, with the scale from *amax, recording *amax_seen. No guard: fp8_guard_all with the operand's rstd and
+// norm_w after it. d a multiple of 8.
+void rmsnorm_cast_fp8(uint8_t* x8, uint8_t* xt8, float* dequant, const bf16* h, const float* rstd, const bf16* w,
+                      int64_t N, int d, const float* amax, float* amax_seen, Fp8Format format, cudaStream_t s);
 // SwiGLU's backward (swiglu_backward's dgate_up[N, 2f], each value rounded to bf16 as it stores them) cast
 // straight to FP8 with delayed scaling, never written in bf16: dy8[N, 2f] and/or dyt8[2f, N], with the scale from
 // *amax, recording *amax_seen, then the guard (as fp8_guard: a cast that saturated is done again with the seen
@@ -90,7 +99,8 @@ void embedding_backward(float* dtable, const int32_t* tokens, const bf16* dout, 
 void sort_token_ids(uint32_t* keys, int32_t* rows, const int32_t* tokens, int64_t N, int64_t V, cudaStream_t s);
 
 // ---- RMSNorm (rmsnorm.cu) -------------------------------------------------------------------------
-// y[N,d] = x * rstd * w, rstd f32[N] = 1/sqrt(mean(x^2) + eps).
+// y[N,d] = x * rstd * w, rstd f32[N] = 1/sqrt(mean(x^2) + eps). y may be null (rstd, and h_out below, only) when
+// d % 8 == 0, d <= 4096 and the tensors are 16-byte aligned: rmsnorm_cast_fp8 then makes the output.
 void rmsnorm_forward(bf16* y, float* rstd, const bf16* x, const bf16* w, int64_t N, int d, float eps,
                      cudaStream_t s);
 // h_out = h_in + x (rounded to bf16), then y = rmsnorm(h_out) * w computed from the ROUNDED h_out, so that

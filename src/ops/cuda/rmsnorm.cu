@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
 #pragma unroll
   for (int j = 0; j < VPT; j++) {
     const int col = (lane + 32 * j) * kVec;
-    if (col >= d) continue;
+    if (col >= d || !y) continue;  // y null: rstd (and h_out) only, the output left to rmsnorm_cast_fp8
     float a[kVec], wv[kVec];
     unpack(a, h[j]);
     load_bf16(wv, w + col);
@@ -538,6 +538,8 @@ void rmsnorm_forward(bf16* y, float* rstd, const bf16* x, const bf16* w, int64_t
   if (N == 0) return;
   const bool vectorised = vectorisable(d, {y, x, w});
   if (vectorised && launch_forward_warp(nullptr, y, rstd, nullptr, x, w, N, d, eps, s)) return;
+  TK_CUDA_REQUIRE(y, "rmsnorm_forward: without y only rows of d %% 8 == 0, d <= %d, aligned, are supported (d = %d)",
+                  32 * kVec * kMaxWarpChunks, d);
   const ColumnTiling t = column_tiling(d, vectorised);
   dispatch_tiling<LaunchForward>(t, nullptr, y, rstd, nullptr, x, w, N, d, eps, s);
 }
@@ -547,6 +549,8 @@ void residual_rmsnorm_forward(bf16* h_out, bf16* y, float* rstd, const bf16* h_i
   if (N == 0) return;
   const bool vectorised = vectorisable(d, {h_out, y, h_in, x, w});
   if (vectorised && launch_forward_warp(h_out, y, rstd, h_in, x, w, N, d, eps, s)) return;
+  TK_CUDA_REQUIRE(y, "residual_rmsnorm_forward: without y only rows of d %% 8 == 0, d <= %d, aligned, are supported "
+                  "(d = %d)", 32 * kVec * kMaxWarpChunks, d);
   const ColumnTiling t = column_tiling(d, vectorised);
   dispatch_tiling<LaunchForward>(t, h_out, y, rstd, h_in, x, w, N, d, eps, s);
 }

@@ -507,9 +507,8 @@ template <int HD, bool kBackward>
 void launch_pipelined(__nv_bfloat16* out, const __nv_bfloat16* in, const RopeArgs& a, int n_heads, cudaStream_t s) {
   auto kernel = rope_pipelined_kernel<HD, kBackward>;
   const size_t smem = size_t(kPipeWarps) * kPipeStages * pipe_stage_bytes(a);
-  int dev = 0, sms = 0, per_sm = 0;
-  TK_CUDA_CHECK(cudaGetDevice(&dev));
-  TK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  int per_sm = 0;
+  const int sms = sm_count();
   TK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * kPipeWarps, smem));
   // One wave of resident blocks (no reductions: the grid does not change any result).
   const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(ceil_div(a.N, kPipeWarps), int64_t(sms) * per_sm));
