@@ -19,9 +19,7 @@ namespace tk::cuda {
 
 namespace {
 
-// One block of 1024 threads an SM, each running through rows: 132 rows (39 MB at V = 151,936) between a row's
-// first read and its second, which L2 (50 MB) can hold, where a block a row kept ~4 rows an SM in flight.
-constexpr int kThreads = 1024;
+constexpr int kThreads = 512;
 constexpr int kVec = 8;       // bf16 per 16-byte load
 constexpr int kInFlight = 4;  // 16-byte loads each thread issues before using the first
 
@@ -132,9 +130,7 @@ __device__ void write_dlogits(bf16* row, int64_t V, RowSplit sp, float lse, int6
   for (int64_t i = threadIdx.x; i < sp.head; i += kThreads)
     row[i] = __float2bfloat16(dlogit(__bfloat162float(row[i]), i, lse, target, scale));
   uint4* body = reinterpret_cast<uint4*>(row + sp.head);
-  // Back to front: the end of the row, read last by pass 1, is the likeliest still to be in L2.
-  constexpr int64_t kStep = int64_t(kThreads) * kInFlight;
-  for (int64_t base = (sp.n_vec - 1) / kStep * kStep + threadIdx.x; base >= 0; base -= kStep) {
+  for (int64_t base = threadIdx.x; base < sp.n_vec; base += int64_t(kThreads) * kInFlight) {
     uint4 raw[kInFlight];
 #pragma unroll
     for (int u = 0; u < kInFlight; u++) {
@@ -163,30 +159,25 @@ __device__ void write_dlogits(bf16* row, int64_t V, RowSplit sp, float lse, int6
     row[i] = __float2bfloat16(dlogit(__bfloat162float(row[i]), i, lse, target, scale));
 }
 
-// Each block runs through the chunk's rows r = blockIdx.x, + gridDim.x, ... (each row's results depend on that
-// row alone, so the grid changes no bit).
+// One block per token row of the chunk.
 __global__ void __launch_bounds__(kThreads)
-    cross_entropy_rows(bf16* logits, float* losses, const int32_t* targets, int64_t rows, int64_t V,
-                       float grad_scale, int ignore_index, bool write_grad) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    bf16* row = logits + r * V;
-    RowSplit sp = split_row(row, V);
-    MaxSum total = block_reduce(row_max_sum(row, V, sp));
-    float lse = total.m + logf(total.s);
+    cross_entropy_rows(bf16* logits, float* losses, const int32_t* targets, int64_t V, float grad_scale,
+                       int ignore_index, bool write_grad) {
+  bf16* row = logits + int64_t(blockIdx.x) * V;
+  RowSplit sp = split_row(row, V);
+  MaxSum total = block_reduce(row_max_sum(row, V, sp));
+  float lse = total.m + logf(total.s);
 
-    int64_t target = targets[r];
-    bool ignored = target == ignore_index;
-    bool in_range = target >= 0 && target < V;
-    if (threadIdx.x == 0) {
-      float loss = ignored ? 0.0f : in_range ? lse - __bfloat162float(row[target]) : NAN;
-      losses[r] = loss;
-    }
-    if (write_grad) {
-      __syncthreads();  // row[target] is read above before pass 2 overwrites it
-      write_dlogits(row, V, sp, lse, in_range ? target : -1, ignored ? 0.0f : grad_scale);
-    }
-    __syncthreads();  // block_reduce's shared results are read before the next row writes them
+  int64_t target = targets[blockIdx.x];
+  bool ignored = target == ignore_index;
+  bool in_range = target >= 0 && target < V;
+  if (threadIdx.x == 0) {
+    float loss = ignored ? 0.0f : in_range ? lse - __bfloat162float(row[target]) : NAN;
+    losses[blockIdx.x] = loss;
   }
+  if (!write_grad) return;
+  __syncthreads();  // row[target] is read above before pass 2 overwrites it
+  write_dlogits(row, V, sp, lse, in_range ? target : -1, ignored ? 0.0f : grad_scale);
 }
 
 }  // namespace
@@ -208,9 +199,8 @@ void lm_head_cross_entropy(Matmul& matmul, bf16* logits, int64_t chunk_rows, flo
     int64_t rows = std::min(chunk_rows, N - r0);
     const bf16* x_chunk = x + r0 * d;
     matmul.linear_forward(logits, x_chunk, w, nullptr, rows, d, V);
-    const unsigned blocks = unsigned(std::min<int64_t>(rows, sm_count()));
-    cross_entropy_rows<<<blocks, kThreads, 0, stream>>>(logits, losses + r0, targets + r0, rows, V, grad_scale,
-                                                        ignore_index, want_grad);
+    cross_entropy_rows<<<unsigned(rows), kThreads, 0, stream>>>(logits, losses + r0, targets + r0, V, grad_scale,
+                                                                 ignore_index, want_grad);
     TK_CUDA_CHECK_LAUNCH();
     if (dx) matmul.linear_backward_input(dx + r0 * d, logits, w, rows, d, V);
     if (dw) matmul.linear_backward_weight(dw, logits, x_chunk, rows, d, V);

@@ -337,9 +337,10 @@ void launch_cast(uint8_t* x8, uint8_t* xt8, float* dequant, const Src& src, cons
   TK_CUDA_CHECK_LAUNCH();
 }
 
-// A guard's blocks: one an SM (at most one a tile). Exiting at once, the common case, then costs one short wave;
-// the rare recast runs at a fraction of the copy rate, which is what a saturated cast costs.
-unsigned guard_blocks(int64_t n_tiles) { return unsigned(std::min<int64_t>(n_tiles, sm_count())); }
+// A guard's blocks, whatever the operands: four an SM (at most one a tile). Exiting at once then costs one short
+// wave, and a recast (every step early in training, while the amax grows past its history) runs near the cast's
+// rate; one block an SM halved that rate (bench/NOTES.md).
+unsigned guard_blocks(int64_t n_tiles) { return unsigned(std::min<int64_t>(n_tiles, 4 * int64_t(sm_count()))); }
 
 template <class Src>
 void launch_guard(uint8_t* x8, uint8_t* xt8, float* dequant, const Src& src, float* amax, const float* seen,
