@@ -128,9 +128,9 @@ struct CudaOps::Impl {
   }
   std::vector<cuda::Fp8GuardOperand> fp8_guards;  // casts whose guard has not been launched yet
   // Activations whose memory holds, instead of their bf16 values, the e4m3 transpose that their linear's weight
-  // gradient takes (x -> the linear's weight): the fused SwiGLU forward writes the down projection's x^T there,
-  // since the backward needs x only for that GEMM. Consumed by the linear_backward of that weight; any other write
-  // of the activation (swiglu_forward) drops it.
+  // gradient takes (x -> the linear's weight): the fused SwiGLU and norm forwards write the down, gate/up and qkv
+  // projections' x^T there, since the backward needs x only for that GEMM. Consumed by the linear_backward of that
+  // weight; any other write of the activation (swiglu_forward, the norms: recomputes) drops it.
   std::unordered_map<const void*, const void*> fp8_kept_xt;
   void fp8_flush_guards() {
     cuda::fp8_guard_all(fp8_guards.data(), int(fp8_guards.size()), stream);
@@ -176,7 +176,7 @@ struct CudaOps::Impl {
       const auto kept = fp8_kept_xt.find(x.data);
       if (kept != fp8_kept_xt.end()) {
         TK_CHECK(kept->second == w.data && fp8_slot_primed(w.data, 0),
-                 "linear_backward: x holds the FP8 transpose the fused SwiGLU forward wrote for another linear");
+                 "linear_backward: x holds the FP8 transpose a fused forward wrote for another linear");
         fp8_kept_xt.erase(kept);
         sx = fp8_slot(w.data, 0, nullptr, 0);  // primed: no amax pass; the forward's guard saw to saturation
         xt8 = static_cast<uint8_t*>(x.data);
@@ -633,7 +633,7 @@ void CudaOps::linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& 
     return;
   }
   TK_CHECK(dw.empty() || !impl_->fp8_kept_xt.count(x.data),
-           "{}: x holds the FP8 transpose of the fused SwiGLU forward, but this backward is not on the FP8 path", op);
+           "{}: x holds the FP8 transpose a fused forward kept, but this backward is not on the FP8 path", op);
   if (!dx.empty()) mm.linear_backward_input(ptr<bf16>(dx), ptr<bf16>(dy), ptr<bf16>(w), N, in, out);
   if (!dw.empty()) mm.linear_backward_weight(ptr<float>(dw), ptr<bf16>(dy), ptr<bf16>(x), N, in, out);
   if (!dbias.empty()) mm.bias_backward(ptr<float>(dbias), ptr<bf16>(dy), N, out);
