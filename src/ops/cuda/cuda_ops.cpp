@@ -262,6 +262,13 @@ void* CudaOps::allocate(size_t bytes, const char* label) {
 void CudaOps::release(void* p) {
   if (!p) return;
   TK_CHECK(impl_->ledger.contains(p), "release: {} was not allocated by this CUDA backend", p);
+  // Kept FP8 transposes inside the memory go with it: a later allocation at the same address holds other data.
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p), end = begin + impl_->ledger.bytes_of(p);
+  auto& kept = impl_->fp8_kept_xt;
+  for (auto it = kept.begin(); it != kept.end();) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(it->first);
+    it = a >= begin && a < end ? kept.erase(it) : std::next(it);
+  }
   TK_CUDA_CHECK(cudaFree(p));
   impl_->ledger.remove(p);
 }
