@@ -18,7 +18,7 @@ struct PlanFlags {
   std::string moments = "f32";
   int batch = 8, seq = 2048;
   int64_t batch_tokens = 0;
-  double efficiency = 0.65, bandwidth_gbs = 3350, host_gbs = 45;
+  double efficiency = 0.75, attention_fwd = 0.33, attention_bwd = 0.175, bandwidth_gbs = 3350, host_gbs = 45;
   bool json = false, all = false, doc_mask = false, fp8 = false;
   std::string fp8_scaling = "delayed";
   int logits_chunk_mib = 0;
@@ -50,6 +50,8 @@ int run(const PlanFlags& f) {
   target.peak_flops = tk::gpu_peak_flops(f.gpu);
   if (target.peak_flops <= 0) target.peak_flops = 989e12;
   target.matmul_efficiency = f.efficiency;
+  target.attention_forward_efficiency = f.attention_fwd;
+  target.attention_backward_efficiency = f.attention_bwd;
   target.bandwidth = f.bandwidth_gbs * 1e9;
   target.host_bandwidth = f.host_gbs * 1e9;
   target.host_memory_limit = f.host_memory.empty() ? tk::local_host_memory_limit() : tk::parse_bytes(f.host_memory);
@@ -103,6 +105,12 @@ tk::cli::Command plan_cmd("plan", "The memory a training run needs, and the fast
                             app.add_option("--gpu", f->gpu, "GPU name for the peak FLOP rate")->capture_default_str();
                             app.add_option("--matmul-efficiency", f->efficiency,
                                            "Achieved share of the peak on the GEMMs, for the speed prediction")
+                                ->capture_default_str();
+                            app.add_option("--attention-efficiency", f->attention_fwd,
+                                           "Achieved share of the peak in the attention's forward")
+                                ->capture_default_str();
+                            app.add_option("--attention-backward-efficiency", f->attention_bwd,
+                                           "Achieved share of the peak in the attention's backward")
                                 ->capture_default_str();
                             app.add_option("--bandwidth", f->bandwidth_gbs, "Memory bandwidth in GB/s")->capture_default_str();
                             app.add_option("--host-bandwidth", f->host_gbs,

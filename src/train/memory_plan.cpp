@@ -73,7 +73,12 @@ double seconds_per_token(const ModelConfig& c, int B, int T, int accumulation, c
   const double adamw_bytes = 4 + 2 * moment_bytes_per_param(t.moments) + 8 + 2;
   const double optimizer_bytes = P * (adamw_bytes + 8);
   const double tokens_per_step = N * accumulation;
-  double matmul_s = (model + redo) / (t.peak_flops * eff);
+  // The causal attention's FLOPs (flops_per_token's 6 L T q: forward 2 L T q, backward twice that, and the
+  // forward again when recomputed) at its own rates; the rest at the GEMMs'.
+  const double attn_fwd = 2.0 * L * T * c.q_dim(), attn_redo = (r.block || r.attention) ? attn_fwd : 0.0;
+  double matmul_s = (model - 3 * attn_fwd + redo - attn_redo) / (t.peak_flops * eff) +
+                    (attn_fwd + attn_redo) / (t.peak_flops * t.attention_forward_efficiency) +
+                    2 * attn_fwd / (t.peak_flops * t.attention_backward_efficiency);
   double cast_bytes = 0;
   if (t.fp8) {
     // --fp8: the linears' GEMMs (forward and backward, 6 FLOPs a weight a token) at kFp8GemmSpeedup times the
