@@ -342,15 +342,13 @@ void Model::Impl::layer_forward(const Step& s, int l) {
   const Tensor rstd_attn = shaped(a.rstd_attn, {N});
   const Tensor h_prev = l == 0 ? Tensor() : shaped(buf.layers[l - 1].h_mid, {N, d});
   const Tensor h_out = l == 0 ? Tensor() : h, norm_in = l == 0 ? h : branch;
+  // (Ops::rmsnorm_linear_forward, called as the base class's, is the two ops apart on every backend.)
   if (!rc.qkv || rc.x_attn) {
     ops.rmsnorm_linear_forward(qkv_pre, x_attn, rstd_attn, h_out, h_prev, norm_in, lw.attn_norm, lw.qkv_w, lw.qkv_b,
                                eps);
-  } else if (l == 0) {
-    ops.rmsnorm_forward(x_attn, rstd_attn, h, lw.attn_norm, eps);
-    ops.linear_forward(qkv_pre, x_attn, lw.qkv_w, lw.qkv_b);
   } else {
-    ops.residual_rmsnorm_forward(h, x_attn, rstd_attn, h_prev, branch, lw.attn_norm, eps);
-    ops.linear_forward(qkv_pre, x_attn, lw.qkv_w, lw.qkv_b);
+    ops.Ops::rmsnorm_linear_forward(qkv_pre, x_attn, rstd_attn, h_out, h_prev, norm_in, lw.attn_norm, lw.qkv_w,
+                                    lw.qkv_b, eps);
   }
   ops.qk_norm_rope_forward(qkv, shaped(a.qk_rstd, {N, cfg.n_heads + cfg.n_kv_heads}), qkv_pre, lw.q_norm, lw.k_norm,
                            shaped(buf.positions, {N}), s.attn, float(cfg.rope_theta), eps);
@@ -363,8 +361,8 @@ void Model::Impl::layer_forward(const Step& s, int l) {
     ops.rmsnorm_linear_forward(gate_up, x_mlp, shaped(a.rstd_mlp, {N}), shaped(a.h_mid, {N, d}), h, branch,
                                lw.mlp_norm, lw.gate_up_w, Tensor(), eps);
   } else {
-    ops.residual_rmsnorm_forward(shaped(a.h_mid, {N, d}), x_mlp, shaped(a.rstd_mlp, {N}), h, branch, lw.mlp_norm, eps);
-    ops.linear_forward(gate_up, x_mlp, lw.gate_up_w, Tensor());
+    ops.Ops::rmsnorm_linear_forward(gate_up, x_mlp, shaped(a.rstd_mlp, {N}), shaped(a.h_mid, {N, d}), h, branch,
+                                    lw.mlp_norm, lw.gate_up_w, Tensor(), eps);
   }
   ops.swiglu_linear_forward(branch, act, gate_up, lw.down_w);
 }
