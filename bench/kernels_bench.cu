@@ -451,6 +451,38 @@ void bench_fp8() {
       swiglu_backward_fp8(dy8[k % sets], dyt8[k % sets], slot + 4, dout[k % sets], gate_up[k % sets], kTokens, f, slot,
                           slot + 1, reinterpret_cast<unsigned int*>(slot + 2), Fp8Format::E5M2, nullptr);
     });
+
+    // A norm's output for the linear after it (rmsnorm_linear_forward under --fp8): the residual norm writing its
+    // bf16 output, then the forward's cast as is and the backward's transposed cast (8 Nd + 3 Nd + 3 Nd), against the
+    // norm without its output (6 Nd) and the cast both ways from its input and rstd (4 Nd), with its guard.
+    const int64_t nd = kTokens * d;
+    const int nsets = rotation_sets(14.0 * double(nd));
+    Pool npool;
+    std::vector<bf16*> h_in, xs, h_out, ys;
+    std::vector<float*> rstd;
+    std::vector<uint8_t*> n8, nt8;
+    for (int k = 0; k < nsets; k++) {
+      h_in.push_back(npool.random_bf16(nd)), xs.push_back(npool.random_bf16(nd));
+      h_out.push_back(npool.alloc<bf16>(nd)), ys.push_back(npool.alloc<bf16>(nd)), rstd.push_back(npool.alloc<float>(kTokens));
+      n8.push_back(npool.alloc<uint8_t>(nd)), nt8.push_back(npool.alloc<uint8_t>(nd));
+    }
+    bf16* nw = npool.random_bf16(d);
+    const std::string nshape = "N=" + std::to_string(kTokens) + " d=" + std::to_string(d);
+    record("residual_rmsnorm_forward + fp8 cast, then the cast transposed", nshape, 14.0 * double(nd), [&](int k) {
+      const int j = k % nsets;
+      residual_rmsnorm_forward(h_out[j], ys[j], rstd[j], h_in[j], xs[j], nw, kTokens, d, 1e-6f, nullptr);
+      quantize_fp8(n8[j], nullptr, slot + 4, ys[j], kTokens, d, slot, Fp8Format::E4M3, nullptr, slot + 1);
+      quantize_fp8(nullptr, nt8[j], slot + 4, ys[j], kTokens, d, slot, Fp8Format::E4M3, nullptr, slot + 1);
+    });
+    record("residual norm, no output + rmsnorm_cast_fp8 both + guard", nshape, 10.0 * double(nd), [&](int k) {
+      const int j = k % nsets;
+      residual_rmsnorm_forward(h_out[j], nullptr, rstd[j], h_in[j], xs[j], nw, kTokens, d, 1e-6f, nullptr);
+      rmsnorm_cast_fp8(n8[j], nt8[j], slot + 4, h_out[j], rstd[j], nw, kTokens, d, slot, slot + 1, Fp8Format::E4M3,
+                       nullptr);
+      Fp8GuardOperand op{n8[j], nt8[j], slot + 4, h_out[j], kTokens, d, slot, slot + 1,
+                         reinterpret_cast<unsigned int*>(slot + 2), Fp8Format::E4M3, nullptr, rstd[j], nw};
+      fp8_guard_all(&op, 1, nullptr);
+    });
   }
 }
 

@@ -27,6 +27,7 @@ struct BenchOptions {
   bool gemm_tuning = true;
   bool fp8 = false;
   std::string fp8_scaling = "delayed";
+  int fp8_margin = 0;
   uint64_t seed = 1;
   bool json = false;
 };
@@ -54,7 +55,7 @@ int run_bench(const BenchOptions& o) {
   const size_t mem_before = tk::memory_in_use_bytes(be.gpu);
   if (o.logits_chunk_mib > 0) tk::set_logits_chunk_budget(*be.ops, size_t(o.logits_chunk_mib) << 20);
   if (o.gemm_tuning) tk::enable_gemm_tuning(*be.ops, tk::gemm_tuning_cache_path());
-  if (o.fp8) tk::enable_fp8(*be.ops, o.fp8_scaling);
+  if (o.fp8) tk::enable_fp8(*be.ops, o.fp8_scaling, o.fp8_margin);
   tk::Model model(cfg, *be.ops, tk::ModelOptions{o.batch, o.seq, false});
   model.init_params(o.seed);
   tk::AdamWOptions adam;
@@ -77,11 +78,15 @@ int run_bench(const BenchOptions& o) {
   const double warm_s = std::chrono::duration<double>(clock::now() - t0).count();
   if (const std::string tuning = tk::gemm_tuning_summary(*be.ops); !tuning.empty()) fmt::print(stderr, "{}\n", tuning);
   size_t mem_peak = tk::memory_in_use_bytes(be.gpu);
+  const int64_t recasts_before = o.fp8 ? tk::fp8_recasts(*be.ops) : -1;
   t0 = clock::now();
   for (int i = 0; i < o.steps; i++) step(i);
   be.ops->synchronize();
   const double secs = std::chrono::duration<double>(clock::now() - t0).count();
   mem_peak = std::max(mem_peak, tk::memory_in_use_bytes(be.gpu));
+  // The timed steps' recasts: delayed scaling's guards casting a saturated operand again (each step's are counted
+  // by the commit at its optimizer step).
+  const int64_t recasts = recasts_before >= 0 ? tk::fp8_recasts(*be.ops) - recasts_before : -1;
 
   tk::ThroughputModel tm(cfg, o.seq, tk::describe_device(be.gpu, 0), 0);
   const int64_t tokens = int64_t(o.batch) * o.seq;
@@ -99,6 +104,7 @@ int run_bench(const BenchOptions& o) {
                         {"peak_mem_gib", std::round(mem_gib * 10) / 10},
                         {"warm_s", std::round(warm_s * 10) / 10},
                         {"loss", std::round(loss * 1000) / 1000}};
+  if (o.fp8 && o.fp8_scaling == "delayed" && recasts >= 0) row["fp8_recasts"] = recasts;
   if (o.json) {
     fmt::print("{}\n", row.dump());
   } else {
@@ -106,6 +112,8 @@ int run_bench(const BenchOptions& o) {
                o.model, o.fp8 ? " (FP8 linears)" : "", tm.device().name, secs / o.steps * 1e3, m.tokens_per_s, m.achieved_flops / 1e12,
                m.mfu < 0 ? std::string("n/a (") + tm.peak_description() + ")" : fmt::format("{:.1f}%", m.mfu * 100), mem_gib,
                loss);
+    if (row.contains("fp8_recasts"))
+      fmt::print("FP8 casts done again by their guards (saturated): {} over {} timed steps\n", recasts, o.steps);
   }
   return 0;
 }
@@ -128,6 +136,9 @@ tk::cli::Command bench_cmd("bench", "Time full training steps of a model shape o
                              app.add_flag("--gemm-tuning,!--no-gemm-tuning", o->gemm_tuning,
                                           "GEMM algorithms chosen by timing, kept in the cache (as train's; default on)");
                              app.add_flag("--fp8", o->fp8, "The linear layers' GEMMs in FP8 (as train's)");
+                             app.add_option("--fp8-margin", o->fp8_margin, "Delayed scaling's headroom (as train's)")
+                                 ->check(CLI::Range(0, 8))
+                                 ->capture_default_str();
                              app.add_option("--fp8-scaling", o->fp8_scaling, "delayed or current (as train's)")
                                  ->check(CLI::IsMember({"current", "delayed"}))
                                  ->capture_default_str();

@@ -43,6 +43,11 @@ class MemoryLedger {
     return out;
   }
   bool contains(void* p) const { return entries_.count(p) != 0; }
+  // The bytes recorded for p (0 when p was not recorded).
+  size_t bytes_of(void* p) const {
+    auto it = entries_.find(p);
+    return it == entries_.end() ? 0 : it->second.bytes;
+  }
   size_t total() const { return total_; }
   size_t peak() const { return peak_; }
   size_t late_bytes() const { return late_bytes_; }

@@ -68,12 +68,21 @@ std::string gemm_tuning_summary(Ops& ops) {
 
 std::string gemm_tuning_cache_path() { return cache::path_of("gemm-algorithms.json"); }
 
-void enable_fp8(Ops& ops, const std::string& scaling) {
+int64_t fp8_recasts(Ops& ops) {
+#ifdef TK_HAVE_CUDA
+  if (auto* cuda = dynamic_cast<CudaOps*>(&ops)) return cuda->fp8_recasts();
+#endif
+  (void)ops;
+  return -1;
+}
+
+void enable_fp8(Ops& ops, const std::string& scaling, int margin) {
   TK_CHECK(scaling == "current" || scaling == "delayed", "--fp8-scaling is '{}': it must be current or delayed",
            scaling);
+  TK_CHECK(margin >= 0 && margin <= 8, "--fp8-margin is {}: it must be 0 to 8", margin);
 #ifdef TK_HAVE_CUDA
   if (auto* cuda = dynamic_cast<CudaOps*>(&ops)) {
-    cuda->set_fp8(true, scaling == "delayed" ? CudaOps::Fp8Scaling::Delayed : CudaOps::Fp8Scaling::Current);
+    cuda->set_fp8(true, scaling == "delayed" ? CudaOps::Fp8Scaling::Delayed : CudaOps::Fp8Scaling::Current, margin);
     return;
   }
 #endif

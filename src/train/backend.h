@@ -28,6 +28,9 @@ std::string gemm_tuning_summary(Ops& ops);
 std::string gemm_tuning_cache_path();
 // The linear layers' GEMMs in FP8 (CudaOps::set_fp8) with "current" or "delayed" scaling: a tk::Error on
 // the CPU backend, a GPU without FP8 tensor cores, or another scaling name.
-void enable_fp8(Ops& ops, const std::string& scaling = "current");
+// margin: delayed scaling's headroom, the scale's amax 2^margin times the history's (CudaOps::set_fp8).
+void enable_fp8(Ops& ops, const std::string& scaling = "current", int margin = 0);
+// The casts delayed scaling's guards have done again over the steps so far (-1 when the backend keeps no count).
+int64_t fp8_recasts(Ops& ops);
 
 }  // namespace tk

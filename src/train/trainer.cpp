@@ -33,7 +33,7 @@
 namespace tk {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, model, data, out, tokenizer, device, batch, seq,
-                                                batch_tokens, doc_mask, gemm_tuning, logits_chunk_mib, fp8, fp8_scaling, recompute, offload, offload_chunk, moments, memory_budget, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
+                                                batch_tokens, doc_mask, gemm_tuning, logits_chunk_mib, fp8, fp8_scaling, fp8_margin, recompute, offload, offload_chunk, moments, memory_budget, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
                                                 decay_fraction, beta1, beta2, adam_eps, weight_decay, grad_clip, seed,
                                                 eval_every, eval_tokens, save_every, keep_checkpoints, peak_tflops)
 
@@ -675,7 +675,7 @@ void TrainingRun::set_up() {
 void TrainingRun::build_parts() {
   backend_ = make_backend(cfg_.device);
   if (cfg_.gemm_tuning) enable_gemm_tuning(*backend_.ops, gemm_tuning_cache_path());
-  if (cfg_.fp8) enable_fp8(*backend_.ops, cfg_.fp8_scaling);
+  if (cfg_.fp8) enable_fp8(*backend_.ops, cfg_.fp8_scaling, cfg_.fp8_margin);
   source_ = find_model_source(cfg_.model);
   meta_ = read_dataset_meta(cfg_.data);
   if (cfg_.vocab_size > 0) resize_vocab();

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "ops/memory_ledger.h"
 #include "train/memory_plan.h"
 
 namespace tk {
@@ -235,6 +236,29 @@ TEST(MemoryPlan, SizesParse) {
   EXPECT_EQ(parse_bytes("4096"), 4096.0);
   EXPECT_THROW(parse_bytes("lots"), Error);
   EXPECT_THROW(parse_bytes("16 parsecs"), Error);
+}
+
+// The ledger of a backend's allocations: totals, the peak, rows by label, and each allocation's bytes (what a
+// backend drops its bookkeeping for when memory is released).
+TEST(MemoryLedger, CountsBytesByAllocationAndLabel) {
+  MemoryLedger ledger;
+  int a = 0, b = 0, c = 0;
+  ledger.add(&a, 100, "weights");
+  ledger.add(&b, 50, "weights");
+  ledger.add(&c, 30, "scratch");
+  EXPECT_EQ(ledger.total(), 180u);
+  EXPECT_EQ(ledger.bytes_of(&b), 50u);
+  EXPECT_EQ(ledger.bytes_of(&c), 30u);
+  const std::vector<MemoryRow> rows = ledger.rows();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].label, "weights");
+  EXPECT_EQ(rows[0].bytes, 150u);
+  EXPECT_EQ(rows[0].count, 2);
+  EXPECT_TRUE(ledger.remove(&b));
+  EXPECT_FALSE(ledger.remove(&b));
+  EXPECT_EQ(ledger.bytes_of(&b), 0u) << "a released allocation";
+  EXPECT_EQ(ledger.total(), 130u);
+  EXPECT_EQ(ledger.peak(), 180u);
 }
 
 }  // namespace

@@ -575,6 +575,9 @@ TEST_F(Fp8Test, SwigluBackwardCastIsSwigluBackwardThenTheCast) {
         const auto rslot = down(*ref_slot), gslot = down(*got_slot);
         EXPECT_EQ(gslot[1], amax) << "the amax seen";
         EXPECT_EQ(gslot[0], scale_amax < amax ? amax : scale_amax) << "the scale's amax after the guard";
+        unsigned recasts = 0;
+        std::memcpy(&recasts, &gslot[3], sizeof recasts);
+        EXPECT_EQ(recasts, scale_amax < amax ? 1u : 0u) << "the guard's recast count";
         for (int i : {0, 1, 2, 4}) EXPECT_EQ(gslot[size_t(i)], rslot[size_t(i)]) << "slot float " << i;
         for (auto [got, ref] : {std::pair{&got8, &ref8}, {&gott8, &reft8}}) {
           std::vector<uint8_t> g(size_t(rows * cols)), r(g.size());
@@ -589,23 +592,42 @@ TEST_F(Fp8Test, SwigluBackwardCastIsSwigluBackwardThenTheCast) {
   }
 }
 
+// The commit: the seen amax into the history, the scale's amax the history's max times the margin, the seen amax
+// and the recast counts back to 0, the counts summed.
 TEST_F(Fp8Test, CommitPutsTheSeenAmaxInTheHistoryAndScalesByItsMax) {
   const int n = 300, len = 16, position = 5;
-  std::vector<float> slots_h(size_t(n) * cuda::kFp8SlotFloats), history_h = normal(size_t(n) * len, 1.f);
-  for (float& h : history_h) h = std::fabs(h);
-  const auto seen = normal(size_t(n), 4.f);
-  for (int i = 0; i < n; i++) slots_h[size_t(i) * cuda::kFp8SlotFloats + 1] = std::fabs(seen[size_t(i)]);
-  auto slots = gpu(DType::F32, {int64_t(slots_h.size())}, &slots_h), history = gpu(DType::F32, {n, len}, &history_h);
-  cuda::fp8_commit_amax(slots->t.as<float>(), history->t.as<float>(), n, len, position, gpu_->stream());
-  const auto got_slots = down(*slots), got_history = down(*history);
-  for (int i = 0; i < n; i++) {
-    float* h = history_h.data() + size_t(i) * len;
-    h[position] = std::fabs(seen[size_t(i)]);
-    const float mx = *std::max_element(h, h + len);
-    ASSERT_EQ(got_slots[size_t(i) * cuda::kFp8SlotFloats], mx) << "slot " << i;
-    ASSERT_EQ(got_slots[size_t(i) * cuda::kFp8SlotFloats + 1], 0.f) << "slot " << i;
+  for (float margin : {1.f, 2.f, 8.f}) {
+    SCOPED_TRACE(::testing::Message() << "margin " << margin << " seed=" << seed_);
+    std::vector<float> slots_h(size_t(n) * cuda::kFp8SlotFloats), history_h = normal(size_t(n) * len, 1.f);
+    for (float& h : history_h) h = std::fabs(h);
+    const auto seen = normal(size_t(n), 4.f);
+    unsigned long long recasts = 0;
+    for (int i = 0; i < n; i++) {
+      slots_h[size_t(i) * cuda::kFp8SlotFloats + 1] = std::fabs(seen[size_t(i)]);
+      const unsigned count = unsigned(i % 7 == 0 ? i % 5 : 0);
+      std::memcpy(&slots_h[size_t(i) * cuda::kFp8SlotFloats + 3], &count, sizeof count);
+      recasts += count;
+    }
+    ASSERT_GT(recasts, 0u);
+    auto slots = gpu(DType::F32, {int64_t(slots_h.size())}, &slots_h), history = gpu(DType::F32, {n, len}, &history_h);
+    Owned total(*gpu_, DType::F64, {1});  // 8 bytes: the unsigned 64-bit total
+    TK_CUDA_CHECK(cudaMemsetAsync(total.t.data, 0, 8, gpu_->stream()));
+    cuda::fp8_commit_amax(slots->t.as<float>(), history->t.as<float>(), n, len, position, margin,
+                          static_cast<unsigned long long*>(total.t.data), gpu_->stream());
+    const auto got_slots = down(*slots), got_history = down(*history);
+    unsigned long long got_total = 0;
+    gpu_->download(&got_total, total.t.data, sizeof got_total);
+    EXPECT_EQ(got_total, recasts) << "the recasts summed";
+    for (int i = 0; i < n; i++) {
+      float* h = history_h.data() + size_t(i) * len;
+      h[position] = std::fabs(seen[size_t(i)]);
+      const float mx = *std::max_element(h, h + len);
+      ASSERT_EQ(got_slots[size_t(i) * cuda::kFp8SlotFloats], mx * margin) << "slot " << i;
+      ASSERT_EQ(got_slots[size_t(i) * cuda::kFp8SlotFloats + 1], 0.f) << "slot " << i;
+      ASSERT_EQ(got_slots[size_t(i) * cuda::kFp8SlotFloats + 3], 0.f) << "slot " << i << ": its recasts";
+    }
+    EXPECT_EQ(got_history, history_h);
   }
-  EXPECT_EQ(got_history, history_h);
 }
 
 TEST_F(Fp8Test, LinearAtTrainingShapeWithBias) { check_linear(2048, 896, 1152, true); }

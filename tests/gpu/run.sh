@@ -19,7 +19,7 @@ pack() {
   [ -f "$OUT/gpu-run/report.html" ] && cp "$OUT/gpu-run/report.html" "$RESULTS/report-gpu.html"
 }
 trap pack EXIT
-STEPS=${1:-tests,hf,kernels,curve,moments,fp8,report,profile,needless,plan,offload,budget,seven,docmask,chunks,gemms,tuning,ncu,kprof,fixtures,bench}
+STEPS=${1:-tests,hf,kernels,curve,moments,fp8,margin,report,profile,needless,plan,offload,budget,seven,docmask,chunks,gemms,tuning,ncu,kprof,fixtures,bench}
 REGEX=${2:-.}
 source tests/gpu/env.sh
 BUILD=build-gpu
@@ -237,9 +237,10 @@ if has fp8 && [ -f data/brown/meta.json ]; then
   F8=(train --data data/brown --model gpt2-small-llama --batch 8 --seq 512 --steps 300 --lr 1e-3 --warmup 20
       --eval-every 0 --eval-tokens 0 --overwrite --device cuda)
   # fp8 with current scaling; fp8d and fp8b with delayed scaling (the default; fp8d saved at step 150, resumed below).
-  for r in bf16:7 fp8:7 fp8b:7 fp8d:7 bf16:8; do
+  # fp8m: delayed scaling with --fp8-margin 1 (the scale's headroom doubled).
+  for r in bf16:7 fp8:7 fp8b:7 fp8d:7 fp8m:7 bf16:8; do
     p=${r%:*}; flags=(--save-every 0)
-    case $p in fp8) flags+=(--fp8 --fp8-scaling current) ;; fp8b) flags+=(--fp8) ;; fp8d) flags=(--fp8 --fp8-scaling delayed --save-every 150) ;; esac
+    case $p in fp8) flags+=(--fp8 --fp8-scaling current) ;; fp8b) flags+=(--fp8) ;; fp8m) flags+=(--fp8 --fp8-margin 1) ;; fp8d) flags=(--fp8 --fp8-scaling delayed --save-every 150) ;; esac
     $BUILD/tokamak "${F8[@]}" --seed ${r#*:} "${flags[@]}" --out "$OUT/fp8-$p-${r#*:}" > "$OUT/fp8-$p-${r#*:}.log" 2>&1 \
       || tail -3 "$OUT/fp8-$p-${r#*:}.log"
   done
@@ -261,7 +262,8 @@ def tail(run):
     l = losses(run)[-50:]
     return sum(l) / len(l)
 ref = tail("bf16-7")
-for run, what in (("fp8-7", "fp8 (current scaling)"), ("fp8d-7", "fp8 (delayed scaling)"), ("bf16-8", "bf16, seed 8")):
+for run, what in (("fp8-7", "fp8 (current scaling)"), ("fp8d-7", "fp8 (delayed scaling)"),
+                  ("fp8m-7", "fp8 (delayed scaling, margin 1)"), ("bf16-8", "bf16, seed 8")):
     print(f"{what}: last 50 steps mean loss {tail(run):.4f} vs bf16 {ref:.4f} ({tail(run) - ref:+.4f})")
 print("two fp8 (delayed) runs bitwise equal losses:", losses("fp8d-7") == losses("fp8b-7"))
 whole = {r["step"]: r["loss"] for r in rows("fp8d-7")}
@@ -270,6 +272,16 @@ same = bool(resumed) and all(whole.get(k) == v for k, v in resumed.items())
 print(f"fp8 (delayed) resumed at step 150: {len(resumed)} steps, losses bitwise those of the whole run: {same}")
 PY
   echo "fp8: $(( $(date +%s) - start ))s"; pack
+fi
+if has margin; then
+  # Delayed scaling's margin (--fp8-margin): step time and the guards' recasts over the bench's timed steps.
+  for m in ${MARGIN_MODELS:-qwen2.5-0.5b llama3.2-1b}; do
+    for g in 0 1 2; do
+      echo "$m --fp8-margin $g: $($BUILD/tokamak bench --model $m --batch 8 --seq 2048 --device cuda --fp8 \
+        --fp8-margin $g --json 2>/dev/null | tail -1)"
+    done
+  done | tee "$OUT/margin.txt"
+  echo "margin: $(( $(date +%s) - start ))s"; pack
 fi
 if has chunks; then
   # The LM head's logits chunk on the 0.5B bench shape (V = 151,936): 512 MiB (the default, 10 chunks of 1,664

@@ -91,6 +91,8 @@ struct CudaOps::Impl {
   // (delayed scaling), [4] the dequant scale (cuBLASLt takes only 16-byte aligned scale pointers: a 4-byte
   // aligned one makes the GEMM "not supported"), and a history of kFp8HistoryLen amax values.
   bool fp8 = false, fp8_fusion = true;
+  float fp8_margin = 1.f;  // 2^margin (set_fp8)
+  unsigned long long* fp8_recasts = nullptr;  // on the device, after the slots: the recasts of committed steps
   int64_t fp8_fused_casts = 0;
   CudaOps::Fp8Scaling fp8_scaling = CudaOps::Fp8Scaling::Current;
   static constexpr int kFp8MaxSlots = 3 * 4096;  // 4,096 linear layers
@@ -260,6 +262,13 @@ void* CudaOps::allocate(size_t bytes, const char* label) {
 void CudaOps::release(void* p) {
   if (!p) return;
   TK_CHECK(impl_->ledger.contains(p), "release: {} was not allocated by this CUDA backend", p);
+  // Kept FP8 transposes inside the memory go with it: a later allocation at the same address holds other data.
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p), end = begin + impl_->ledger.bytes_of(p);
+  auto& kept = impl_->fp8_kept_xt;
+  for (auto it = kept.begin(); it != kept.end();) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(it->first);
+    it = a >= begin && a < end ? kept.erase(it) : std::next(it);
+  }
   TK_CUDA_CHECK(cudaFree(p));
   impl_->ledger.remove(p);
 }
@@ -463,7 +472,9 @@ void CudaOps::rmsnorm_backward(const Tensor& dh, const Tensor& dw, const Tensor&
 
 // ---- linear ---------------------------------------------------------------------------------------
 
-void CudaOps::set_fp8(bool on, Fp8Scaling scaling) {
+void CudaOps::set_fp8(bool on, Fp8Scaling scaling, int margin) {
+  TK_CHECK(margin >= 0 && margin <= 8, "--fp8-margin is {}: it must be 0 to 8 (the scale's headroom, 2^margin)",
+           margin);
   Impl& m = *impl_;
   if (on) {
     cudaDeviceProp prop{};
@@ -472,10 +483,12 @@ void CudaOps::set_fp8(bool on, Fp8Scaling scaling) {
              "--fp8 needs FP8 tensor cores (compute capability 8.9 or newer); {} is {}.{}", prop.name, prop.major,
              prop.minor);
     if (!m.fp8_slots) {
-      const size_t slots = size_t(Impl::kFp8MaxSlots) * cuda::kFp8SlotFloats * sizeof(float);
+      const size_t slots = size_t(Impl::kFp8MaxSlots) * cuda::kFp8SlotFloats * sizeof(float) + 16;  // + recasts
       const size_t history = size_t(Impl::kFp8MaxSlots) * kFp8HistoryLen * sizeof(float);
       m.fp8_slots = static_cast<float*>(allocate(slots, "FP8 scales"));
       m.fp8_history = static_cast<float*>(allocate(history, "FP8 amax history"));
+      m.fp8_recasts = reinterpret_cast<unsigned long long*>(m.fp8_slots + size_t(Impl::kFp8MaxSlots) *
+                                                                               cuda::kFp8SlotFloats);
       TK_CUDA_CHECK(cudaMemsetAsync(m.fp8_slots, 0, slots, m.stream));
       TK_CUDA_CHECK(cudaMemsetAsync(m.fp8_history, 0, history, m.stream));
       m.fp8_primed.assign(Impl::kFp8MaxSlots, 0);
@@ -484,13 +497,23 @@ void CudaOps::set_fp8(bool on, Fp8Scaling scaling) {
   }
   m.fp8 = on;
   m.fp8_scaling = scaling;
+  m.fp8_margin = std::ldexp(1.f, margin);
+}
+
+int64_t CudaOps::fp8_recasts() const {
+  if (!impl_->fp8_recasts) return 0;
+  unsigned long long n = 0;
+  TK_CUDA_CHECK(cudaMemcpyAsync(&n, impl_->fp8_recasts, sizeof n, cudaMemcpyDeviceToHost, impl_->stream));
+  TK_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+  return int64_t(n);
 }
 
 void CudaOps::end_step() {
   Impl& m = *impl_;
   if (!m.fp8 || m.fp8_scaling != Fp8Scaling::Delayed || m.fp8_first_slot.empty()) return;
   const int n = int(m.fp8_first_slot.size()) * 3;
-  cuda::fp8_commit_amax(m.fp8_slots, m.fp8_history, n, kFp8HistoryLen, int(m.fp8_steps % kFp8HistoryLen), m.stream);
+  cuda::fp8_commit_amax(m.fp8_slots, m.fp8_history, n, kFp8HistoryLen, int(m.fp8_steps % kFp8HistoryLen),
+                        m.fp8_margin, m.fp8_recasts, m.stream);
   for (int i = 0; i < n; i++) {
     m.fp8_primed[size_t(i)] |= m.fp8_used[size_t(i)];
     m.fp8_used[size_t(i)] = 0;
@@ -540,7 +563,7 @@ void CudaOps::set_fp8_scaling_state(const Fp8ScalingState& st) {
       const float* v = h.amax.data() + r * kFp8HistoryLen;
       const float mx = *std::max_element(v, v + kFp8HistoryLen);
       const float seen = h.amax[per + size_t(r)];
-      slots[(e * 3 + size_t(r)) * cuda::kFp8SlotFloats] = mx;
+      slots[(e * 3 + size_t(r)) * cuda::kFp8SlotFloats] = mx * m.fp8_margin;  // as fp8_commit_amax leaves it
       slots[(e * 3 + size_t(r)) * cuda::kFp8SlotFloats + 1] = seen;
       m.fp8_primed[e * 3 + size_t(r)] = mx > 0.f;
       m.fp8_used[e * 3 + size_t(r)] = seen > 0.f;

@@ -73,7 +73,12 @@ class CudaOps final : public Ops {
   //    (swiglu_linear_backward), never written in bf16.
   enum class Fp8Scaling { Current, Delayed };
   static constexpr int kFp8HistoryLen = 16;
-  void set_fp8(bool on, Fp8Scaling scaling = Fp8Scaling::Current);
+  // margin: delayed scaling scales by the history's amax times 2^margin, so that an amax growing by less than that
+  // past its history does not saturate a cast (and make its guard cast it again).
+  void set_fp8(bool on, Fp8Scaling scaling = Fp8Scaling::Current, int margin = 0);
+  // The casts delayed scaling's guards have done again (they saturated) over the steps committed so far; waits for
+  // the device.
+  int64_t fp8_recasts() const;
   bool fp8() const;
   // With delayed scaling, swiglu_linear_forward / swiglu_linear_backward cast SwiGLU's output / gradient to FP8
   // as they compute it, and rmsnorm_linear_forward the norm's output; the forwards keep the transposed bytes the

@@ -269,6 +269,7 @@ __device__ __forceinline__ void guard_body(uint8_t (&tiles)[Src::K][kTile][kPitc
     if (atomicAdd(counter, 1u) == gridDim.x - 1) {
       *amax = s;
       *counter = 0;
+      counter[1]++;  // the recasts, for the step's count (fp8_commit_amax)
     }
   }
 }
@@ -312,7 +313,8 @@ __global__ void __launch_bounds__(kThreads) guard_batch_kernel(const __grid_cons
   }
 }
 
-__global__ void commit_kernel(float* slots, float* history, int n, int history_len, int position) {
+__global__ void commit_kernel(float* slots, float* history, int n, int history_len, int position, float margin,
+                              unsigned long long* recasts) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float* slot = slots + int64_t(i) * kFp8SlotFloats;
@@ -320,8 +322,13 @@ __global__ void commit_kernel(float* slots, float* history, int n, int history_l
   h[position] = slot[1];
   float m = 0.f;
   for (int j = 0; j < history_len; j++) m = fmaxf(m, h[j]);
-  slot[0] = m;
+  slot[0] = m * margin;  // a power of two: exact
   slot[1] = 0.f;
+  unsigned* count = reinterpret_cast<unsigned*>(slot + 3);
+  if (*count) {
+    if (recasts) atomicAdd(recasts, (unsigned long long)*count);  // integers: the same total in any order
+    *count = 0;
+  }
 }
 
 template <class Src>
@@ -414,11 +421,15 @@ void rmsnorm_cast_fp8(uint8_t* x8, uint8_t* xt8, float* dequant, const bf16* h, 
   launch_cast(x8, xt8, dequant, RmsnormSource{h, rstd, w, N, d}, amax, amax_seen, format, s);
 }
 
-void fp8_commit_amax(float* slots, float* history, int n, int history_len, int position, cudaStream_t s) {
+void fp8_commit_amax(float* slots, float* history, int n, int history_len, int position, float margin,
+                     unsigned long long* recasts, cudaStream_t s) {
   TK_CHECK(position >= 0 && position < history_len, "fp8_commit_amax: position {} outside a history of {}", position,
            history_len);
+  TK_CHECK(margin >= 1.f && std::exp2(std::round(std::log2(margin))) == margin,
+           "fp8_commit_amax: the margin ({}) must be a power of two, 1 or more", margin);
   if (n <= 0) return;
-  commit_kernel<<<unsigned(ceil_div(n, 256)), 256, 0, s>>>(slots, history, n, history_len, position);
+  commit_kernel<<<unsigned(ceil_div(n, 256)), 256, 0, s>>>(slots, history, n, history_len, position, margin,
+                                                           recasts);
   TK_CUDA_CHECK_LAUNCH();
 }
 

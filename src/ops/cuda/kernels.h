@@ -38,7 +38,7 @@ void quantize_fp8(uint8_t* x8, uint8_t* xt8, float* dequant, const bf16* x, int6
 // Delayed scaling's guard, after quantize_fp8 of the same x with scale amax and amax_seen = seen: nothing
 // unless *seen > *amax (the cast saturated); then x is cast again with *seen into x8 / xt8 (and *dequant), and
 // *amax = *seen, so that later casts of the operand in the step scale alike. counter: a zeroed unsigned the
-// kernel leaves zeroed.
+// kernel leaves zeroed, followed by an unsigned it adds 1 to for each recast (a slot's [2] and [3]).
 void fp8_guard(uint8_t* x8, uint8_t* xt8, float* dequant, const bf16* x, int64_t rows, int64_t cols, float* amax,
                const float* seen, unsigned int* counter, Fp8Format format, cudaStream_t s);
 // The guards of up to kFp8MaxGuarded casts (each as fp8_guard) in one launch.
@@ -81,8 +81,12 @@ void swiglu_backward_fp8(uint8_t* dy8, uint8_t* dyt8, float* dequant, const bf16
 // Delayed scaling's step end, over n slots of kFp8SlotFloats floats (slot[0]: the amax the casts scale by,
 // slot[1]: the largest |x| the casts saw this step) and their histories (history_len floats each): the seen
 // amax goes into history entry `position`, slot[0] becomes the history's max, slot[1] goes back to 0.
-constexpr int kFp8SlotFloats = 8;  // 32 bytes: slot[2] the guard's counter; slot[4] is the dequant scale, 16-byte aligned as cuBLASLt wants
-void fp8_commit_amax(float* slots, float* history, int n, int history_len, int position, cudaStream_t s);
+// slot[0] is the history's max times `margin` (a power of two, 1 for none), so that an amax that grows by less
+// than the margin past its history does not saturate the next step's casts. The guards' recasts of the step,
+// counted in each slot's slot[3] (an unsigned), are added into *recasts and set back to 0.
+constexpr int kFp8SlotFloats = 8;  // 32 bytes: slot[2] the guard's counter, slot[3] its recasts; slot[4] is the dequant scale, 16-byte aligned as cuBLASLt wants
+void fp8_commit_amax(float* slots, float* history, int n, int history_len, int position, float margin,
+                     unsigned long long* recasts, cudaStream_t s);
 
 // ---- embedding (embedding.cu) ---------------------------------------------------------------------
 // out[N,d] = table[tokens[n], :]; tokens i32[N] with 0 <= id < V (the caller validates ids).
