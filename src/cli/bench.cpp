@@ -27,7 +27,7 @@ struct BenchOptions {
   bool gemm_tuning = true;
   bool fp8 = false;
   std::string fp8_scaling = "delayed";
-  int fp8_margin = 0;
+  int fp8_margin = 1;  // as train's default
   uint64_t seed = 1;
   bool json = false;
 };

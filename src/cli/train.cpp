@@ -42,7 +42,7 @@ void add_recipe_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--fp8-margin", c.fp8_margin,
                  "Delayed scaling's headroom: scale by 2^M times the history's maximum, so that a tensor whose maximum "
                  "grows by less than 2^M past its history is not cast twice (its guard recasts a saturated cast); "
-                 "costs M binades at the bottom of e4m3's range")
+                 "costs M binades at the bottom of e4m3's range (1: no recasts in the first steps, the same loss)")
       ->check(CLI::Range(0, 8))
       ->capture_default_str();
   app.add_option("--recompute", c.recompute,
