@@ -345,8 +345,10 @@ struct RowsCase {
 };
 // Training widths (Qwen2.5-0.5B, Llama-3.2-1B, Qwen2.5-1.5B) and the odd paths: d not a multiple of 8, and
 // rows wide enough to need several chunks per thread.
-const RowsCase kRowsCases[] = {{16384, 896}, {16384, 2048}, {37, 1536}, {37, 100},
-                               {300, 5000},  {40, 12000},   {64, 1999}};
+// 896, 264, 1024, 64: the backward's register path (one chunk to four a lane; 5 rows: warps without a row);
+// 2048, 1536: its staged path; the rest: the general path.
+const RowsCase kRowsCases[] = {{16384, 896}, {16384, 2048}, {37, 1536}, {37, 100}, {300, 5000},
+                               {40, 12000},  {64, 1999},    {1000, 264}, {37, 1024}, {5, 64}};
 std::string label(const RowsCase& c) { return "N=" + std::to_string(c.N) + " d=" + std::to_string(c.d); }
 
 TEST_F(KernelsTest, RmsNormForwardMatchesReference) {
