@@ -277,7 +277,10 @@ TEST_F(KernelsTest, SortTokenIdsIsStableAndExact) {
   struct Case { int64_t N, V; bool zipf; double invalid; };
   for (Case c : {Case{16384, 151936, true, 0.0}, Case{16384, 151936, false, 0.0}, Case{65536, 128256, true, 0.01},
                  Case{37, 50, false, 0.2}, Case{1000, 3, false, 0.0}, Case{5000, 513, true, 0.0},
-                 Case{1, 1, false, 0.0}}) {
+                 Case{1, 1, false, 0.0},
+                 // 65,536 copies of one id (the wide sort's 16-bit counts at their limit), and past that limit
+                 // (the narrow-block sort).
+                 Case{65536, 1, false, 0.0}, Case{100000, 151936, true, 0.01}}) {
     SCOPED_TRACE("N=" + std::to_string(c.N) + " V=" + std::to_string(c.V));
     std::vector<int32_t> ids(static_cast<size_t>(c.N));
     std::uniform_real_distribution<double> u(0.0, 1.0);

@@ -1,6 +1,6 @@
 // Token embedding: the forward gathers table rows (a warp gathers a few rows at once); the backward adds dout rows into the f32 table gradient
 // deterministically, without floating-point atomics: the token ids are stably sorted by a one-launch
-// counting sort (so each id's rows appear in token order), tiles of sorted positions sum their runs of
+// counting sort (so each id's rows appear in token order; wide blocks up to 65,536 tokens), tiles of sorted positions sum their runs of
 // equal ids, and runs that cross tiles are joined by a second pass in tile order.
 #include <algorithm>
 #include <type_traits>
@@ -63,6 +63,8 @@ constexpr int kSortIds = 512;
 constexpr int kSortWarps = kSortIds / 32;  // a thread per id in the scan
 constexpr int kSortBatch = 8;              // ids a lane loads before using any
 
+// Exclusive prefix sum of x over the block's kWarps warps in thread order; total = the block's sum.
+template <int kWarps>
 __device__ int32_t block_exclusive_scan(int32_t x, int32_t* warp_sums, int32_t& total) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int32_t inc = x;
@@ -74,17 +76,17 @@ __device__ int32_t block_exclusive_scan(int32_t x, int32_t* warp_sums, int32_t& 
   if (lane == 31) warp_sums[warp] = inc;
   __syncthreads();
   if (warp == 0) {
-    int32_t w = lane < kSortWarps ? warp_sums[lane] : 0, wi = w;
+    int32_t w = lane < kWarps ? warp_sums[lane] : 0, wi = w;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
       const int32_t y = __shfl_up_sync(0xffffffffu, wi, o);
       if (lane >= o) wi += y;
     }
-    if (lane < kSortWarps) warp_sums[lane] = wi - w;  // exclusive
-    if (lane == kSortWarps - 1) warp_sums[kSortWarps] = wi;
+    if (lane < kWarps) warp_sums[lane] = wi - w;  // exclusive
+    if (lane == kWarps - 1) warp_sums[kWarps] = wi;
   }
   __syncthreads();
-  total = warp_sums[kSortWarps];
+  total = warp_sums[kWarps];
   const int32_t out = warp_sums[warp] + inc - x;
   __syncthreads();  // warp_sums may be reused
   return out;
@@ -116,7 +118,7 @@ __global__ void __launch_bounds__(32 * kSortWarps)
     }
   }
   int32_t base;
-  block_exclusive_scan(below, warp_sums, base);  // base: all tokens with an id under lo
+  block_exclusive_scan<kSortWarps>(below, warp_sums, base);  // base: all tokens with an id under lo
 
   // Thread r: id lo + r. Its count per warp becomes a running start; then the scan over ids.
   const int r = threadIdx.x;
@@ -128,7 +130,7 @@ __global__ void __launch_bounds__(32 * kSortWarps)
     run += c;
   }
   int32_t block_total;
-  const int32_t first = base + block_exclusive_scan(run, warp_sums, block_total);
+  const int32_t first = base + block_exclusive_scan<kSortWarps>(run, warp_sums, block_total);
 #pragma unroll
   for (int w = 0; w < kSortWarps; w++) pos[w][r] += first;
   __syncthreads();
@@ -163,6 +165,107 @@ __global__ void __launch_bounds__(32 * kSortWarps)
   if (hi == V) {  // the last block: the ends of the sorted ids, past every valid one
     for (int64_t p = base + block_total + threadIdx.x; p < N; p += blockDim.x) keys[p] = kNoKey, rows[p] = 0;
   }
+}
+
+// ---- the same sort in wide blocks (N <= 65,536: every training micro-batch) ----------------------------
+// The counting sort above with four times the ids a block (kWideIds: V / 2048 = 75 blocks at V = 151,936, one
+// an SM, 1,024 threads) so that the ids are read from L2 once an SM instead of 2-3 times, and with each warp's
+// whole segment loaded in one batch (kWideBatch ids a lane: every N <= 16,384) and kept in registers for the
+// placing pass. The per-(warp, id) counts are 16-bit, two to a word (128 KB of dynamic shared memory): a
+// warp's count of one id and every running offset read in the placing pass are below N <= 65,536 (an offset
+// that reaches 65,536 wraps only after its last read). Bit for bit the output of sort_ids_kernel; 10.6 against
+// 15.7 us at N = 16,384, V = 151,936 on an H200 (bench/NOTES.md).
+constexpr int kWideIds = 2048;
+constexpr int kWideWarps = kWideIds / 64;  // a thread per two ids in the scan: one 32-bit word of counts a warp
+constexpr int kWideBatch = (16384 + 32 * kWideWarps - 1) / (32 * kWideWarps);
+constexpr int64_t kWideMaxN = 65536;
+constexpr size_t kWideCountBytes = size_t(kWideWarps) * kWideIds * sizeof(uint16_t);
+constexpr size_t kWideSmemBytes = kWideCountBytes + size_t(kWideIds) * sizeof(int32_t);  // + each id's start
+
+__device__ __forceinline__ void load_ids(uint32_t (&x)[kWideBatch], const int32_t* tokens, int p0, int end,
+                                         int lane) {
+#pragma unroll
+  for (int k = 0; k < kWideBatch; k++) {
+    const int p = p0 + k * 32 + lane;
+    x[k] = p < end ? uint32_t(tokens[p]) : kNoKey;
+  }
+}
+
+__global__ void __launch_bounds__(32 * kWideWarps, 1)
+    sort_ids_wide_kernel(uint32_t* keys, int32_t* rows, const int32_t* tokens, int N, uint32_t V) {
+  extern __shared__ __align__(16) unsigned char wide_smem[];
+  uint32_t* count_words = reinterpret_cast<uint32_t*>(wide_smem);  // [warps][kWideIds / 2]: two counts a word
+  uint16_t* counts = reinterpret_cast<uint16_t*>(wide_smem);       // the same, [warps][kWideIds]
+  int32_t* first = reinterpret_cast<int32_t*>(wide_smem + kWideCountBytes);  // [kWideIds]
+  __shared__ int32_t warp_sums[kWideWarps + 1];
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const uint32_t lo = blockIdx.x * uint32_t(kWideIds), hi = min(lo + uint32_t(kWideIds), V);
+  const int seg = ((N + kWideWarps - 1) / kWideWarps + 31) / 32 * 32;
+  const int begin = min(warp * seg, N), end = min(begin + seg, N);
+  const bool resident = seg <= 32 * kWideBatch;  // one batch a warp: pass 2 reads no id again
+
+  // Pass 1: the first batch's loads go out, and the counts are zeroed while they are in flight.
+  uint32_t x[kWideBatch];
+#pragma unroll
+  for (int k = 0; k < kWideBatch; k++) x[k] = kNoKey;
+  if (begin < end) load_ids(x, tokens, begin, end, lane);
+  for (int i = t; i < int(kWideCountBytes / 16); i += blockDim.x)
+    reinterpret_cast<uint4*>(wide_smem)[i] = make_uint4(0u, 0u, 0u, 0u);
+  __syncthreads();
+  int32_t below = 0;  // this lane's ids under lo
+  for (int p0 = begin; p0 < end; p0 += 32 * kWideBatch) {
+    if (p0 != begin) load_ids(x, tokens, p0, end, lane);
+#pragma unroll
+    for (int k = 0; k < kWideBatch; k++) {
+      below += x[k] < lo;
+      if (x[k] >= lo && x[k] < hi) {  // the 16-bit half of its word: an add that never carries (kWideMaxN)
+        const uint32_t local = x[k] - lo;
+        atomicAdd(&count_words[warp * (kWideIds / 2) + (local >> 1)], 1u << (16 * (local & 1u)));
+      }
+    }
+  }
+  int32_t base;  // all tokens with an id under lo: where the block's output begins
+  block_exclusive_scan<kWideWarps>(below, warp_sums, base);  // (its barriers also complete the counts)
+
+  // Thread t: ids 2t and 2t + 1. Their counts per warp become running offsets in warp order, then the scan
+  // over ids gives each id its first position.
+  uint32_t run0 = 0, run1 = 0;
+#pragma unroll 8
+  for (int w = 0; w < kWideWarps; w++) {
+    const uint32_t c = count_words[w * (kWideIds / 2) + t];
+    count_words[w * (kWideIds / 2) + t] = (run0 & 0xffffu) | (run1 << 16);
+    run0 += c & 0xffffu;
+    run1 += c >> 16;
+  }
+  int32_t block_total;
+  const int32_t f = base + block_exclusive_scan<kWideWarps>(int32_t(run0 + run1), warp_sums, block_total);
+  first[2 * t] = f;
+  first[2 * t + 1] = f + int32_t(run0);
+  __syncthreads();
+
+  // Pass 2: as sort_ids_kernel's, each warp through its segment in token order, 32 ids at a time.
+  for (int p0 = begin; p0 < end; p0 += 32 * kWideBatch) {
+    if (!resident) load_ids(x, tokens, p0, end, lane);
+#pragma unroll
+    for (int k = 0; k < kWideBatch; k++) {
+      const bool mine = x[k] >= lo && x[k] < hi;
+      if (__ballot_sync(0xffffffffu, mine) == 0u) continue;
+      const uint32_t peers = __match_any_sync(0xffffffffu, mine ? x[k] : 0x80000000u);
+      const uint32_t local = mine ? x[k] - lo : 0u;
+      uint32_t r = 0;  // this token's rank among the id's tokens
+      if (mine) {
+        r = uint32_t(counts[warp * kWideIds + local]) + __popc(peers & ((1u << lane) - 1u));
+        const int32_t slot = first[local] + int32_t(r);
+        keys[slot] = x[k];
+        rows[slot] = p0 + k * 32 + lane;
+      }
+      __syncwarp();
+      if (mine && lane == 31 - __clz(peers)) counts[warp * kWideIds + local] = uint16_t(r + 1);  // the last
+      __syncwarp();
+    }
+  }
+  if (hi == V)  // the last block: the ends of the sorted ids, past every valid one
+    for (int p = base + block_total + t; p < N; p += blockDim.x) keys[p] = kNoKey, rows[p] = 0;
 }
 
 // The backward's scratch, carved from one buffer: the sorted ids with their token indices, and two partial
@@ -342,7 +445,15 @@ void sort_token_ids(uint32_t* keys, int32_t* rows, const int32_t* tokens, int64_
   TK_CUDA_REQUIRE(V > 0 && V < (int64_t(1) << 31), "sort_token_ids: vocabulary of %lld ids", (long long)V);
   TK_CUDA_REQUIRE(N < (int64_t(1) << 31), "sort_token_ids: %lld tokens are more than one call sorts", (long long)N);
   if (N == 0) return;
-  sort_ids_kernel<<<ceil_div(V, int64_t(kSortIds)), 32 * kSortWarps, 0, s>>>(keys, rows, tokens, N, uint32_t(V));
+  if (N <= kWideMaxN) {
+    // 136 KB of dynamic shared memory: above the default 48 KB a kernel must opt in (on the current device).
+    TK_CUDA_CHECK(cudaFuncSetAttribute(sort_ids_wide_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(kWideSmemBytes)));
+    sort_ids_wide_kernel<<<ceil_div(V, int64_t(kWideIds)), 32 * kWideWarps, kWideSmemBytes, s>>>(
+        keys, rows, tokens, int(N), uint32_t(V));
+  } else {
+    sort_ids_kernel<<<ceil_div(V, int64_t(kSortIds)), 32 * kSortWarps, 0, s>>>(keys, rows, tokens, N, uint32_t(V));
+  }
   TK_CUDA_CHECK_LAUNCH();
 }
 
