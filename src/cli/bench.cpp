@@ -56,7 +56,9 @@ int run_bench(const BenchOptions& o) {
   if (o.logits_chunk_mib > 0) tk::set_logits_chunk_budget(*be.ops, size_t(o.logits_chunk_mib) << 20);
   if (o.gemm_tuning) tk::enable_gemm_tuning(*be.ops, tk::gemm_tuning_cache_path());
   if (o.fp8) tk::enable_fp8(*be.ops, o.fp8_scaling, o.fp8_margin);
-  tk::Model model(cfg, *be.ops, tk::ModelOptions{o.batch, o.seq, false});
+  tk::ModelOptions mo{o.batch, o.seq, false};
+  mo.fp8_kept_inputs = be.gpu && o.fp8 && o.fp8_scaling == "delayed";  // as train's
+  tk::Model model(cfg, *be.ops, mo);
   model.init_params(o.seed);
   tk::AdamWOptions adam;
   adam.moments = tk::parse_moments(o.moments);

@@ -62,12 +62,31 @@ Recomputed recomputed(const Recompute& r) {
   return {b || r.norm, b, b || r.qkv, b || r.attention, b, b || r.norm, b, b, b || r.swiglu};
 }
 
-// Calls fn(field, recomputed, dtype, elements) for each activation a layer may keep (all but h).
+}  // namespace
+
+bool kept_fp8_input(const ModelConfig& cfg, const ModelOptions& opt, const std::string& which) {
+  // CudaOps' FP8 shapes (every step's N = B' T a multiple of 16 when T is) and its fused norm's widths.
+  const int64_t d = cfg.d_model, f = cfg.ffn_dim;
+  if (!opt.fp8_kept_inputs || opt.T % 16 || d % 16 || f % 16 || cfg.qkv_dim() % 16 || d > 4096) return false;
+  const Recomputed rc = recomputed(opt.recompute);
+  // Only where the forward runs the fused op and nothing reads the activation in bf16 again (layer_forward).
+  if (which == "x_attn") return !rc.x_attn && !rc.qkv;
+  if (which == "x_mlp") return !rc.x_mlp && !rc.gate_up;
+  if (which == "act") return !rc.act;
+  return false;
+}
+
+namespace {
+
+// Calls fn(field, recomputed, dtype, elements) for each activation a layer may keep (all but h); the kept FP8
+// inputs (kept_fp8_input) are U8.
 template <class F>
-void for_each_activation(const ModelConfig& cfg, int64_t N, DType act, DType stat, const Recomputed& rc, F&& fn) {
+void for_each_activation(const ModelConfig& cfg, const ModelOptions& opt, int64_t N, DType act, DType stat,
+                         const Recomputed& rc, F&& fn) {
   const int64_t d = cfg.d_model, f = cfg.ffn_dim;
   using A = LayerActivations;
-  fn(&A::x_attn, rc.x_attn, act, N * d);
+  auto input = [&](const char* which) { return kept_fp8_input(cfg, opt, which) ? DType::U8 : act; };
+  fn(&A::x_attn, rc.x_attn, input("x_attn"), N * d);
   fn(&A::rstd_attn, rc.rstd_attn, stat, N);
   if (cfg.qk_norm) {
     fn(&A::qkv_pre, rc.qkv, act, N * cfg.qkv_dim());
@@ -77,10 +96,10 @@ void for_each_activation(const ModelConfig& cfg, int64_t N, DType act, DType sta
   fn(&A::att, rc.att, act, N * cfg.q_dim());
   fn(&A::lse, rc.att, stat, N * cfg.n_heads);
   fn(&A::h_mid, rc.h_mid, act, N * d);
-  fn(&A::x_mlp, rc.x_mlp, act, N * d);
+  fn(&A::x_mlp, rc.x_mlp, input("x_mlp"), N * d);
   fn(&A::rstd_mlp, rc.rstd_mlp, stat, N);
   fn(&A::gate_up, rc.gate_up, act, N * 2 * f);
-  fn(&A::act, rc.act, act, N * f);
+  fn(&A::act, rc.act, input("act"), N * f);
 }
 
 // `c` carves what the forward keeps for the backward; `s` the gradient scratch, the branch, the ids and
@@ -91,13 +110,13 @@ Buffers plan_buffers(BufferCarver& c, BufferCarver& s, const ModelConfig& cfg, c
   const Recomputed rc = recomputed(opt.recompute);
   Buffers b;
   LayerActivations shared;
-  for_each_activation(cfg, N, act, stat, rc, [&](Tensor LayerActivations::*field, bool re, DType dt, int64_t n) {
+  for_each_activation(cfg, opt, N, act, stat, rc, [&](Tensor LayerActivations::*field, bool re, DType dt, int64_t n) {
     if (re) shared.*field = s.take(dt, n);
   });
   for (int l = 0; l < cfg.n_layers; l++) {
     LayerActivations a;
     a.h = c.take(act, N * d);  // the block input: always kept
-    for_each_activation(cfg, N, act, stat, rc, [&](Tensor LayerActivations::*field, bool re, DType dt, int64_t n) {
+    for_each_activation(cfg, opt, N, act, stat, rc, [&](Tensor LayerActivations::*field, bool re, DType dt, int64_t n) {
       a.*field = re ? shared.*field : c.take(dt, n);
     });
     b.layers.push_back(a);

@@ -42,7 +42,15 @@ struct ModelOptions {
   // three staging buffers while its backward runs, brought up before and taken down after (bitwise the
   // same gradients as on the device). The device then holds no [P] gradient buffer.
   bool offload_grads = false;
+  // The backend writes, in place of three activations that only their linear's weight gradient reads (the norms'
+  // outputs x_attn and x_mlp, SwiGLU's output act), that linear's FP8 x^T (CudaOps with --fp8, delayed scaling:
+  // Ops::rmsnorm_linear_forward, swiglu_linear_forward): carve them at one byte an element, where the layer does
+  // not recompute them and the shapes are FP8's (kept_fp8_input). The trainer sets it; false on other backends.
+  bool fp8_kept_inputs = false;
 };
+
+// Whether activation `which` ("x_attn", "x_mlp" or "act") is carved as the kept FP8 x^T (U8) for these options.
+bool kept_fp8_input(const ModelConfig& cfg, const ModelOptions& opt, const std::string& which);
 
 // The device memory a Model allocates for these options, by the labels Model gives its allocations,
 // computed without allocating (tokamak plan): act is the backend's activation dtype (bf16 on CUDA).

@@ -134,6 +134,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, c
   o.T = T;
   o.recompute = r;
   o.offload_grads = p.offload_grads;
+  o.fp8_kept_inputs = target.gpu && target.fp8 && target.fp8_delayed;  // as the trainer sets it
   const DType act = target.gpu ? DType::BF16 : DType::F32;
   for (const auto& [label, bytes] : model_memory(cfg, o, act, DType::F32)) p.rows.push_back({label, double(bytes)});
   const int64_t params = ParamLayout::build(cfg).total;
@@ -176,6 +177,10 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, c
       double fp8 = 0;
       for (auto [in, out] : {std::pair{d, qkv}, {q, d}, {d, 2 * f}, {f, d}})
         fp8 = std::max(fp8, double(N) * (in + 2 * out) + in * out);
+      // With the inputs kept at one byte (ModelOptions::fp8_kept_inputs), the first step's forward of the norms'
+      // and SwiGLU's linears: x as is, w, and x in bf16 scratch.
+      if (o.fp8_kept_inputs)
+        for (auto [in, out] : {std::pair{d, qkv}, {d, 2 * f}, {f, d}}) fp8 = std::max(fp8, double(N) * 3 * in + in * out);
       p.rows.back() = {"LM head logits chunk / FP8 operands (shared)", std::max(fp8, p.rows.back().bytes)};
     }
     const int g = attention_group(B, cfg.n_heads, T);

@@ -422,6 +422,7 @@ void TrainingRun::build_model() {
   TK_CHECK(cfg_.offload == "none" || cfg_.offload == "optimizer" || cfg_.offload == "optimizer,gradients",
            "--offload must be none, optimizer or optimizer,gradients, got '{}'", cfg_.offload);
   mo.offload_grads = cfg_.offload == "optimizer,gradients";
+  mo.fp8_kept_inputs = backend_.gpu && cfg_.fp8 && cfg_.fp8_scaling == "delayed";  // CudaOps' fused FP8 forwards
   TK_CHECK(cfg_.seq <= source_.config.max_seq || source_.config.max_seq <= 0,
            "--seq {} is longer than the model's max_position_embeddings {}", cfg_.seq, source_.config.max_seq);
   model_ = std::make_unique<Model>(source_.config, *backend_.ops, mo);

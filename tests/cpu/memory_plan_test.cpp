@@ -176,7 +176,9 @@ TEST(MemoryPlan, Fp8PredictionGainsOnWideModelsMoreThanOnNarrowOnes) {
 
 // Delayed scaling drops the amax passes and casts SwiGLU's output and gradient in its kernels: faster than
 // current scaling by several percent (measured on the H200 with both: 1B 81.8k -> 85.6k tok/s, +4.6%; 0.5B
-// 146.3k -> 158.6k, +8.4%, before the fused forward kept the down projection's x^T), the same memory.
+// 146.3k -> 158.6k, +8.4%, before the fused forward kept the down projection's x^T). Its fused forwards keep the
+// norms' and SwiGLU's outputs as the one-byte x^T of their linears (ModelOptions::fp8_kept_inputs): N (f + 2 d)
+// bytes a layer less, nothing else.
 TEST(MemoryPlan, Fp8DelayedScalingPredictsSeveralPercentMoreThanCurrent) {
   for (const char* name : {"llama3.2-1b", "qwen2.5-0.5b"}) {
     PlanTarget gpu;
@@ -188,8 +190,46 @@ TEST(MemoryPlan, Fp8DelayedScalingPredictsSeveralPercentMoreThanCurrent) {
     const double gain = delayed.predicted_tokens_per_s / current.predicted_tokens_per_s;
     EXPECT_GT(gain, 1.03) << name;
     EXPECT_LT(gain, 1.15) << name;
-    EXPECT_EQ(delayed.total_bytes, current.total_bytes) << name;
+    const ModelConfig c = preset(name);
+    const double kept = double(c.n_layers) * 8 * 2048 * double(c.ffn_dim + 2 * c.d_model);
+    EXPECT_EQ(delayed.total_bytes, current.total_bytes - kept) << name;
   }
+}
+
+// Which activations are kept as the one-byte x^T: only where the forward runs the fused op and no recompute reads
+// them in bf16, and only for FP8's shapes.
+TEST(MemoryPlan, KeptFp8InputsFollowTheRecomputePolicy) {
+  const ModelConfig cfg = preset("qwen2.5-0.5b");
+  ModelOptions o;
+  o.B = 8;
+  o.T = 2048;
+  EXPECT_FALSE(kept_fp8_input(cfg, o, "act"));  // not asked for
+  o.fp8_kept_inputs = true;
+  for (const char* which : {"x_attn", "x_mlp", "act"}) EXPECT_TRUE(kept_fp8_input(cfg, o, which)) << which;
+  o.recompute = Recompute::parse("swiglu");
+  EXPECT_FALSE(kept_fp8_input(cfg, o, "act"));
+  EXPECT_TRUE(kept_fp8_input(cfg, o, "x_mlp"));
+  o.recompute = Recompute::parse("norm");
+  EXPECT_FALSE(kept_fp8_input(cfg, o, "x_attn"));
+  EXPECT_FALSE(kept_fp8_input(cfg, o, "x_mlp"));
+  EXPECT_TRUE(kept_fp8_input(cfg, o, "act"));
+  o.recompute = Recompute::parse("norm,swiglu,attention,qkv");
+  EXPECT_FALSE(kept_fp8_input(cfg, o, "x_attn"));  // the recomputed qkv projection reads it
+  o.recompute = Recompute::parse("block");
+  for (const char* which : {"x_attn", "x_mlp", "act"}) EXPECT_FALSE(kept_fp8_input(cfg, o, which)) << which;
+  o.recompute = Recompute();
+  o.T = 1000;  // N not always a multiple of 16: not FP8's shapes
+  EXPECT_FALSE(kept_fp8_input(cfg, o, "act"));
+  // The model's memory: act at one byte.
+  o.T = 2048;
+  const auto rows = [&](bool keep) {
+    ModelOptions m = o;
+    m.fp8_kept_inputs = keep;
+    for (const auto& [label, bytes] : model_memory(cfg, m, DType::BF16, DType::F32))
+      if (label == "activations kept for the backward") return double(bytes);
+    return 0.0;
+  };
+  EXPECT_EQ(rows(false) - rows(true), double(cfg.n_layers) * 8 * 2048 * double(cfg.ffn_dim + 2 * cfg.d_model));
 }
 
 // Moments precision: m and v take 4, 2 or 1 byte a parameter (int8 adds the block scales), on the device

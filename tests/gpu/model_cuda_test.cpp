@@ -279,6 +279,31 @@ TEST(ModelCudaFp8, DelayedScalingCarriesAcrossStepsPoliciesAndBackends) {
         << "the fused cast did not give the step of the casts apart";
   }
 
+  // The norms' and SwiGLU's outputs kept only as their linears' one-byte x^T (ModelOptions::fp8_kept_inputs, as the
+  // trainer sets it with delayed scaling): the first step (no history: the casts from bf16 scratch) and the second
+  // (the fused casts) bitwise those of the bf16-sized activations.
+  {
+    auto kept_ops = std::make_unique<CudaOps>(0);
+    kept_ops->set_fp8(true, CudaOps::Fp8Scaling::Delayed);
+    ModelOptions o{B, T, false};
+    o.fp8_kept_inputs = true;
+    for (const char* which : {"x_attn", "x_mlp", "act"}) ASSERT_TRUE(kept_fp8_input(cfg, o, which)) << which;
+    Model kept(cfg, *kept_ops, o);
+    kept.set_params_f32(params);
+    const Result k1 = step(kept, first.batch);
+    EXPECT_EQ(k1.loss.sum, d1.loss.sum);
+    EXPECT_EQ(0, std::memcmp(k1.grads.data(), d1.grads.data(), d1.grads.size() * sizeof(float)))
+        << "the first step with one-byte inputs differs";
+    kept_ops->end_step();
+    const Result k2 = step(kept, second.batch);
+    EXPECT_EQ(k2.loss.sum, d2.loss.sum);
+    EXPECT_EQ(0, std::memcmp(k2.grads.data(), d2.grads.data(), d2.grads.size() * sizeof(float)))
+        << "the second step with one-byte inputs differs";
+    // Without FP8 fusion a one-byte activation has no path: a clear error, not a write past it.
+    kept_ops->set_fp8_fusion(false);
+    EXPECT_THROW(step(kept, first.batch), Error);
+  }
+
   // What the casts have seen since the last commit (an evaluation between two steps, here the second step) is
   // part of the state too: committed on another backend, it gives the same histories.
   const Ops::Fp8ScalingState mid = delayed->fp8_scaling_state();

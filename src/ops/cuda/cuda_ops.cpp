@@ -112,6 +112,13 @@ struct CudaOps::Impl {
     if (fp8_scaling == CudaOps::Fp8Scaling::Current || !fp8_primed[size_t(i)]) cuda::amax_bf16(slot, x, n, stream);
     return slot;
   }
+  // The slot as the op that kept an x^T left it: no amax pass, whether or not a committed step primed it (the first
+  // step's forward took the pass itself).
+  float* fp8_slot_as_kept(const void* w, int role) {
+    const int i = fp8_first_slot.at(w) + role;
+    fp8_used[size_t(i)] = 1;
+    return fp8_slots + int64_t(i) * cuda::kFp8SlotFloats;
+  }
   // The cast of x[rows, cols] into x8 and/or xt8 with the slot's scale (recording what it saw when delayed).
   void fp8_cast(uint8_t* x8, uint8_t* xt8, float* slot, const bf16* x, int64_t rows, int64_t cols,
                 cuda::Fp8Format f) {
@@ -175,10 +182,10 @@ struct CudaOps::Impl {
     if (!dw.empty()) {
       const auto kept = fp8_kept_xt.find(x.data);
       if (kept != fp8_kept_xt.end()) {
-        TK_CHECK(kept->second == w.data && fp8_slot_primed(w.data, 0),
+        TK_CHECK(kept->second == w.data,
                  "linear_backward: x holds the FP8 transpose a fused forward wrote for another linear");
         fp8_kept_xt.erase(kept);
-        sx = fp8_slot(w.data, 0, nullptr, 0);  // primed: no amax pass; the forward's guard saw to saturation
+        sx = fp8_slot_as_kept(w.data, 0);  // the forward's scale; its guard saw to saturation
         xt8 = static_cast<uint8_t*>(x.data);
       } else {
         sx = fp8_slot(w.data, 0, ptr<bf16>(x), N * in);
@@ -594,6 +601,17 @@ bool fp8_shape(int64_t N, int64_t in, int64_t out, std::initializer_list<const T
 }
 }  // namespace
 
+// x of a linear's backward: bf16, or one byte an element (ModelOptions::fp8_kept_inputs) holding the x^T that a
+// fused forward kept for it.
+void CudaOps::expect_linear_input(const Tensor& x, int64_t N, int64_t in, const char* op) const {
+  if (x.dtype != DType::U8) return expect(x, DType::BF16, {N, in}, op, "x");
+  expect(x, DType::U8, {N, in}, op, "x");
+  TK_CHECK(impl_->fp8_kept_xt.count(x.data),
+           "{}: x is one byte an element, the FP8 x^T a fused forward keeps (--fp8 with delayed scaling), but no "
+           "forward kept one there since its last backward",
+           op);
+}
+
 void CudaOps::linear_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) {
   const char* op = "linear_forward";
   TK_CHECK(w.ndim == 2, "{}: w is {} but must be [out, in]", op, w.describe());
@@ -624,7 +642,7 @@ void CudaOps::linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& 
   TK_CHECK(w.ndim == 2, "{}: w is {} but must be [out, in]", op, w.describe());
   int64_t out = w.dim(0), in = w.dim(1), N = rows_of(x, in, op);
   expect(w, DType::BF16, {out, in}, op, "w");
-  expect(x, DType::BF16, {N, in}, op, "x");
+  expect_linear_input(x, N, in, op);
   expect(dy, DType::BF16, {N, out}, op, "dy");
   expect_optional(dx, DType::BF16, {N, in}, op, "dx");
   expect_optional(dw, DType::F32, {out, in}, op, "dw");
@@ -772,26 +790,43 @@ void CudaOps::swiglu_linear_forward(const Tensor& y, const Tensor& act, const Te
   // when linear_forward would take the FP8 path for it.
   const bool fused = fuses_swiglu_linear() && w.ndim == 2 && w.dim(1) == f && f % 8 == 0 &&
                      fp8_shape(N, f, w.dim(0), {&act, &w, &gate_up}) && m.fp8_slot_primed(w.data, 0);
-  if (!fused) {
+  const char* op = "swiglu_linear_forward";
+  const bool kept_u8 = act.dtype == DType::U8;  // ModelOptions::fp8_kept_inputs: act holds only the x^T
+  if (!fused && !kept_u8) {
     Ops::swiglu_linear_forward(y, act, gate_up, w);  // swiglu_forward drops act from fp8_kept_xt
     return;
   }
-  const char* op = "swiglu_linear_forward";
+  TK_CHECK(fused || (fuses_swiglu_linear() && w.ndim == 2 && w.dim(1) == f &&
+                     fp8_shape(N, f, w.dim(0), {&act, &w, &gate_up})),
+           "{}: act is one byte an element (the kept FP8 x^T of --fp8 with delayed scaling) but this linear is not on "
+           "that path",
+           op);
   const int64_t out = w.dim(0), in = f;
-  expect(act, DType::BF16, {N, f}, op, "act");
+  expect(act, kept_u8 ? DType::U8 : DType::BF16, {N, f}, op, "act");
   expect(gate_up, DType::BF16, {N, 2 * f}, op, "gate_up");
   expect(w, DType::BF16, {out, in}, op, "w");
   expect(y, DType::BF16, {N, out}, op, "y");
-  const auto [x8, w8] = m.fp8_space<2>({N * in, out * in});
-  float* sx = m.fp8_slot(w.data, 0, nullptr, 0);  // primed: no amax pass
-  m.fp8_fused_casts++;
-  // The backward needs act only for the weight gradient's x^T: that is what act's memory keeps (N f bytes of its
-  // 2 N f), so the bf16 output is never written and the backward casts nothing for it.
+  // The backward needs act only for the weight gradient's x^T: that is what act's memory keeps, so the bf16
+  // output is never kept and the backward casts nothing for it. Once the operand has a history the cast is fused
+  // into SwiGLU; before (the first step, act one byte an element) SwiGLU's output goes to bf16 scratch after the
+  // FP8 operands, then its amax and the cast both ways: the bytes the unfused ops give.
+  const bool first = !fused;
+  const auto [x8, w8, scratch] = m.fp8_space<3>({N * in, out * in, first ? 2 * N * in : 0});
   auto* xt8 = static_cast<uint8_t*>(act.data);
-  cuda::swiglu_forward_fp8(nullptr, x8, xt8, sx + 4, ptr<bf16>(gate_up), N, int(f), sx, sx + 1,
-                           cuda::Fp8Format::E4M3, m.stream);
-  m.fp8_guards.push_back({x8, xt8, sx + 4, nullptr, N, in, sx, sx + 1, reinterpret_cast<unsigned int*>(sx + 2),
-                          cuda::Fp8Format::E4M3, ptr<bf16>(gate_up)});
+  float* sx = nullptr;
+  if (first) {
+    auto* x = reinterpret_cast<bf16*>(scratch);
+    cuda::swiglu_forward(x, ptr<bf16>(gate_up), N, int(f), m.stream);
+    sx = m.fp8_slot(w.data, 0, x, N * in);
+    m.fp8_cast(x8, xt8, sx, x, N, in, cuda::Fp8Format::E4M3);
+  } else {
+    sx = m.fp8_slot(w.data, 0, nullptr, 0);  // primed: no amax pass
+    m.fp8_fused_casts++;
+    cuda::swiglu_forward_fp8(nullptr, x8, xt8, sx + 4, ptr<bf16>(gate_up), N, int(f), sx, sx + 1,
+                             cuda::Fp8Format::E4M3, m.stream);
+    m.fp8_guards.push_back({x8, xt8, sx + 4, nullptr, N, in, sx, sx + 1, reinterpret_cast<unsigned int*>(sx + 2),
+                            cuda::Fp8Format::E4M3, ptr<bf16>(gate_up)});
+  }
   m.fp8_kept_xt[act.data] = w.data;
   float* sw = m.fp8_slot(w.data, 1, ptr<bf16>(w), out * in);
   m.fp8_cast(w8, nullptr, sw, ptr<bf16>(w), out, in, cuda::Fp8Format::E4M3);
@@ -810,37 +845,53 @@ void CudaOps::rmsnorm_linear_forward(const Tensor& y, const Tensor& x_norm, cons
   const bool fused = fuses_rmsnorm_linear() && w.ndim == 2 && w.dim(1) == d && d % 8 == 0 && d <= 4096 &&
                      fp8_shape(N, d, w.dim(0), {&x, &x_norm, &w, &norm_w, &h_in, &h_out}) &&
                      m.fp8_slot_primed(w.data, 0);
-  if (!fused) {
+  const bool kept_u8 = x_norm.dtype == DType::U8;  // ModelOptions::fp8_kept_inputs: x_norm holds only the x^T
+  if (!fused && !kept_u8) {
     Ops::rmsnorm_linear_forward(y, x_norm, rstd, h_out, h_in, x, norm_w, w, bias, eps);
     return;
   }
+  TK_CHECK(fused || (fuses_rmsnorm_linear() && w.ndim == 2 && w.dim(1) == d && d % 8 == 0 && d <= 4096 &&
+                     fp8_shape(N, d, w.dim(0), {&x, &x_norm, &w, &norm_w, &h_in, &h_out})),
+           "{}: x_norm is one byte an element (the kept FP8 x^T of --fp8 with delayed scaling) but this linear is "
+           "not on that path",
+           op);
   const int64_t out = w.dim(0), in = d;
   expect(norm_w, DType::BF16, {d}, op, "norm_w");
   expect(x, DType::BF16, {N, d}, op, "x");
-  expect(x_norm, DType::BF16, {N, d}, op, "x_norm");
+  expect(x_norm, kept_u8 ? DType::U8 : DType::BF16, {N, d}, op, "x_norm");
   expect(rstd, DType::F32, {N}, op, "rstd");
   expect(w, DType::BF16, {out, in}, op, "w");
   expect(y, DType::BF16, {N, out}, op, "y");
   expect_optional(bias, DType::BF16, {out}, op, "bias");
+  // As for SwiGLU's output: x_norm's memory keeps the transpose the weight gradient takes, not the bf16 values.
+  // Once the operand has a history the norm writes no output and its cast is fused; before (the first step,
+  // x_norm one byte an element) the norm writes bf16 scratch after the FP8 operands, then its amax and the cast.
+  const bool first = !fused;
+  const auto [x8, w8, scratch] = m.fp8_space<3>({N * in, out * in, first ? 2 * N * in : 0});
+  auto* y_first = reinterpret_cast<bf16*>(scratch);  // null when fused
   const bf16* h = ptr<bf16>(x);  // the norm's input
   if (h_in.empty()) {
-    cuda::rmsnorm_forward(nullptr, ptr<float>(rstd), ptr<bf16>(x), ptr<bf16>(norm_w), N, int(d), eps, m.stream);
+    cuda::rmsnorm_forward(y_first, ptr<float>(rstd), ptr<bf16>(x), ptr<bf16>(norm_w), N, int(d), eps, m.stream);
   } else {
     expect(h_in, DType::BF16, {N, d}, op, "h_in");
     expect(h_out, DType::BF16, {N, d}, op, "h_out");
-    cuda::residual_rmsnorm_forward(ptr<bf16>(h_out), nullptr, ptr<float>(rstd), ptr<bf16>(h_in), ptr<bf16>(x),
+    cuda::residual_rmsnorm_forward(ptr<bf16>(h_out), y_first, ptr<float>(rstd), ptr<bf16>(h_in), ptr<bf16>(x),
                                    ptr<bf16>(norm_w), N, int(d), eps, m.stream);
     h = ptr<bf16>(h_out);
   }
-  const auto [x8, w8] = m.fp8_space<2>({N * in, out * in});
-  float* sx = m.fp8_slot(w.data, 0, nullptr, 0);  // primed: no amax pass
-  m.fp8_fused_casts++;
-  // As for SwiGLU's output: x_norm's memory keeps the transpose the weight gradient takes, not the bf16 values.
   auto* xt8 = static_cast<uint8_t*>(x_norm.data);
-  cuda::rmsnorm_cast_fp8(x8, xt8, sx + 4, h, ptr<float>(rstd), ptr<bf16>(norm_w), N, int(d), sx, sx + 1,
-                         cuda::Fp8Format::E4M3, m.stream);
-  m.fp8_guards.push_back({x8, xt8, sx + 4, h, N, in, sx, sx + 1, reinterpret_cast<unsigned int*>(sx + 2),
-                          cuda::Fp8Format::E4M3, nullptr, ptr<float>(rstd), ptr<bf16>(norm_w)});
+  float* sx = nullptr;
+  if (first) {
+    sx = m.fp8_slot(w.data, 0, y_first, N * in);
+    m.fp8_cast(x8, xt8, sx, y_first, N, in, cuda::Fp8Format::E4M3);
+  } else {
+    sx = m.fp8_slot(w.data, 0, nullptr, 0);  // primed: no amax pass
+    m.fp8_fused_casts++;
+    cuda::rmsnorm_cast_fp8(x8, xt8, sx + 4, h, ptr<float>(rstd), ptr<bf16>(norm_w), N, int(d), sx, sx + 1,
+                           cuda::Fp8Format::E4M3, m.stream);
+    m.fp8_guards.push_back({x8, xt8, sx + 4, h, N, in, sx, sx + 1, reinterpret_cast<unsigned int*>(sx + 2),
+                            cuda::Fp8Format::E4M3, nullptr, ptr<float>(rstd), ptr<bf16>(norm_w)});
+  }
   m.fp8_kept_xt[x_norm.data] = w.data;
   float* sw = m.fp8_slot(w.data, 1, ptr<bf16>(w), out * in);
   m.fp8_cast(w8, nullptr, sw, ptr<bf16>(w), out, in, cuda::Fp8Format::E4M3);
@@ -868,7 +919,7 @@ void CudaOps::swiglu_linear_backward(const Tensor& dx, const Tensor& dw, const T
   expect(gate_up, DType::BF16, {N, out}, op, "gate_up");
   expect(dgate_up, DType::BF16, {N, out}, op, "dgate_up");
   expect(w, DType::BF16, {out, in}, op, "w");
-  expect(x, DType::BF16, {N, in}, op, "x");
+  expect_linear_input(x, N, in, op);
   expect_optional(dx, DType::BF16, {N, in}, op, "dx");
   expect_optional(dw, DType::F32, {out, in}, op, "dw");
   const auto [dy8, dyt8, wt8, xt8] = m.fp8_backward_space(dx, dw, N, in, out);

@@ -106,6 +106,8 @@ class CudaOps final : public Ops {
                               const Tensor& h_in, const Tensor& x, const Tensor& norm_w, const Tensor& w,
                               const Tensor& bias, float eps) override;
   bool fuses_rmsnorm_linear() const override;
+  // x of a linear's backward: bf16, or the one-byte x^T a fused forward kept for it (ModelOptions::fp8_kept_inputs).
+  void expect_linear_input(const Tensor& x, int64_t N, int64_t in, const char* op) const;
   bool fuses_swiglu_linear() const override;
   void swiglu_linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dgate_up, const Tensor& dout,
                               const Tensor& gate_up, const Tensor& x, const Tensor& w) override;
