@@ -314,9 +314,13 @@ TEST_F(KernelsTest, SortTokenIdsIsStableAndExact) {
 
 TEST_F(KernelsTest, EmbeddingBackwardSumsEachIdInTokenOrder) {
   SCOPED_TRACE(seed());
+  // d % 4 == 0: the one-launch form (slices of 128 columns; 100: a partial slice); 98 and 1: the scalar two-pass
+  // fallback. Hot ids: runs across many tiles, whose last piece to arrive joins them.
   for (EmbeddingCase c : {EmbeddingCase{16384, 151936, 128, 0.0}, EmbeddingCase{16384, 5000, 896, 0.0},
-                          EmbeddingCase{16384, 1000, 2048, 0.4}, EmbeddingCase{37, 50, 100, 0.5},
-                          EmbeddingCase{1000, 3, 64, 0.0}}) {
+                          EmbeddingCase{16384, 151936, 896, 0.05}, EmbeddingCase{16384, 1000, 2048, 0.4},
+                          EmbeddingCase{37, 50, 100, 0.5}, EmbeddingCase{1000, 3, 64, 0.0},
+                          EmbeddingCase{70000, 1, 8, 0.0}, EmbeddingCase{3000, 40, 98, 0.3},
+                          EmbeddingCase{500, 7, 1, 0.2}}) {
     SCOPED_TRACE("N=" + std::to_string(c.N) + " V=" + std::to_string(c.V) + " d=" + std::to_string(c.d) +
                  " hot=" + std::to_string(c.hot_fraction));
     std::vector<float> dout = rng.bf16_normal(size_t(c.N * c.d)), before = rng.f32_normal(size_t(c.V * c.d));

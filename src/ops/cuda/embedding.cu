@@ -1,7 +1,8 @@
-// Token embedding: the forward gathers table rows (a warp gathers a few rows at once); the backward adds dout rows into the f32 table gradient
-// deterministically, without floating-point atomics: the token ids are stably sorted by a one-launch
-// counting sort (so each id's rows appear in token order; wide blocks up to 65,536 tokens), tiles of sorted positions sum their runs of
-// equal ids, and runs that cross tiles are joined by a second pass in tile order.
+// Token embedding: the forward gathers table rows (a warp gathers a few rows at once); the backward adds dout rows
+// into the f32 table gradient deterministically, without floating-point atomics: the token ids are stably sorted
+// by a one-launch counting sort (so each id's rows appear in token order; wide blocks up to 65,536 tokens), tiles
+// of sorted positions sum their runs of equal ids, and runs that cross tiles are joined in tile order, by the last
+// of their pieces to arrive (one launch; a second join pass for the scalar fallback).
 #include <algorithm>
 #include <type_traits>
 
@@ -16,6 +17,11 @@ constexpr int kThreads = 256;
 constexpr int kTile = 32;          // sorted positions per tile of the backward
 constexpr int kBatch = 8;          // positions whose rows are loaded together
 constexpr uint32_t kNoKey = ~0u;   // beyond the ends of the sorted ids; no token id equals it
+// The backward's one-launch form: a warp per (tile, slice of kSliceCols columns), kSliceV columns a lane.
+constexpr int kSliceV = 4;
+constexpr int kSliceCols = 32 * kSliceV;
+constexpr int kSliceWarps = 4;      // warps a block (independent: no block-wide barrier)
+constexpr int kSliceMinBlocks = 7;  // 28 warps an SM: 72 registers, one wave at d = 896, N = 16,384
 
 // ---- forward ----------------------------------------------------------------------------------------
 // A warp gathers K rows: the K ids are read by K lanes at once and shuffled to all, then every chunk of
@@ -92,8 +98,16 @@ __device__ int32_t block_exclusive_scan(int32_t x, int32_t* warp_sums, int32_t& 
   return out;
 }
 
+// zero[n_zero]: set to 0 on the way (the backward's arrival counters, for the launch after this one).
+__device__ __forceinline__ void zero_words(unsigned long long* zero, int64_t n_zero) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_zero; i += int64_t(gridDim.x) * blockDim.x)
+    zero[i] = 0ull;
+}
+
 __global__ void __launch_bounds__(32 * kSortWarps)
-    sort_ids_kernel(uint32_t* keys, int32_t* rows, const int32_t* tokens, int64_t N, uint32_t V) {
+    sort_ids_kernel(uint32_t* keys, int32_t* rows, const int32_t* tokens, int64_t N, uint32_t V,
+                    unsigned long long* zero, int64_t n_zero) {
+  zero_words(zero, n_zero);
   __shared__ int32_t pos[kSortWarps][kSortIds];  // counts, then each (warp, id)'s next output position
   __shared__ int32_t warp_sums[kSortWarps + 1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -192,7 +206,9 @@ __device__ __forceinline__ void load_ids(uint32_t (&x)[kWideBatch], const int32_
 }
 
 __global__ void __launch_bounds__(32 * kWideWarps, 1)
-    sort_ids_wide_kernel(uint32_t* keys, int32_t* rows, const int32_t* tokens, int N, uint32_t V) {
+    sort_ids_wide_kernel(uint32_t* keys, int32_t* rows, const int32_t* tokens, int N, uint32_t V,
+                         unsigned long long* zero, int64_t n_zero) {
+  zero_words(zero, n_zero);
   extern __shared__ __align__(16) unsigned char wide_smem[];
   uint32_t* count_words = reinterpret_cast<uint32_t*>(wide_smem);  // [warps][kWideIds / 2]: two counts a word
   uint16_t* counts = reinterpret_cast<uint16_t*>(wide_smem);       // the same, [warps][kWideIds]
@@ -268,13 +284,16 @@ __global__ void __launch_bounds__(32 * kWideWarps, 1)
     for (int p = base + block_total + t; p < N; p += blockDim.x) keys[p] = kNoKey, rows[p] = 0;
 }
 
-// The backward's scratch, carved from one buffer: the sorted ids with their token indices, and two partial
+// The backward's scratch, carved from one buffer: the sorted ids with their token indices, two partial
 // sums per tile (slot 0: the piece of a run that began in an earlier tile; slot 1: the piece of a run that
-// begins here and continues in the next tile).
+// begins here and continues in the next tile), and an arrival counter per (tile, slice of columns) for the
+// one-launch join (zeroed by the sort, one launch earlier).
 struct BackwardScratch {
   uint32_t* keys;    // sorted ids [N], kNoKey past the valid ones
   int32_t* rows;     // token index of each sorted id [N]
   float* partial;    // [tiles, 2, d]
+  unsigned long long* arrivals;  // [tiles, slices]
+  int64_t n_arrivals;
   size_t total_bytes;
 };
 
@@ -292,6 +311,8 @@ BackwardScratch carve_scratch(void* base, int64_t N, int d) {
   s.keys = static_cast<uint32_t*>(take(size_t(N) * sizeof(uint32_t)));
   s.rows = static_cast<int32_t*>(take(size_t(N) * sizeof(int32_t)));
   s.partial = static_cast<float*>(take(size_t(ceil_div(N, kTile)) * 2 * size_t(d) * sizeof(float)));
+  s.n_arrivals = ceil_div(N, kTile) * ceil_div(d, kSliceCols);
+  s.arrivals = static_cast<unsigned long long*>(take(size_t(s.n_arrivals) * sizeof(unsigned long long)));
   s.total_bytes = off;
   return s;
 }
@@ -411,6 +432,188 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// ---- the backward in one launch: a warp per (tile, slice) and the join by the last piece to arrive ---------
+// Each warp owns one tile of kTile sorted positions and one slice of kSliceCols columns (kSliceV a lane), with
+// no block-wide barrier: lane k holds position k's id and token index, the run boundaries are ballot masks, and
+// each row's index goes to all lanes by a shuffle; rows are loaded kBatch at a time. A run within the tile goes
+// straight into dtable. A run that crosses tiles leaves one piece per tile it touches in partial[tile][slot], as
+// the two-pass form does; after its stores (and a fence) each piece's warp adds to the run's arrival counter (per
+// (first tile of the run, slice)) 1, and the run's last piece also (number of pieces) << 32. The warp whose add
+// completes the count (high half == low half) is the last to arrive: it sums the pieces in tile order (from L2)
+// and adds the sum into dtable, exactly as the join pass does: bit for bit the same sums in the same order, so
+// nothing depends on which warp joins or when. No warp waits on another. A piece that continues a run from before
+// finds the run's first tile with one warp-wide probe of the tiles' last ids (tile v holds part of the run iff
+// its last id is the run's: one L2 round trip for runs within 32 tiles, two up to ~1,000).
+
+struct CrossingPieces {
+  bool slot0, slot0_last, slot1;
+};
+// A tile's pieces of runs that cross tiles. first / last: its first and last ids; before / after: whether the
+// id before the tile equals first, the one after it equals last. Slot 0 holds the first run's piece when that
+// began in an earlier tile (its last piece unless the whole tile is that run and it goes on); slot 1 the last
+// run's piece when it goes on into the next tile and began in this one.
+__device__ __forceinline__ CrossingPieces crossing_pieces(uint32_t first, uint32_t last, bool before, bool after) {
+  const bool one_run = first == last;
+  return {before, before && !(one_run && after), after && !(before && one_run)};
+}
+
+__device__ __forceinline__ unsigned long long arrival(bool last_piece, int64_t pieces) {
+  return 1ull + (last_piece ? (unsigned long long)pieces << 32 : 0ull);
+}
+__device__ __forceinline__ bool run_complete(unsigned long long c) {
+  return (c >> 32) != 0ull && (c >> 32) == (c & 0xffffffffull);
+}
+
+// The first tile of the run of `id` that tile u continues from before (keys[kTile u - 1] == id). Tile v < u holds
+// part of the run iff keys[kTile v + kTile - 1] == id, so each ballot is a prefix of ones. Warp-collective.
+__device__ int64_t first_tile_of_run(const uint32_t* keys, uint32_t id, int64_t u) {
+  const int lane = threadIdx.x & 31;
+  int64_t top = u - 1;  // holds part of the run
+  while (true) {
+    const int64_t fine = top - lane, coarse = top - 32 * (lane + 1);
+    const bool in_fine = fine >= 0 && keys[fine * kTile + kTile - 1] == id;
+    const bool in_coarse = coarse >= 0 && keys[coarse * kTile + kTile - 1] == id;
+    const int nf = __popc(__ballot_sync(0xffffffffu, in_fine));  // tiles top .. top - nf + 1 hold part of it
+    if (nf < 32) return top - nf + 1;
+    const int nc = __popc(__ballot_sync(0xffffffffu, in_coarse));  // top - 32, ..., top - 32 nc hold part of it
+    if (nc == 0) return top - 31;
+    top -= 32 * int64_t(nc);
+  }
+}
+
+// The join of the crossing run of `id` over tiles [b, e] at the kSliceV columns from col: slot 1 of b, then slot 0
+// of each later tile, in order (loaded four at a time, read through L2: other warps wrote them), then into dtable.
+__device__ __forceinline__ void join_slice(float* dtable, const float* partial, uint32_t id, int64_t b, int64_t e,
+                                           int d, int col) {
+  constexpr int K = 4;
+  float sum[kSliceV], old[kSliceV];
+  auto load_cg = [](float (&v)[kSliceV], const float* p) {
+    const float4 a = __ldcg(reinterpret_cast<const float4*>(p));
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+  };
+  load_cg(sum, partial + (b * 2 + 1) * d + col);
+  load_f32(old, dtable + int64_t(id) * d + col);
+  for (int64_t v0 = b + 1; v0 <= e; v0 += K) {
+    float piece[K][kSliceV];
+#pragma unroll
+    for (int k = 0; k < K; k++)
+      if (v0 + k <= e) load_cg(piece[k], partial + ((v0 + k) * 2) * d + col);
+#pragma unroll
+    for (int k = 0; k < K; k++)
+      if (v0 + k <= e)
+#pragma unroll
+        for (int c = 0; c < kSliceV; c++) sum[c] += piece[k][c];
+  }
+#pragma unroll
+  for (int c = 0; c < kSliceV; c++) old[c] += sum[c];
+  store_f32(dtable + int64_t(id) * d + col, old);
+}
+
+// 32-bit row offsets: the caller checks N d and V d < 2^32. d % kSliceV == 0; dout 8-byte and dtable 16-byte aligned.
+__global__ void __launch_bounds__(32 * kSliceWarps, kSliceMinBlocks)
+    embedding_backward_slice_kernel(float* dtable, float* partial, unsigned long long* arrivals,
+                                    const uint32_t* keys, const int32_t* rows, const __nv_bfloat16* dout, int64_t N,
+                                    int d, int n_slices, int64_t items) {
+  const int lane = threadIdx.x & 31;
+  const int64_t item = int64_t(blockIdx.x) * kSliceWarps + threadIdx.x / 32;
+  if (item >= items) return;  // a whole warp
+  const int64_t u = item / n_slices, start = u * kTile;  // the slices of a tile are consecutive warps
+  const int s = int(item % n_slices);
+  const int col = s * kSliceCols + lane * kSliceV;
+  const bool cols_ok = col < d;
+
+  // Lane k: position start + k (kNoKey past N); the ids just before and after the tile.
+  const int64_t p = start + lane;
+  const uint32_t key = p < N ? keys[p] : kNoKey;
+  const int32_t row = p < N ? rows[p] : 0;
+  uint32_t edge = kNoKey;
+  if (lane == 0 && start > 0) edge = keys[start - 1];
+  if (lane == 31 && start + kTile < N) edge = keys[start + kTile];
+  const uint32_t before = __shfl_sync(0xffffffffu, edge, 0), after = __shfl_sync(0xffffffffu, edge, 31);
+  const int len = __popc(__ballot_sync(0xffffffffu, key != kNoKey));  // kNoKey only at the end: a prefix
+  if (len == 0) return;
+  uint32_t next = __shfl_down_sync(0xffffffffu, key, 1);
+  if (lane == 31) next = after;
+  const uint32_t first = __shfl_sync(0xffffffffu, key, 0), last = __shfl_sync(0xffffffffu, key, len - 1);
+  const bool cont_before = before == first, cont_after = len == kTile && after == last;
+  // Bit i: position i closes a run piece / belongs to the run from before / hands its piece to the next tile.
+  const uint32_t closes = __ballot_sync(0xffffffffu, lane < len && (lane == len - 1 || next != key));
+  const uint32_t from_before = cont_before ? __ballot_sync(0xffffffffu, lane < len && key == first) : 0u;
+  const uint32_t into_next = cont_after ? 1u << (len - 1) : 0u;
+  const uint32_t whole = closes & ~from_before & ~into_next;  // closes a whole run: straight into dtable
+  const CrossingPieces cp = crossing_pieces(first, last, cont_before, cont_after);
+  if (cols_ok) {  // into L2 for the joiner, whichever warp it is
+    if (cp.slot0) asm volatile("prefetch.global.L2 [%0];" ::"l"(dtable + int64_t(first) * d + col));
+    if (cp.slot1) asm volatile("prefetch.global.L2 [%0];" ::"l"(dtable + int64_t(last) * d + col));
+  }
+
+  float acc[kSliceV] = {};
+  for (int b = 0; b < len; b += kBatch) {
+    PackedBf16<kSliceV> x[kBatch];
+    float old[kBatch][kSliceV];
+#pragma unroll
+    for (int k = 0; k < kBatch; k++) {
+      const int i = b + k;
+      if (i >= len) break;  // warp-uniform, as every branch on the masks below
+      const uint32_t r = __shfl_sync(0xffffffffu, uint32_t(row), i);
+      if (cols_ok) load_packed(x[k], dout + r * uint32_t(d) + col);
+      if ((whole >> i) & 1u) {
+        const uint32_t id = __shfl_sync(0xffffffffu, key, i);
+        if (cols_ok) load_f32(old[k], dtable + id * uint32_t(d) + col);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; k++) {
+      const int i = b + k;
+      if (i >= len) break;
+      if (cols_ok) {
+        float xf[kSliceV];
+        unpack(xf, x[k]);
+#pragma unroll
+        for (int e = 0; e < kSliceV; e++) acc[e] += xf[e];
+      }
+      if (!((closes >> i) & 1u)) continue;
+      if ((whole >> i) & 1u) {
+        const uint32_t id = __shfl_sync(0xffffffffu, key, i);  // again: cheaper than a register a row
+        if (cols_ok) {
+#pragma unroll
+          for (int e = 0; e < kSliceV; e++) old[k][e] += acc[e];
+          store_f32(dtable + id * uint32_t(d) + col, old[k]);
+        }
+      } else if (cols_ok) {
+        const int slot = (from_before >> i) & 1u ? 0 : 1;
+        store_f32(partial + (u * 2 + slot) * d + col, acc);
+      }
+#pragma unroll
+      for (int e = 0; e < kSliceV; e++) acc[e] = 0.f;
+    }
+  }
+
+  // Arrival, per (run, slice): each lane's fence, then lane 0 counts the warp's pieces in.
+  if (!cp.slot0 && !cp.slot1) return;
+  const int64_t b0 = cp.slot0 ? first_tile_of_run(keys, first, u) : 0;
+  __threadfence();
+  __syncwarp();
+  long long join0 = 0, join1 = 0;  // the pieces of the run this warp joins, 0: none
+  if (lane == 0) {
+    if (cp.slot0) {
+      const unsigned long long mine = arrival(cp.slot0_last, u - b0 + 1);
+      const unsigned long long c = atomicAdd(&arrivals[b0 * n_slices + s], mine) + mine;
+      if (run_complete(c)) join0 = (long long)(c >> 32);
+    }
+    if (cp.slot1) {
+      const unsigned long long c = atomicAdd(&arrivals[u * n_slices + s], 1ull) + 1ull;
+      if (run_complete(c)) join1 = (long long)(c >> 32);
+    }
+  }
+  join0 = __shfl_sync(0xffffffffu, join0, 0);
+  join1 = __shfl_sync(0xffffffffu, join1, 0);
+  if ((join0 | join1) == 0 || !cols_ok) return;
+  __threadfence();
+  if (join0) join_slice(dtable, partial, first, b0, b0 + join0 - 1, d, col);
+  if (join1) join_slice(dtable, partial, last, u, u + join1 - 1, d, col);
+}
+
 int block_threads(int d, int V) { return int(std::min<int64_t>(kThreads, ceil_div(ceil_div(d, V), 32) * 32)); }
 
 }  // namespace
@@ -441,7 +644,10 @@ size_t embedding_backward_scratch_bytes(int64_t N, int64_t /*V*/, int d) {
   return carve_scratch(nullptr, N, d).total_bytes;
 }
 
-void sort_token_ids(uint32_t* keys, int32_t* rows, const int32_t* tokens, int64_t N, int64_t V, cudaStream_t s) {
+namespace {
+// The sort, zeroing zero[n_zero] on the way.
+void sort_ids(uint32_t* keys, int32_t* rows, const int32_t* tokens, int64_t N, int64_t V, unsigned long long* zero,
+              int64_t n_zero, cudaStream_t s) {
   TK_CUDA_REQUIRE(V > 0 && V < (int64_t(1) << 31), "sort_token_ids: vocabulary of %lld ids", (long long)V);
   TK_CUDA_REQUIRE(N < (int64_t(1) << 31), "sort_token_ids: %lld tokens are more than one call sorts", (long long)N);
   if (N == 0) return;
@@ -450,11 +656,17 @@ void sort_token_ids(uint32_t* keys, int32_t* rows, const int32_t* tokens, int64_
     TK_CUDA_CHECK(cudaFuncSetAttribute(sort_ids_wide_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        int(kWideSmemBytes)));
     sort_ids_wide_kernel<<<ceil_div(V, int64_t(kWideIds)), 32 * kWideWarps, kWideSmemBytes, s>>>(
-        keys, rows, tokens, int(N), uint32_t(V));
+        keys, rows, tokens, int(N), uint32_t(V), zero, n_zero);
   } else {
-    sort_ids_kernel<<<ceil_div(V, int64_t(kSortIds)), 32 * kSortWarps, 0, s>>>(keys, rows, tokens, N, uint32_t(V));
+    sort_ids_kernel<<<ceil_div(V, int64_t(kSortIds)), 32 * kSortWarps, 0, s>>>(keys, rows, tokens, N, uint32_t(V),
+                                                                                zero, n_zero);
   }
   TK_CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
+void sort_token_ids(uint32_t* keys, int32_t* rows, const int32_t* tokens, int64_t N, int64_t V, cudaStream_t s) {
+  sort_ids(keys, rows, tokens, N, V, nullptr, 0, s);
 }
 
 void embedding_backward(float* dtable, const int32_t* tokens, const bf16* dout, int64_t N, int64_t V, int d,
@@ -467,19 +679,25 @@ void embedding_backward(float* dtable, const int32_t* tokens, const bf16* dout, 
   TK_CUDA_REQUIRE(scratch_bytes >= sc.total_bytes,
                   "embedding_backward: the scratch buffer holds %zu bytes, %zu are needed", scratch_bytes,
                   sc.total_bytes);
-  sort_token_ids(sc.keys, sc.rows, tokens, N, V, s);
   const int64_t tiles = ceil_div(N, kTile);
-  if (d % kVec == 0 && aligned16(dtable) && aligned16(dout)) {
-    const int threads = block_threads(d, kVec);
-    embedding_backward_tile_kernel<kVec><<<tiles, threads, 0, s>>>(dtable, sc.partial, sc.keys, sc.rows, dout, N, d);
+  const bool aligned8 = (reinterpret_cast<uintptr_t>(dout) & 7) == 0;
+  const bool fits32 = N * int64_t(d) < (int64_t(1) << 32) && V * int64_t(d) < (int64_t(1) << 32);
+  if (d % kSliceV == 0 && aligned16(dtable) && aligned8 && fits32) {
+    // One launch after the sort (which zeroes the arrival counters).
+    sort_ids(sc.keys, sc.rows, tokens, N, V, sc.arrivals, sc.n_arrivals, s);
+    const int n_slices = int(ceil_div(d, kSliceCols));
+    const int64_t items = tiles * n_slices;
+    embedding_backward_slice_kernel<<<ceil_div(items, kSliceWarps), 32 * kSliceWarps, 0, s>>>(
+        dtable, sc.partial, sc.arrivals, sc.keys, sc.rows, dout, N, d, n_slices, items);
     TK_CUDA_CHECK_LAUNCH();
-    embedding_backward_join_kernel<kVec><<<tiles, threads, 0, s>>>(dtable, sc.partial, sc.keys, N, d);
-  } else {
-    const int threads = block_threads(d, 1);
-    embedding_backward_tile_kernel<1><<<tiles, threads, 0, s>>>(dtable, sc.partial, sc.keys, sc.rows, dout, N, d);
-    TK_CUDA_CHECK_LAUNCH();
-    embedding_backward_join_kernel<1><<<tiles, threads, 0, s>>>(dtable, sc.partial, sc.keys, N, d);
+    return;
   }
+  // The scalar fallback: rows of any width, pointers of any alignment; the tile pass, then the join pass.
+  sort_ids(sc.keys, sc.rows, tokens, N, V, nullptr, 0, s);
+  const int threads = block_threads(d, 1);
+  embedding_backward_tile_kernel<1><<<tiles, threads, 0, s>>>(dtable, sc.partial, sc.keys, sc.rows, dout, N, d);
+  TK_CUDA_CHECK_LAUNCH();
+  embedding_backward_join_kernel<1><<<tiles, threads, 0, s>>>(dtable, sc.partial, sc.keys, N, d);
   TK_CUDA_CHECK_LAUNCH();
 }
 

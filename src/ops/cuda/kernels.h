@@ -92,8 +92,8 @@ void fp8_commit_amax(float* slots, float* history, int n, int history_len, int p
 // out[N,d] = table[tokens[n], :]; tokens i32[N] with 0 <= id < V (the caller validates ids).
 void embedding_forward(bf16* out, const int32_t* tokens, const bf16* table, int64_t N, int d, cudaStream_t s);
 // dtable[V,d] (f32) += sum over n with tokens[n] == v of dout[n,:], summed in token order: the ids are
-// stably sorted (sort_token_ids), each run of equal ids is summed in tiles and the tiles are joined in
-// order. Deterministic, no floating-point atomics; ids outside [0, V) are skipped.
+// stably sorted (sort_token_ids), each run of equal ids is summed in tiles and the tiles' pieces are joined in
+// tile order. Deterministic, no floating-point atomics; ids outside [0, V) are skipped.
 // scratch: embedding_backward_scratch_bytes(N, V, d) bytes.
 size_t embedding_backward_scratch_bytes(int64_t N, int64_t V, int d);
 void embedding_backward(float* dtable, const int32_t* tokens, const bf16* dout, int64_t N, int64_t V, int d,
