@@ -107,6 +107,7 @@ int run_bench(const BenchOptions& o) {
                         {"warm_s", std::round(warm_s * 10) / 10},
                         {"loss", std::round(loss * 1000) / 1000}};
   if (o.fp8 && o.fp8_scaling == "delayed" && recasts >= 0) row["fp8_recasts"] = recasts;
+  if (o.logits_chunk_mib > 0) row["engine"] = row["engine"].get<std::string>() + fmt::format(", logits chunk {} MiB", o.logits_chunk_mib);
   if (o.json) {
     fmt::print("{}\n", row.dump());
   } else {
