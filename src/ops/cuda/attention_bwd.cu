@@ -1,0 +1,395 @@
+// Causal attention backward of our own for head_dim 64 on Hopper (sm_90a: warpgroup MMA), deterministic.
+//
+// One CTA per (batch row b, kv head g, block j of 128 keys), two warpgroups of 64 keys each. It walks the query
+// blocks (64 rows) that see its keys, from the last down to the diagonal, and for each the q heads of its GQA
+// group, so that dK and dV of the whole group accumulate in its registers (summed over heads in a fixed order,
+// written once, no cross-head reduction). Per (q block i, head h), each warpgroup w, with K_w and V_w its keys:
+//   S^T = K_w Q^T, dP^T = V_w dO^T                 (operands in shared memory, K-major, 128-byte swizzle)
+//   P^T = exp(S^T scale - lse), masked causally; dS^T = P^T (dP^T - D) scale, D = rowsum(dO O)
+//   dV_w += P^T dO, dK_w += dS^T Q                 (A from registers, B MN-major: the same tiles)
+//   dQ_w = dS K_w                                   (dS^T through shared memory, A and B MN-major)
+// and the two warpgroups' dQ parts are added (warpgroup 0's first). dQ of a q block sums the parts of every kv
+// block at or under it, in kv block order: a CTA waits until the block's counter says that all lower kv blocks
+// have added theirs, adds, and moves the counter on. The first kv block stores (no zeroing pass), the last
+// (the diagonal's) rounds the f32 sum to bf16 into dqkv; a small kernel before (D) sets the counters to 0. Since every CTA walks
+// the q blocks downwards from the last, all CTAs of a (b, h) reach a q block at the same iteration, and a CTA
+// only ever waits on CTAs of lower kv blocks, which are launched before it (kv block is the slowest grid index):
+// no deadlock, and the sums are bitwise the same on every run.
+//
+// bench/NOTES.md ("The attention backward of our own") has the counts, the prediction and the measurements.
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/kernels.h"
+#include "ops/cuda/vector_access.cuh"
+
+namespace tk::cuda {
+namespace {
+
+constexpr int kHd = 64;        // head_dim
+constexpr int kBlockM = 64;    // queries an iteration
+constexpr int kBlockN = 128;   // keys a CTA
+constexpr int kThreads = 256;  // two warpgroups
+// Shared memory (bytes from a 1,024-aligned base): 64-row bf16 tiles of 128-byte rows in the 128-byte swizzle.
+constexpr int kTile = 64 * 128;
+constexpr int kOffK = 0;                       // K [128 keys][64]
+constexpr int kOffV = kOffK + 2 * kTile;       // V [128 keys][64]
+constexpr int kOffQ = kOffV + 2 * kTile;       // Q [2 stages][64 queries][64]
+constexpr int kOffDO = kOffQ + 2 * kTile;      // dO [2 stages][64 queries][64]
+constexpr int kOffDS = kOffDO + 2 * kTile;     // dS^T [128 keys][64 queries] (each warpgroup its 64 rows)
+constexpr int kOffDQ = kOffDS + 2 * kTile;     // warpgroup 1's dQ part, f32 [32][128 threads]
+constexpr int kOffLse = kOffDQ + 32 * 128 * 4; // lse [2 stages][64], f32
+constexpr int kOffD = kOffLse + 2 * 64 * 4;    // D [2 stages][64], f32
+constexpr int kSmemBytes = kOffD + 2 * 64 * 4 + 1024;  // + room to align the base
+
+struct Params {
+  const bf16* qkv;
+  const bf16* dout;
+  const float* lse;
+  const float* D;
+  bf16* dqkv;
+  float* dq_acc;  // [B, Hq, T, 64] f32
+  int* counters;  // [B, Hq, T / 64]
+  int B, T, Hq, Hkv;
+  float scale;
+};
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TK_WGMMA 1
+
+// Byte offset of 16-byte chunk c of row r in a tile with the 128-byte swizzle.
+__device__ __forceinline__ uint32_t swizzled(int r, int c) { return uint32_t(r * 128 + ((c ^ (r & 7)) << 4)); }
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void warpgroup_bar(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+// A shared-memory matrix descriptor: 128-byte swizzle, LBO 16 bytes, SBO 1,024 bytes (8 rows of 128 bytes).
+__device__ __forceinline__ uint64_t desc(uint32_t addr) {
+  return uint64_t((addr >> 4) & 0x3fff) | (uint64_t(16 >> 4) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+#define TK_ACC32                                                                                                    \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),       \
+      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),         \
+      "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),        \
+      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define TK_REGS32                                                                                                   \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31}"
+
+// d (+)= A B^T, m64n64k16, both from shared memory; kTransA / kTransB: 1 for an MN-major operand.
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void mma_ss(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TK_REGS32 ", %32, %33, p, 1, 1, %35, %36;\n}\n"
+      : TK_ACC32
+      : "l"(da), "l"(db), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+}
+
+// d += A B^T, m64n64k16, A from registers (the m16n8k16 fragment of the warp's 16 rows), B MN-major.
+__device__ __forceinline__ void mma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TK_REGS32 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : TK_ACC32
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+#undef TK_ACC32
+#undef TK_REGS32
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// rows x 64 bf16 from global (row stride ld elements) into a swizzled tile: 16-byte chunks, all 256 threads.
+__device__ __forceinline__ void load_tile(uint32_t dst, const bf16* src, int64_t ld, int rows) {
+  for (int c = threadIdx.x; c < rows * 8; c += kThreads) {
+    const int r = c >> 3, k = c & 7;
+    cp_async16(dst + swizzled(r, k), src + r * ld + k * 8);
+  }
+}
+#endif
+
+__global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params p) {
+#ifdef TK_WGMMA
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  unsigned char* const smem = smem_raw + (base - raw);
+  float* const s_dq = reinterpret_cast<float*>(smem + kOffDQ);
+  const float* const s_lse = reinterpret_cast<const float*>(smem + kOffLse);
+  const float* const s_D = reinterpret_cast<const float*>(smem + kOffD);
+
+  const int tid = threadIdx.x, wg = tid >> 7, t = tid & 127, warp = t >> 5, lane = tid & 31;
+  const int bg = int(blockIdx.x % uint32_t(p.B * p.Hkv)), j = int(blockIdx.x / uint32_t(p.B * p.Hkv));
+  const int b = bg / p.Hkv, g = bg % p.Hkv, group = p.Hq / p.Hkv;
+  const int64_t ld = int64_t(p.Hq + 2 * p.Hkv) * kHd, ld_o = int64_t(p.Hq) * kHd;
+  const bf16* const qkv_b = p.qkv + int64_t(b) * p.T * ld;
+  const bf16* const dout_b = p.dout + int64_t(b) * p.T * ld_o;
+  const int n_q = p.T / kBlockM, i_top = n_q - 1, i_bottom = 2 * j;
+  const int iters = (i_top - i_bottom + 1) * group;
+
+  load_tile(base + kOffK, qkv_b + int64_t(j) * kBlockN * ld + int64_t(p.Hq + g) * kHd, ld, kBlockN);
+  load_tile(base + kOffV, qkv_b + int64_t(j) * kBlockN * ld + int64_t(p.Hq + p.Hkv + g) * kHd, ld, kBlockN);
+  // Iteration it: q block i_top - it / group, head g group + it % group; its Q, dO, lse and D into `stage`.
+  auto prefetch = [&](int it, int stage) {
+    const int i = i_top - it / group, h = g * group + it % group;
+    load_tile(base + kOffQ + stage * kTile, qkv_b + int64_t(i) * kBlockM * ld + int64_t(h) * kHd, ld, kBlockM);
+    load_tile(base + kOffDO + stage * kTile, dout_b + int64_t(i) * kBlockM * ld_o + int64_t(h) * kHd, ld_o, kBlockM);
+    const int64_t row = (int64_t(b) * p.Hq + h) * p.T + int64_t(i) * kBlockM;
+    if (tid < 16) cp_async16(base + kOffLse + stage * 256 + tid * 16, p.lse + row + tid * 4);
+    else if (tid < 32) cp_async16(base + kOffD + stage * 256 + (tid - 16) * 16, p.D + row + (tid - 16) * 4);
+  };
+  prefetch(0, 0);
+  cp_async_commit();
+
+  float dk[32], dv[32];
+#pragma unroll
+  for (int e = 0; e < 32; e++) dk[e] = 0.f, dv[e] = 0.f;
+  const float scale_log2 = p.scale * 1.4426950408889634f;
+  const uint32_t sK = base + kOffK + wg * kTile, sV = base + kOffV + wg * kTile, sDS = base + kOffDS + wg * kTile;
+  const int key0 = j * kBlockN + wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows: key0 and key0 + 8
+
+  for (int it = 0; it < iters; it++) {
+    const int stage = it & 1, i = i_top - it / group, h = g * group + it % group;
+    cp_async_wait_all();
+    fence_async_shared();
+    __syncthreads();  // this stage loaded; every thread done with the last iteration (its stage, dS^T, s_dq)
+    if (it + 1 < iters) prefetch(it + 1, stage ^ 1);
+    cp_async_commit();
+    const uint32_t sQ = base + kOffQ + stage * kTile, sDO = base + kOffDO + stage * kTile;
+
+    float s[32], dp[32];
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) mma_ss<0, 0>(s, desc(sK + 32 * ks), desc(sQ + 32 * ks), ks);
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) mma_ss<0, 0>(dp, desc(sV + 32 * ks), desc(sDO + 32 * ks), ks);
+    wgmma_commit();
+    wgmma_wait_all();
+
+    // P^T and dS^T, as the bf16 A fragments of the next products: pa[ks] covers queries 16 ks .. 16 ks + 15.
+    uint32_t pa[4][4], da[4][4];
+    const float* lse = s_lse + stage * 64;
+    const float* Dq = s_D + stage * 64;
+#pragma unroll
+    for (int jj = 0; jj < 8; jj++) {
+      const int q = jj * 8 + 2 * (lane & 3);  // local query of elements 4 jj + 0 (and + 1)
+      const int qg = i * kBlockM + q;
+      const float l0 = lse[q] * 1.4426950408889634f, l1 = lse[q + 1] * 1.4426950408889634f;
+      const float D0 = Dq[q], D1 = Dq[q + 1];
+      float pr[4], ds[4];
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int key = key0 + (e >= 2 ? 8 : 0), qq = qg + (e & 1);
+        const float x = exp2f(s[4 * jj + e] * scale_log2 - ((e & 1) ? l1 : l0));
+        pr[e] = key > qq ? 0.f : x;
+        ds[e] = pr[e] * (dp[4 * jj + e] - ((e & 1) ? D1 : D0)) * p.scale;
+      }
+      pa[jj >> 1][(jj & 1) * 2 + 0] = pack_bf16(pr[0], pr[1]);
+      pa[jj >> 1][(jj & 1) * 2 + 1] = pack_bf16(pr[2], pr[3]);
+      da[jj >> 1][(jj & 1) * 2 + 0] = pack_bf16(ds[0], ds[1]);
+      da[jj >> 1][(jj & 1) * 2 + 1] = pack_bf16(ds[2], ds[3]);
+    }
+    // dS^T into shared memory ([key][query], swizzled) for dQ = dS K.
+    {
+      const int r = warp * 16 + (lane >> 2);
+#pragma unroll
+      for (int jj = 0; jj < 8; jj++) {
+        const int q = jj * 8 + 2 * (lane & 3);
+        const uint32_t off0 = swizzled(r, jj) + (q & 7) * 2, off1 = swizzled(r + 8, jj) + (q & 7) * 2;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sDS + off0), "r"(da[jj >> 1][(jj & 1) * 2 + 0]));
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sDS + off1), "r"(da[jj >> 1][(jj & 1) * 2 + 1]));
+      }
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) mma_rs(dv, pa[ks], desc(sDO + 2048 * ks));
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) mma_rs(dk, da[ks], desc(sQ + 2048 * ks));
+    wgmma_commit();
+    fence_async_shared();
+    warpgroup_bar(1 + wg);  // this warpgroup's dS^T written
+    float dq[32];
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) mma_ss<1, 1>(dq, desc(sDS + 2048 * ks), desc(sK + 2048 * ks), ks);
+    wgmma_commit();
+    wgmma_wait_all();
+
+    // The two warpgroups' parts: warpgroup 1 hands its part over; warpgroup 0 adds it to its own.
+    if (wg == 1) {
+#pragma unroll
+      for (int e = 0; e < 32; e++) s_dq[e * 128 + t] = dq[e];
+    }
+    __syncthreads();
+    if (wg == 1) continue;
+#pragma unroll
+    for (int e = 0; e < 32; e++) dq[e] += s_dq[e * 128 + t];
+
+    // Into dQ in kv block order: block j is the j-th of the 0 .. i / 2 that add to q block i.
+    const int last = i >> 1;
+    int* counter = p.counters + (int64_t(b) * p.Hq + h) * n_q + i;
+    if (j > 0) {
+      if (t == 0) {
+        int seen;
+        for (int64_t spins = 0;; spins++) {
+          asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+          if (seen == j) break;
+          if (spins > (int64_t(1) << 26)) __trap();  // seconds: a lower kv block never came; fail, do not hang
+          __nanosleep(64);
+        }
+      }
+      warpgroup_bar(1);
+    }
+    float* acc = p.dq_acc + ((int64_t(b) * p.Hq + h) * p.T + int64_t(i) * kBlockM) * kHd;
+    bf16* out = p.dqkv + (int64_t(b) * p.T + int64_t(i) * kBlockM) * ld + int64_t(h) * kHd;
+    const int r = warp * 16 + (lane >> 2);
+#pragma unroll
+    for (int jj = 0; jj < 8; jj++) {
+      const int c = jj * 8 + 2 * (lane & 3);
+#pragma unroll
+      for (int half = 0; half < 2; half++) {
+        const int row = r + 8 * half;
+        float2 v = make_float2(dq[4 * jj + 2 * half], dq[4 * jj + 2 * half + 1]);
+        if (j > 0) {
+          const float2 before = __ldcg(reinterpret_cast<const float2*>(acc + row * kHd + c));
+          v.x = before.x + v.x, v.y = before.y + v.y;
+        }
+        if (j == last) *reinterpret_cast<__nv_bfloat162*>(out + row * ld + c) = __floats2bfloat162_rn(v.x, v.y);
+        else __stcg(reinterpret_cast<float2*>(acc + row * kHd + c), v);
+      }
+    }
+    if (j < last) {  // the next kv block's turn (the counters start at 0: the prep kernel)
+      __threadfence();
+      warpgroup_bar(1);
+      if (t == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(counter), "r"(j + 1) : "memory");
+    }
+  }
+
+  // dK and dV of the group, summed over its heads in order: bf16 into dqkv.
+  const int r = warp * 16 + (lane >> 2);
+  bf16* const dk_out = p.dqkv + (int64_t(b) * p.T + int64_t(j) * kBlockN + wg * 64) * ld + int64_t(p.Hq + g) * kHd;
+  bf16* const dv_out = dk_out + int64_t(p.Hkv) * kHd;
+#pragma unroll
+  for (int jj = 0; jj < 8; jj++) {
+    const int c = jj * 8 + 2 * (lane & 3);
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+      const int row = r + 8 * half;
+      *reinterpret_cast<__nv_bfloat162*>(dk_out + row * ld + c) =
+          __floats2bfloat162_rn(dk[4 * jj + 2 * half], dk[4 * jj + 2 * half + 1]);
+      *reinterpret_cast<__nv_bfloat162*>(dv_out + row * ld + c) =
+          __floats2bfloat162_rn(dv[4 * jj + 2 * half], dv[4 * jj + 2 * half + 1]);
+    }
+  }
+#else
+  __trap();  // built without sm_90a code: the host never launches it (attention_backward_fused_supported)
+#endif
+}
+
+// D[b, h, t] = sum over the head's 64 columns of dO O (f32), eight threads a row; and the dQ counters to 0.
+__global__ void attention_backward_prep_kernel(float* D, int* counters, int64_t n_counters, const bf16* dout,
+                                               const bf16* out, int64_t rows, int T, int Hq) {
+  const int64_t gid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t c = gid; c < n_counters; c += int64_t(gridDim.x) * blockDim.x) counters[c] = 0;
+  const int64_t row = gid >> 3;  // (b T + t) Hq + h
+  const int part = int(gid & 7);
+  float sum = 0.f;
+  if (row < rows) {
+    float a[8], o[8];
+    load_bf16<8>(a, dout + row * kHd + part * 8);
+    load_bf16<8>(o, out + row * kHd + part * 8);
+#pragma unroll
+    for (int e = 0; e < 8; e++) sum += a[e] * o[e];
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+  if (row < rows && part == 0) {
+    const int64_t h = row % Hq, bt = row / Hq, t = bt % T, b = bt / T;
+    D[(b * Hq + h) * T + t] = sum;
+  }
+}
+
+struct Scratch {
+  float* D;
+  float* dq_acc;
+  int* counters;
+  int64_t n_counters;
+  size_t total;
+};
+
+Scratch carve(void* p, int B, int T, int Hq) {
+  Scratch s{};
+  size_t off = 0;
+  auto take = [&](size_t bytes) {
+    void* at = p ? static_cast<char*>(p) + off : nullptr;
+    off += (bytes + 255) / 256 * 256;
+    return at;
+  };
+  s.D = static_cast<float*>(take(size_t(B) * Hq * T * sizeof(float)));
+  s.dq_acc = static_cast<float*>(take(size_t(B) * Hq * T * kHd * sizeof(float)));
+  s.n_counters = int64_t(B) * Hq * (T / kBlockM);
+  s.counters = static_cast<int*>(take(size_t(s.n_counters) * sizeof(int)));
+  s.total = off;
+  return s;
+}
+
+// Whether sm_90a code was built and the current device is compute capability 9.0 (asked once).
+bool hopper_code_runs() {
+#if defined(TK_HAVE_SM90A)
+  static const bool runs = [] {
+    int device = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) return false;
+    return major == 9 && minor == 0;
+  }();
+  return runs;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+bool attention_backward_fused_supported(int T, int head_dim) {
+  return head_dim == kHd && T > 0 && T % kBlockN == 0 && hopper_code_runs();
+}
+
+size_t attention_backward_fused_scratch_bytes(int B, int T, int Hq) { return carve(nullptr, B, T, Hq).total; }
+
+void attention_backward_fused(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
+                              int B, int T, int Hq, int Hkv, int head_dim, void* scratch, size_t scratch_bytes,
+                              cudaStream_t s) {
+  TK_CUDA_REQUIRE(head_dim == kHd && T % kBlockN == 0 && Hkv > 0 && Hq % Hkv == 0,
+                  "attention_backward_fused: head_dim %d, T %d, heads %d:%d are not supported", head_dim, T, Hq, Hkv);
+  const Scratch sc = carve(scratch, B, T, Hq);
+  TK_CUDA_REQUIRE(scratch_bytes >= sc.total, "attention_backward_fused: scratch of %zu bytes, %zu needed",
+                  scratch_bytes, sc.total);
+  const int64_t rows = int64_t(B) * T * Hq;
+  attention_backward_prep_kernel<<<ceil_div(rows * 8, 256), 256, 0, s>>>(sc.D, sc.counters, sc.n_counters, dout,
+                                                                         out, rows, T, Hq);
+  TK_CUDA_CHECK_LAUNCH();
+  Params p{qkv, dout, lse, sc.D, dqkv, sc.dq_acc, sc.counters, B, T, Hq, Hkv, float(1.0 / std::sqrt(double(head_dim)))};
+  TK_CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     kSmemBytes));
+  attention_backward_kernel<<<B * Hkv * (T / kBlockN), kThreads, kSmemBytes, s>>>(p);
+  TK_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tk::cuda
