@@ -9,12 +9,14 @@
 //   dV_w += P^T dO, dK_w += dS^T Q                 (A from registers, B MN-major: the same tiles)
 //   dQ_w = dS K_w                                   (dS^T through shared memory, A and B MN-major)
 // and the two warpgroups' dQ parts are added (warpgroup 0's first). dQ of a q block sums the parts of every kv
-// block at or under it, in kv block order: a CTA waits until the block's counter says that all lower kv blocks
-// have added theirs, adds, and moves the counter on. The first kv block stores (no zeroing pass), the last
-// (the diagonal's) rounds the f32 sum to bf16 into dqkv; a small kernel before (D) sets the counters to 0. Since every CTA walks
-// the q blocks downwards from the last, all CTAs of a (b, h) reach a q block at the same iteration, and a CTA
-// only ever waits on CTAs of lower kv blocks, which are launched before it (kv block is the slowest grid index):
-// no deadlock, and the sums are bitwise the same on every run.
+// block at or under it in a fixed order, the diagonal's first and kv block 0's last, into an f32 buffer: a CTA
+// waits until the q block's counter says it is its turn, stores (the first) or adds (vector atomics, one at a
+// time in that order: the same sums on every run), and moves the counter on; a last small kernel rounds the sums
+// to bf16 into dqkv. Every CTA walks its q blocks upwards from the diagonal, so kv block j reaches q block i
+// 2 x group iterations after kv block j + 1 did: in the steady state nobody waits, and the counters are released
+// in batches (one fence a batch). A CTA only ever waits on CTAs of higher kv blocks, which are launched before it
+// (the grid runs the highest kv blocks first): no deadlock. A small kernel before sets D = rowsum(dO O) and the
+// counters to 0.
 //
 // bench/NOTES.md ("The attention backward of our own") has the counts, the prediction and the measurements.
 #include <cuda_bf16.h>
@@ -134,19 +136,34 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
   const float* const s_D = reinterpret_cast<const float*>(smem + kOffD);
 
   const int tid = threadIdx.x, wg = tid >> 7, t = tid & 127, warp = t >> 5, lane = tid & 31;
-  const int bg = int(blockIdx.x % uint32_t(p.B * p.Hkv)), j = int(blockIdx.x / uint32_t(p.B * p.Hkv));
+  // The highest kv blocks first: a CTA waits only on CTAs of higher kv blocks (launched before it).
+  const int n_kv = p.T / kBlockN, bg = int(blockIdx.x % uint32_t(p.B * p.Hkv));
+  const int j = n_kv - 1 - int(blockIdx.x / uint32_t(p.B * p.Hkv));
   const int b = bg / p.Hkv, g = bg % p.Hkv, group = p.Hq / p.Hkv;
   const int64_t ld = int64_t(p.Hq + 2 * p.Hkv) * kHd, ld_o = int64_t(p.Hq) * kHd;
   const bf16* const qkv_b = p.qkv + int64_t(b) * p.T * ld;
   const bf16* const dout_b = p.dout + int64_t(b) * p.T * ld_o;
   const int n_q = p.T / kBlockM, i_top = n_q - 1, i_bottom = 2 * j;
   const int iters = (i_top - i_bottom + 1) * group;
+  // dQ's counters are released in batches (one fence a batch): the next kv block reaches the same q block 2 group
+  // iterations later, so a batch of at most that many costs no waiting.
+  const int batch = group < 4 ? group : 4;
+  int released = 0;  // the iterations before this one have had their counters moved on (kv block 0 moves none)
+  // Moves on the counters of iterations [released, until): their q blocks' next turn. Thread 0 of warpgroup 0,
+  // after every thread's fence and a barrier.
+  auto move_on = [&](int until) {
+    for (int k = released; k < until; k++) {
+      const int ik = i_bottom + k / group, hk = g * group + k % group;
+      int* const c = p.counters + (int64_t(b) * p.Hq + hk) * n_q + ik;
+      asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(c), "r"((ik >> 1) - j + 1) : "memory");
+    }
+  };
 
   load_tile(base + kOffK, qkv_b + int64_t(j) * kBlockN * ld + int64_t(p.Hq + g) * kHd, ld, kBlockN);
   load_tile(base + kOffV, qkv_b + int64_t(j) * kBlockN * ld + int64_t(p.Hq + p.Hkv + g) * kHd, ld, kBlockN);
-  // Iteration it: q block i_top - it / group, head g group + it % group; its Q, dO, lse and D into `stage`.
+  // Iteration it: q block i_bottom + it / group, head g group + it % group; its Q, dO, lse and D into `stage`.
   auto prefetch = [&](int it, int stage) {
-    const int i = i_top - it / group, h = g * group + it % group;
+    const int i = i_bottom + it / group, h = g * group + it % group;
     load_tile(base + kOffQ + stage * kTile, qkv_b + int64_t(i) * kBlockM * ld + int64_t(h) * kHd, ld, kBlockM);
     load_tile(base + kOffDO + stage * kTile, dout_b + int64_t(i) * kBlockM * ld_o + int64_t(h) * kHd, ld_o, kBlockM);
     const int64_t row = (int64_t(b) * p.Hq + h) * p.T + int64_t(i) * kBlockM;
@@ -164,10 +181,22 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
   const int key0 = j * kBlockN + wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows: key0 and key0 + 8
 
   for (int it = 0; it < iters; it++) {
-    const int stage = it & 1, i = i_top - it / group, h = g * group + it % group;
+    const int stage = it & 1, i = i_bottom + it / group, h = g * group + it % group;
     cp_async_wait_all();
     fence_async_shared();
+    const bool release = wg == 0 && j > 0 && it - released == batch;
+    if (release) __threadfence();  // this thread's dQ adds of the batch performed
     __syncthreads();  // this stage loaded; every thread done with the last iteration (its stage, dS^T, s_dq)
+    if (release) {
+      if (t == 0) move_on(it);
+      released = it;
+    }
+    // dQ of q block i takes the parts of kv blocks i / 2, i / 2 - 1, ..., 0 in that order; this one's turn.
+    const int turn = (i >> 1) - j;
+    int* const counter = p.counters + (int64_t(b) * p.Hq + h) * n_q + i;
+    int seen = turn;
+    if (wg == 0 && t == 0 && turn > 0)  // read early: its latency hides behind the products below
+      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
     if (it + 1 < iters) prefetch(it + 1, stage ^ 1);
     cp_async_commit();
     const uint32_t sQ = base + kOffQ + stage * kTile, sDO = base + kOffDO + stage * kTile;
@@ -240,44 +269,36 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
 #pragma unroll
     for (int e = 0; e < 32; e++) dq[e] += s_dq[e * 128 + t];
 
-    // Into dQ in kv block order: block j is the j-th of the 0 .. i / 2 that add to q block i.
-    const int last = i >> 1;
-    int* counter = p.counters + (int64_t(b) * p.Hq + h) * n_q + i;
-    if (j > 0) {
+    // Into dQ's f32 sum: the first part stores, the later ones add (vector atomics, in turn order: the sums are
+    // the same on every run); attention_backward_dq_kernel rounds the sums to bf16 afterwards.
+    if (turn > 0) {
       if (t == 0) {
-        int seen;
-        for (int64_t spins = 0;; spins++) {
-          asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
-          if (seen == j) break;
-          if (spins > (int64_t(1) << 26)) __trap();  // seconds: a lower kv block never came; fail, do not hang
+        for (int64_t spins = 0; seen != turn; spins++) {
+          if (spins > (int64_t(1) << 26)) __trap();  // seconds: a higher kv block never came; fail, do not hang
           __nanosleep(64);
+          asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
         }
       }
       warpgroup_bar(1);
     }
     float* acc = p.dq_acc + ((int64_t(b) * p.Hq + h) * p.T + int64_t(i) * kBlockM) * kHd;
-    bf16* out = p.dqkv + (int64_t(b) * p.T + int64_t(i) * kBlockM) * ld + int64_t(h) * kHd;
     const int r = warp * 16 + (lane >> 2);
 #pragma unroll
     for (int jj = 0; jj < 8; jj++) {
       const int c = jj * 8 + 2 * (lane & 3);
 #pragma unroll
       for (int half = 0; half < 2; half++) {
-        const int row = r + 8 * half;
-        float2 v = make_float2(dq[4 * jj + 2 * half], dq[4 * jj + 2 * half + 1]);
-        if (j > 0) {
-          const float2 before = __ldcg(reinterpret_cast<const float2*>(acc + row * kHd + c));
-          v.x = before.x + v.x, v.y = before.y + v.y;
-        }
-        if (j == last) *reinterpret_cast<__nv_bfloat162*>(out + row * ld + c) = __floats2bfloat162_rn(v.x, v.y);
-        else __stcg(reinterpret_cast<float2*>(acc + row * kHd + c), v);
+        float2* at = reinterpret_cast<float2*>(acc + (r + 8 * half) * kHd + c);
+        const float2 v = make_float2(dq[4 * jj + 2 * half], dq[4 * jj + 2 * half + 1]);
+        if (turn == 0) __stcg(at, v);
+        else atomicAdd(at, v);
       }
     }
-    if (j < last) {  // the next kv block's turn (the counters start at 0: the prep kernel)
-      __threadfence();
-      warpgroup_bar(1);
-      if (t == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(counter), "r"(j + 1) : "memory");
-    }
+  }
+  if (wg == 0 && j > 0) {  // kv block 0 is the last to add to every q block: nobody waits on it
+    __threadfence();
+    warpgroup_bar(1);
+    if (t == 0) move_on(iters);
   }
 
   // dK and dV of the group, summed over its heads in order: bf16 into dqkv.
@@ -323,6 +344,18 @@ __global__ void attention_backward_prep_kernel(float* D, int* counters, int64_t 
     const int64_t h = row % Hq, bt = row / Hq, t = bt % T, b = bt / T;
     D[(b * Hq + h) * T + t] = sum;
   }
+}
+
+// dQ: the f32 sums [B, Hq, T, 64] rounded to bf16 into dqkv [B, T, Hq + 2 Hkv, 64]; a thread per 8 values.
+__global__ void attention_backward_dq_kernel(bf16* dqkv, const float* dq_acc, int64_t n8, int T, int Hq, int64_t ld) {
+  const int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k >= n8) return;
+  const int64_t row = k >> 3, t = row % T, bh = row / T, h = bh % Hq, b = bh / Hq;
+  float v[8];
+  const float4 a = __ldcs(reinterpret_cast<const float4*>(dq_acc) + 2 * k);
+  const float4 c = __ldcs(reinterpret_cast<const float4*>(dq_acc) + 2 * k + 1);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
+  store_bf16<8>(dqkv + (b * T + t) * ld + h * kHd + (k & 7) * 8, v);
 }
 
 struct Scratch {
@@ -389,6 +422,10 @@ void attention_backward_fused(bf16* dqkv, const bf16* dout, const bf16* qkv, con
   TK_CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      kSmemBytes));
   attention_backward_kernel<<<B * Hkv * (T / kBlockN), kThreads, kSmemBytes, s>>>(p);
+  TK_CUDA_CHECK_LAUNCH();
+  const int64_t n8 = int64_t(B) * Hq * T * kHd / 8;
+  attention_backward_dq_kernel<<<ceil_div(n8, 256), 256, 0, s>>>(dqkv, sc.dq_acc, n8, T, Hq,
+                                                                int64_t(Hq + 2 * Hkv) * kHd);
   TK_CUDA_CHECK_LAUNCH();
 }
 
