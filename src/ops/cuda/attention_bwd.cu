@@ -1,22 +1,23 @@
 // Causal attention backward of our own for head_dim 64 on Hopper (sm_90a: warpgroup MMA), deterministic.
 //
-// One CTA per (batch row b, kv head g, block j of 128 keys), two warpgroups of 64 keys each. It walks the query
-// blocks (64 rows) that see its keys, from the last down to the diagonal, and for each the q heads of its GQA
-// group, so that dK and dV of the whole group accumulate in its registers (summed over heads in a fixed order,
+// One CTA per (batch row b, kv head g, pair of blocks of 128 keys: n - 1 - p and p), two warpgroups of 64 keys each.
+// For each of its kv blocks it walks the query blocks (64 rows) that see those keys, and for each the q heads of its
+// GQA group, so that dK and dV of the whole group accumulate in its registers (summed over heads in a fixed order,
 // written once, no cross-head reduction). Per (q block i, head h), each warpgroup w, with K_w and V_w its keys:
 //   S^T = K_w Q^T, dP^T = V_w dO^T                 (operands in shared memory, K-major, 128-byte swizzle)
-//   P^T = exp(S^T scale - lse), masked causally; dS^T = P^T (dP^T - D) scale, D = rowsum(dO O)
+//   P^T = exp(S^T scale - lse), masked causally; dS^T = P^T (dP^T - D), D = rowsum(dO O)
 //   dV_w += P^T dO, dK_w += dS^T Q                 (A from registers, B MN-major: the same tiles)
 //   dQ_w = dS K_w                                   (dS^T through shared memory, A and B MN-major)
-// and the two warpgroups' dQ parts are added (warpgroup 0's first). dQ of a q block sums the parts of every kv
-// block at or under it in a fixed order, the diagonal's first and kv block 0's last, into an f32 buffer: a CTA
-// waits until the q block's counter says it is its turn, stores (the first) or adds (vector atomics, one at a
-// time in that order: the same sums on every run), and moves the counter on; a last small kernel rounds the sums
-// to bf16 into dqkv. Every CTA walks its q blocks upwards from the diagonal, so kv block j reaches q block i
-// 2 x group iterations after kv block j + 1 did: in the steady state nobody waits, and the counters are released
-// in batches (one fence a batch). A CTA only ever waits on CTAs of higher kv blocks, which are launched before it
-// (the grid runs the highest kv blocks first): no deadlock. A small kernel before sets D = rowsum(dO O) and the
-// counters to 0.
+// and the two warpgroups' dQ parts are added (warpgroup 0's first); dK and dQ take the softmax scale at the end.
+// Pairing a high kv block (few q blocks) with a low one (many) gives every CTA the same work: one wave of equal
+// CTAs where they fit. dQ of a q block sums the parts of every kv block at or under it in a fixed order into an f32
+// buffer: a CTA waits until the q block's counter says it is its turn, stores (the first) or adds (vector atomics,
+// one kv block at a time: the same sums on every run), and moves the counter on; a last small kernel scales the
+// sums and rounds them to bf16 into dqkv. The order is the order the kv blocks reach the q block: the high block of
+// a pair walks its q blocks upwards from its diagonal, the low one downwards from the top, so a kv block's step
+// count is its arrival time, no two arrive together, and in the steady state nobody waits. Counters are moved on in
+// batches (one fence a batch), and always before a CTA waits; a CTA waits only on CTAs of its own (b, g), which
+// are adjacent in the grid and launch together: no deadlock. A small kernel before sets D and the counters to 0.
 //
 // bench/NOTES.md ("The attention backward of our own") has the counts, the prediction and the measurements.
 #include <cuda_bf16.h>
@@ -45,7 +46,8 @@ constexpr int kOffDS = kOffDO + 2 * kTile;     // dS^T [128 keys][64 queries] (e
 constexpr int kOffDQ = kOffDS + 2 * kTile;     // warpgroup 1's dQ part, f32 [32][128 threads]
 constexpr int kOffLse = kOffDQ + 32 * 128 * 4; // lse [2 stages][64], f32
 constexpr int kOffD = kOffLse + 2 * 64 * 4;    // D [2 stages][64], f32
-constexpr int kSmemBytes = kOffD + 2 * 64 * 4 + 1024;  // + room to align the base
+constexpr int kOffFlag = kOffD + 2 * 64 * 4;   // warpgroup 0's "must wait" flag
+constexpr int kSmemBytes = kOffFlag + 16 + 1024;  // + room to align the base
 
 struct Params {
   const bf16* qkv;
@@ -125,6 +127,23 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const bf16* src, int64_t
 }
 #endif
 
+// Where kv block j of a CTA's pair is processed: the pair of CTA p is (n - 1 - p, p); the first (high, short) walks
+// its q blocks upwards from its diagonal, the second (low, long) downwards from the top. Every CTA then has n_q + 2
+// q blocks (one wave of equal CTAs where they fit), and kv block j reaches q block i after `arrival` q-block steps:
+// the blocks of the first kind at i - 2 j, those of the second at 2 j + 2 + (n_q - 1 - i) (the other parity: no two
+// equal). dQ of q block i adds its kv blocks' parts in the order they arrive, so in the steady state nobody waits.
+__device__ __forceinline__ bool walks_up(int j, int n_kv) { return j >= n_kv / 2; }
+__device__ __forceinline__ int arrival(int i, int j, int n_kv) {
+  return walks_up(j, n_kv) ? i - 2 * j : 2 * j + 2 + (2 * n_kv - 1 - i);
+}
+// The number of kv blocks that add to q block i's dQ before kv block j does.
+__device__ __forceinline__ int turn_of(int i, int j, int n_kv) {
+  const int mine = arrival(i, j, n_kv);
+  int before = 0;
+  for (int k = 0; k <= (i >> 1); k++) before += arrival(i, k, n_kv) < mine;
+  return before;
+}
+
 __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params p) {
 #ifdef TK_WGMMA
   extern __shared__ unsigned char smem_raw[];
@@ -136,69 +155,109 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
   const float* const s_D = reinterpret_cast<const float*>(smem + kOffD);
 
   const int tid = threadIdx.x, wg = tid >> 7, t = tid & 127, warp = t >> 5, lane = tid & 31;
-  // The highest kv blocks first: a CTA waits only on CTAs of higher kv blocks (launched before it).
-  const int n_kv = p.T / kBlockN, bg = int(blockIdx.x % uint32_t(p.B * p.Hkv));
-  const int j = n_kv - 1 - int(blockIdx.x / uint32_t(p.B * p.Hkv));
+  // The CTAs of a (b, g) are adjacent in the grid: they wait only on each other, and launch together.
+  const int n_kv = p.T / kBlockN, n_pairs = (n_kv + 1) / 2, n_q = p.T / kBlockM;
+  const int bg = int(blockIdx.x / uint32_t(n_pairs)), pair = int(blockIdx.x % uint32_t(n_pairs));
   const int b = bg / p.Hkv, g = bg % p.Hkv, group = p.Hq / p.Hkv;
+  const int j_up = n_kv - 1 - pair, j_down = pair;  // j_up == j_down: the middle block of an odd n_kv, alone
+  const int steps_up = n_q - 2 * j_up, steps = steps_up + (j_down != j_up ? n_q - 2 * j_down : 0);
+  const int iters = steps * group;
   const int64_t ld = int64_t(p.Hq + 2 * p.Hkv) * kHd, ld_o = int64_t(p.Hq) * kHd;
   const bf16* const qkv_b = p.qkv + int64_t(b) * p.T * ld;
   const bf16* const dout_b = p.dout + int64_t(b) * p.T * ld_o;
-  const int n_q = p.T / kBlockM, i_top = n_q - 1, i_bottom = 2 * j;
-  const int iters = (i_top - i_bottom + 1) * group;
-  // dQ's counters are released in batches (one fence a batch): the next kv block reaches the same q block 2 group
-  // iterations later, so a batch of at most that many costs no waiting.
-  const int batch = group < 4 ? group : 4;
-  int released = 0;  // the iterations before this one have had their counters moved on (kv block 0 moves none)
-  // Moves on the counters of iterations [released, until): their q blocks' next turn. Thread 0 of warpgroup 0,
-  // after every thread's fence and a barrier.
-  auto move_on = [&](int until) {
+  // Iteration it: its kv block, q block and head.
+  struct Work {
+    int j, i, h;
+  };
+  auto work = [&](int it) {
+    const int step = it / group, h = g * group + it % group;
+    return step < steps_up ? Work{j_up, 2 * j_up + step, h} : Work{j_down, n_q - 1 - (step - steps_up), h};
+  };
+  // dQ's counters are moved on in batches (one fence a batch); the next kv block in a q block's order arrives at
+  // least `group` iterations later.
+  const int batch = (group + 1) / 2 < 4 ? (group + 1) / 2 : 4;
+  int released = 0;  // the iterations before this one have had their counters moved on
+  auto move_on = [&](int until) {  // thread 0 of warpgroup 0, after every thread's fence and a barrier
     for (int k = released; k < until; k++) {
-      const int ik = i_bottom + k / group, hk = g * group + k % group;
-      int* const c = p.counters + (int64_t(b) * p.Hq + hk) * n_q + ik;
-      asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(c), "r"((ik >> 1) - j + 1) : "memory");
+      const Work w = work(k);
+      int* const c = p.counters + (int64_t(b) * p.Hq + w.h) * n_q + w.i;
+      asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(c), "r"(turn_of(w.i, w.j, n_kv) + 1) : "memory");
     }
   };
-
-  load_tile(base + kOffK, qkv_b + int64_t(j) * kBlockN * ld + int64_t(p.Hq + g) * kHd, ld, kBlockN);
-  load_tile(base + kOffV, qkv_b + int64_t(j) * kBlockN * ld + int64_t(p.Hq + p.Hkv + g) * kHd, ld, kBlockN);
-  // Iteration it: q block i_bottom + it / group, head g group + it % group; its Q, dO, lse and D into `stage`.
-  auto prefetch = [&](int it, int stage) {
-    const int i = i_bottom + it / group, h = g * group + it % group;
-    load_tile(base + kOffQ + stage * kTile, qkv_b + int64_t(i) * kBlockM * ld + int64_t(h) * kHd, ld, kBlockM);
-    load_tile(base + kOffDO + stage * kTile, dout_b + int64_t(i) * kBlockM * ld_o + int64_t(h) * kHd, ld_o, kBlockM);
-    const int64_t row = (int64_t(b) * p.Hq + h) * p.T + int64_t(i) * kBlockM;
+  auto load_kv = [&](int j) {
+    load_tile(base + kOffK, qkv_b + int64_t(j) * kBlockN * ld + int64_t(p.Hq + g) * kHd, ld, kBlockN);
+    load_tile(base + kOffV, qkv_b + int64_t(j) * kBlockN * ld + int64_t(p.Hq + p.Hkv + g) * kHd, ld, kBlockN);
+  };
+  auto prefetch = [&](int it, int stage) {  // iteration it's Q, dO, lse and D into `stage`
+    const Work w = work(it);
+    load_tile(base + kOffQ + stage * kTile, qkv_b + int64_t(w.i) * kBlockM * ld + int64_t(w.h) * kHd, ld, kBlockM);
+    load_tile(base + kOffDO + stage * kTile, dout_b + int64_t(w.i) * kBlockM * ld_o + int64_t(w.h) * kHd, ld_o,
+              kBlockM);
+    const int64_t row = (int64_t(b) * p.Hq + w.h) * p.T + int64_t(w.i) * kBlockM;
     if (tid < 16) cp_async16(base + kOffLse + stage * 256 + tid * 16, p.lse + row + tid * 4);
     else if (tid < 32) cp_async16(base + kOffD + stage * 256 + (tid - 16) * 16, p.D + row + (tid - 16) * 4);
   };
+  load_kv(j_up);
   prefetch(0, 0);
   cp_async_commit();
 
   float dk[32], dv[32];
 #pragma unroll
   for (int e = 0; e < 32; e++) dk[e] = 0.f, dv[e] = 0.f;
+  // dK and dV of kv block j, summed over the group's heads in order: bf16 into dqkv (dK scaled here: dS is not).
+  auto write_dkv = [&](int j) {
+    const int r = warp * 16 + (lane >> 2);
+    bf16* const dk_out = p.dqkv + (int64_t(b) * p.T + int64_t(j) * kBlockN + wg * 64) * ld + int64_t(p.Hq + g) * kHd;
+    bf16* const dv_out = dk_out + int64_t(p.Hkv) * kHd;
+#pragma unroll
+    for (int jj = 0; jj < 8; jj++) {
+      const int c = jj * 8 + 2 * (lane & 3);
+#pragma unroll
+      for (int half = 0; half < 2; half++) {
+        const int row = r + 8 * half;
+        *reinterpret_cast<__nv_bfloat162*>(dk_out + row * ld + c) =
+            __floats2bfloat162_rn(dk[4 * jj + 2 * half] * p.scale, dk[4 * jj + 2 * half + 1] * p.scale);
+        *reinterpret_cast<__nv_bfloat162*>(dv_out + row * ld + c) =
+            __floats2bfloat162_rn(dv[4 * jj + 2 * half], dv[4 * jj + 2 * half + 1]);
+      }
+    }
+  };
   const float scale_log2 = p.scale * 1.4426950408889634f;
   const uint32_t sK = base + kOffK + wg * kTile, sV = base + kOffV + wg * kTile, sDS = base + kOffDS + wg * kTile;
-  const int key0 = j * kBlockN + wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows: key0 and key0 + 8
+  const int row0 = wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows of the kv block: row0 and row0 + 8
 
   for (int it = 0; it < iters; it++) {
-    const int stage = it & 1, i = i_bottom + it / group, h = g * group + it % group;
+    const int stage = it & 1;
+    const Work w = work(it);
     cp_async_wait_all();
     fence_async_shared();
-    const bool release = wg == 0 && j > 0 && it - released == batch;
+    const bool release = wg == 0 && it - released == batch;
     if (release) __threadfence();  // this thread's dQ adds of the batch performed
     __syncthreads();  // this stage loaded; every thread done with the last iteration (its stage, dS^T, s_dq)
     if (release) {
       if (t == 0) move_on(it);
       released = it;
     }
-    // dQ of q block i takes the parts of kv blocks i / 2, i / 2 - 1, ..., 0 in that order; this one's turn.
-    const int turn = (i >> 1) - j;
-    int* const counter = p.counters + (int64_t(b) * p.Hq + h) * n_q + i;
+    const bool switch_kv = it == steps_up * group;  // the pair's second kv block starts
+    if (switch_kv) {
+      write_dkv(j_up);
+#pragma unroll
+      for (int e = 0; e < 32; e++) dk[e] = 0.f, dv[e] = 0.f;
+      load_kv(j_down);
+      cp_async_commit();
+    }
+    const int turn = turn_of(w.i, w.j, n_kv);
+    int* const counter = p.counters + (int64_t(b) * p.Hq + w.h) * n_q + w.i;
     int seen = turn;
     if (wg == 0 && t == 0 && turn > 0)  // read early: its latency hides behind the products below
       asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
     if (it + 1 < iters) prefetch(it + 1, stage ^ 1);
     cp_async_commit();
+    if (switch_kv) {  // the new K and V in (all but the newest group: the prefetch just issued)
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+      fence_async_shared();
+      __syncthreads();
+    }
     const uint32_t sQ = base + kOffQ + stage * kTile, sDO = base + kOffDO + stage * kTile;
 
     float s[32], dp[32];
@@ -210,23 +269,26 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
     wgmma_commit();
     wgmma_wait_all();
 
-    // P^T and dS^T, as the bf16 A fragments of the next products: pa[ks] covers queries 16 ks .. 16 ks + 15.
+    // P^T and dS^T (unscaled: the scale is applied to dK and dQ at the end), as the bf16 A fragments of the next
+    // products: pa[ks] covers queries 16 ks .. 16 ks + 15. The causal mask only where a key can pass a query.
     uint32_t pa[4][4], da[4][4];
     const float* lse = s_lse + stage * 64;
     const float* Dq = s_D + stage * 64;
+    const int key0 = w.j * kBlockN + row0, q_first = w.i * kBlockM;
+    const bool masked = w.j * kBlockN + wg * 64 + 63 > q_first;
 #pragma unroll
     for (int jj = 0; jj < 8; jj++) {
       const int q = jj * 8 + 2 * (lane & 3);  // local query of elements 4 jj + 0 (and + 1)
-      const int qg = i * kBlockM + q;
       const float l0 = lse[q] * 1.4426950408889634f, l1 = lse[q + 1] * 1.4426950408889634f;
       const float D0 = Dq[q], D1 = Dq[q + 1];
       float pr[4], ds[4];
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        const int key = key0 + (e >= 2 ? 8 : 0), qq = qg + (e & 1);
-        const float x = exp2f(s[4 * jj + e] * scale_log2 - ((e & 1) ? l1 : l0));
-        pr[e] = key > qq ? 0.f : x;
-        ds[e] = pr[e] * (dp[4 * jj + e] - ((e & 1) ? D1 : D0)) * p.scale;
+        float x;
+        asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(x) : "f"(s[4 * jj + e] * scale_log2 - ((e & 1) ? l1 : l0)));
+        if (masked && key0 + (e >= 2 ? 8 : 0) > q_first + q + (e & 1)) x = 0.f;
+        pr[e] = x;
+        ds[e] = x * (dp[4 * jj + e] - ((e & 1) ? D1 : D0));
       }
       pa[jj >> 1][(jj & 1) * 2 + 0] = pack_bf16(pr[0], pr[1]);
       pa[jj >> 1][(jj & 1) * 2 + 1] = pack_bf16(pr[2], pr[3]);
@@ -269,19 +331,30 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
 #pragma unroll
     for (int e = 0; e < 32; e++) dq[e] += s_dq[e * 128 + t];
 
-    // Into dQ's f32 sum: the first part stores, the later ones add (vector atomics, in turn order: the sums are
-    // the same on every run); attention_backward_dq_kernel rounds the sums to bf16 afterwards.
+    // Into dQ's f32 sum, in turn: the first part stores, the later ones add (vector atomics, one kv block at a
+    // time: the same sums on every run); attention_backward_dq_kernel scales and rounds the sums afterwards.
     if (turn > 0) {
+      // Before waiting, this CTA's own batch of counters is moved on: a CTA that waits holds back no other's turn
+      // (with both kinds of walks, the CTA waited for may itself be waiting for one of those counters).
+      volatile int* const must_wait = reinterpret_cast<volatile int*>(smem + kOffFlag);
+      if (t == 0) *must_wait = seen != turn;
+      warpgroup_bar(1);
+      if (*must_wait && released < it) {
+        __threadfence();
+        warpgroup_bar(1);
+        if (t == 0) move_on(it);
+        released = it;
+      }
       if (t == 0) {
         for (int64_t spins = 0; seen != turn; spins++) {
-          if (spins > (int64_t(1) << 26)) __trap();  // seconds: a higher kv block never came; fail, do not hang
+          if (spins > (int64_t(1) << 26)) __trap();  // seconds: a kv block before it never came; fail, do not hang
           __nanosleep(64);
           asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
         }
       }
       warpgroup_bar(1);
     }
-    float* acc = p.dq_acc + ((int64_t(b) * p.Hq + h) * p.T + int64_t(i) * kBlockM) * kHd;
+    float* acc = p.dq_acc + ((int64_t(b) * p.Hq + w.h) * p.T + int64_t(w.i) * kBlockM) * kHd;
     const int r = warp * 16 + (lane >> 2);
 #pragma unroll
     for (int jj = 0; jj < 8; jj++) {
@@ -295,28 +368,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
       }
     }
   }
-  if (wg == 0 && j > 0) {  // kv block 0 is the last to add to every q block: nobody waits on it
+  if (wg == 0) {
     __threadfence();
     warpgroup_bar(1);
     if (t == 0) move_on(iters);
   }
-
-  // dK and dV of the group, summed over its heads in order: bf16 into dqkv.
-  const int r = warp * 16 + (lane >> 2);
-  bf16* const dk_out = p.dqkv + (int64_t(b) * p.T + int64_t(j) * kBlockN + wg * 64) * ld + int64_t(p.Hq + g) * kHd;
-  bf16* const dv_out = dk_out + int64_t(p.Hkv) * kHd;
-#pragma unroll
-  for (int jj = 0; jj < 8; jj++) {
-    const int c = jj * 8 + 2 * (lane & 3);
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-      const int row = r + 8 * half;
-      *reinterpret_cast<__nv_bfloat162*>(dk_out + row * ld + c) =
-          __floats2bfloat162_rn(dk[4 * jj + 2 * half], dk[4 * jj + 2 * half + 1]);
-      *reinterpret_cast<__nv_bfloat162*>(dv_out + row * ld + c) =
-          __floats2bfloat162_rn(dv[4 * jj + 2 * half], dv[4 * jj + 2 * half + 1]);
-    }
-  }
+  write_dkv(j_down);
 #else
   __trap();  // built without sm_90a code: the host never launches it (attention_backward_fused_supported)
 #endif
@@ -346,8 +403,9 @@ __global__ void attention_backward_prep_kernel(float* D, int* counters, int64_t 
   }
 }
 
-// dQ: the f32 sums [B, Hq, T, 64] rounded to bf16 into dqkv [B, T, Hq + 2 Hkv, 64]; a thread per 8 values.
-__global__ void attention_backward_dq_kernel(bf16* dqkv, const float* dq_acc, int64_t n8, int T, int Hq, int64_t ld) {
+// dQ: the f32 sums [B, Hq, T, 64] (of dS unscaled) times the scale, rounded to bf16 into dqkv [B, T, Hq + 2 Hkv, 64]; a thread per 8 values.
+__global__ void attention_backward_dq_kernel(bf16* dqkv, const float* dq_acc, int64_t n8, int T, int Hq, int64_t ld,
+                                             float scale) {
   const int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (k >= n8) return;
   const int64_t row = k >> 3, t = row % T, bh = row / T, h = bh % Hq, b = bh / Hq;
@@ -355,6 +413,8 @@ __global__ void attention_backward_dq_kernel(bf16* dqkv, const float* dq_acc, in
   const float4 a = __ldcs(reinterpret_cast<const float4*>(dq_acc) + 2 * k);
   const float4 c = __ldcs(reinterpret_cast<const float4*>(dq_acc) + 2 * k + 1);
   v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
+#pragma unroll
+  for (int e = 0; e < 8; e++) v[e] *= scale;
   store_bf16<8>(dqkv + (b * T + t) * ld + h * kHd + (k & 7) * 8, v);
 }
 
@@ -421,11 +481,11 @@ void attention_backward_fused(bf16* dqkv, const bf16* dout, const bf16* qkv, con
   Params p{qkv, dout, lse, sc.D, dqkv, sc.dq_acc, sc.counters, B, T, Hq, Hkv, float(1.0 / std::sqrt(double(head_dim)))};
   TK_CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      kSmemBytes));
-  attention_backward_kernel<<<B * Hkv * (T / kBlockN), kThreads, kSmemBytes, s>>>(p);
+  attention_backward_kernel<<<B * Hkv * ((T / kBlockN + 1) / 2), kThreads, kSmemBytes, s>>>(p);
   TK_CUDA_CHECK_LAUNCH();
   const int64_t n8 = int64_t(B) * Hq * T * kHd / 8;
   attention_backward_dq_kernel<<<ceil_div(n8, 256), 256, 0, s>>>(dqkv, sc.dq_acc, n8, T, Hq,
-                                                                int64_t(Hq + 2 * Hkv) * kHd);
+                                                                int64_t(Hq + 2 * Hkv) * kHd, p.scale);
   TK_CUDA_CHECK_LAUNCH();
 }
 
