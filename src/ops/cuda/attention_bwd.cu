@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "ops/cuda/attention_schedule.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/vector_access.cuh"
@@ -127,22 +128,7 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const bf16* src, int64_t
 }
 #endif
 
-// Where kv block j of a CTA's pair is processed: the pair of CTA p is (n - 1 - p, p); the first (high, short) walks
-// its q blocks upwards from its diagonal, the second (low, long) downwards from the top. Every CTA then has n_q + 2
-// q blocks (one wave of equal CTAs where they fit), and kv block j reaches q block i after `arrival` q-block steps:
-// the blocks of the first kind at i - 2 j, those of the second at 2 j + 2 + (n_q - 1 - i) (the other parity: no two
-// equal). dQ of q block i adds its kv blocks' parts in the order they arrive, so in the steady state nobody waits.
-__device__ __forceinline__ bool walks_up(int j, int n_kv) { return j >= n_kv / 2; }
-__device__ __forceinline__ int arrival(int i, int j, int n_kv) {
-  return walks_up(j, n_kv) ? i - 2 * j : 2 * j + 2 + (2 * n_kv - 1 - i);
-}
-// The number of kv blocks that add to q block i's dQ before kv block j does.
-__device__ __forceinline__ int turn_of(int i, int j, int n_kv) {
-  const int mine = arrival(i, j, n_kv);
-  int before = 0;
-  for (int k = 0; k <= (i >> 1); k++) before += arrival(i, k, n_kv) < mine;
-  return before;
-}
+namespace sch = attn_schedule;
 
 __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params p) {
 #ifdef TK_WGMMA
@@ -159,9 +145,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
   const int n_kv = p.T / kBlockN, n_pairs = (n_kv + 1) / 2, n_q = p.T / kBlockM;
   const int bg = int(blockIdx.x / uint32_t(n_pairs)), pair = int(blockIdx.x % uint32_t(n_pairs));
   const int b = bg / p.Hkv, g = bg % p.Hkv, group = p.Hq / p.Hkv;
-  const int j_up = n_kv - 1 - pair, j_down = pair;  // j_up == j_down: the middle block of an odd n_kv, alone
-  const int steps_up = n_q - 2 * j_up, steps = steps_up + (j_down != j_up ? n_q - 2 * j_down : 0);
-  const int iters = steps * group;
+  // The pair's kv blocks (j_up == j_down: the middle block of an odd n_kv, alone) and walks: attention_schedule.h.
+  const int j_up = sch::up_block(pair, n_kv), j_down = sch::down_block(pair);
+  const int steps_up = sch::steps_up(pair, n_kv), iters = sch::steps(pair, n_kv) * group;
   const int64_t ld = int64_t(p.Hq + 2 * p.Hkv) * kHd, ld_o = int64_t(p.Hq) * kHd;
   const bf16* const qkv_b = p.qkv + int64_t(b) * p.T * ld;
   const bf16* const dout_b = p.dout + int64_t(b) * p.T * ld_o;
@@ -170,8 +156,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
     int j, i, h;
   };
   auto work = [&](int it) {
-    const int step = it / group, h = g * group + it % group;
-    return step < steps_up ? Work{j_up, 2 * j_up + step, h} : Work{j_down, n_q - 1 - (step - steps_up), h};
+    const sch::Step st = sch::step_of(pair, it / group, n_kv);
+    return Work{st.j, st.i, g * group + it % group};
   };
   // dQ's counters are moved on in batches (one fence a batch); the next kv block in a q block's order arrives at
   // least `group` iterations later.
@@ -181,7 +167,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
     for (int k = released; k < until; k++) {
       const Work w = work(k);
       int* const c = p.counters + (int64_t(b) * p.Hq + w.h) * n_q + w.i;
-      asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(c), "r"(turn_of(w.i, w.j, n_kv) + 1) : "memory");
+      asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(c), "r"(sch::turn(w.i, w.j, n_kv) + 1) : "memory");
     }
   };
   auto load_kv = [&](int j) {
@@ -246,7 +232,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
       load_kv(j_down);
       cp_async_commit();
     }
-    const int turn = turn_of(w.i, w.j, n_kv);
+    const int turn = sch::turn(w.i, w.j, n_kv);
     int* const counter = p.counters + (int64_t(b) * p.Hq + w.h) * n_q + w.i;
     int seen = turn;
     if (wg == 0 && t == 0 && turn > 0)  // read early: its latency hides behind the products below
