@@ -7,8 +7,9 @@
 //   S^T = K_w Q^T, dP^T = V_w dO^T                 (operands in shared memory, K-major, 128-byte swizzle)
 //   P^T = exp(S^T scale - lse), masked causally; dS^T = P^T (dP^T - D), D = rowsum(dO O)
 //   dV_w += P^T dO, dK_w += dS^T Q                 (A from registers, B MN-major: the same tiles)
-//   dQ_w = dS K_w                                   (dS^T through shared memory, A and B MN-major)
-// and the two warpgroups' dQ parts are added (warpgroup 0's first); dK and dQ take the softmax scale at the end.
+// then, with both warpgroups' dS^T in shared memory, warpgroup w takes dQ's columns 32 w .. 32 w + 31 over all 128
+// keys: dQ[:, w] = dS K[:, w] (A and B MN-major, B from a 64-byte offset inside the swizzle atom), so no part is
+// handed between them; dK and dQ take the softmax scale at the end.
 // Pairing a high kv block (few q blocks) with a low one (many) gives every CTA the same work: one wave of equal
 // CTAs where they fit. dQ of a q block sums the parts of every kv block at or under it in a fixed order into an f32
 // buffer: a CTA waits until the q block's counter says it is its turn, stores (the first) or adds (vector atomics,
@@ -44,10 +45,9 @@ constexpr int kOffV = kOffK + 2 * kTile;       // V [128 keys][64]
 constexpr int kOffQ = kOffV + 2 * kTile;       // Q [2 stages][64 queries][64]
 constexpr int kOffDO = kOffQ + 2 * kTile;      // dO [2 stages][64 queries][64]
 constexpr int kOffDS = kOffDO + 2 * kTile;     // dS^T [128 keys][64 queries] (each warpgroup its 64 rows)
-constexpr int kOffDQ = kOffDS + 2 * kTile;     // warpgroup 1's dQ part, f32 [32][128 threads]
-constexpr int kOffLse = kOffDQ + 32 * 128 * 4; // lse [2 stages][64], f32
+constexpr int kOffLse = kOffDS + 2 * kTile;    // lse [2 stages][64], f32
 constexpr int kOffD = kOffLse + 2 * 64 * 4;    // D [2 stages][64], f32
-constexpr int kOffFlag = kOffD + 2 * 64 * 4;   // warpgroup 0's "must wait" flag
+constexpr int kOffFlag = kOffD + 2 * 64 * 4;   // the "must wait" flag
 constexpr int kSmemBytes = kOffFlag + 16 + 1024;  // + room to align the base
 
 struct Params {
@@ -57,7 +57,7 @@ struct Params {
   const float* D;
   bf16* dqkv;
   float* dq_acc;  // [B, Hq, T, 64] f32
-  int* counters;  // [B, Hq, T / 64]
+  int* counters;  // [B, Hq, T / 64]: the parts a q block's dQ has taken
   int B, T, Hq, Hkv;
   float scale;
 };
@@ -74,7 +74,6 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void warpgroup_bar(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
@@ -114,6 +113,17 @@ __device__ __forceinline__ void mma_rs(float (&d)[32], const uint32_t (&a)[4], u
 #undef TK_ACC32
 #undef TK_REGS32
 
+// d (+)= A B^T, m64n32k16, A and B MN-major from shared memory.
+__device__ __forceinline__ void mma_ss_n32_mn(float (&d)[16], uint64_t da, uint64_t db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(da), "l"(db), "r"(accumulate));
+}
+
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
@@ -136,7 +146,6 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t base = (raw + 1023u) & ~1023u;
   unsigned char* const smem = smem_raw + (base - raw);
-  float* const s_dq = reinterpret_cast<float*>(smem + kOffDQ);
   const float* const s_lse = reinterpret_cast<const float*>(smem + kOffLse);
   const float* const s_D = reinterpret_cast<const float*>(smem + kOffD);
 
@@ -162,11 +171,13 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
   // dQ's counters are moved on in batches (one fence a batch); the next kv block in a q block's order arrives at
   // least `group` iterations later.
   const int batch = (group + 1) / 2 < 4 ? (group + 1) / 2 : 4;
+  // Both warpgroups add their halves of dQ's columns in the q block's turn, behind one counter per q block.
   int released = 0;  // the iterations before this one have had their counters moved on
-  auto move_on = [&](int until) {  // thread 0 of warpgroup 0, after every thread's fence and a barrier
+  auto counter_of = [&](const Work& w) { return p.counters + (int64_t(b) * p.Hq + w.h) * n_q + w.i; };
+  auto move_on = [&](int until) {  // thread 0, after every thread's fence and a barrier
     for (int k = released; k < until; k++) {
       const Work w = work(k);
-      int* const c = p.counters + (int64_t(b) * p.Hq + w.h) * n_q + w.i;
+      int* const c = counter_of(w);
       asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(c), "r"(sch::turn(w.i, w.j, n_kv) + 1) : "memory");
     }
   };
@@ -217,11 +228,11 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
     const Work w = work(it);
     cp_async_wait_all();
     fence_async_shared();
-    const bool release = wg == 0 && it - released == batch;
+    const bool release = it - released == batch;
     if (release) __threadfence();  // this thread's dQ adds of the batch performed
     __syncthreads();  // this stage loaded; every thread done with the last iteration (its stage, dS^T, s_dq)
     if (release) {
-      if (t == 0) move_on(it);
+      if (tid == 0) move_on(it);
       released = it;
     }
     const bool switch_kv = it == steps_up * group;  // the pair's second kv block starts
@@ -233,9 +244,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
       cp_async_commit();
     }
     const int turn = sch::turn(w.i, w.j, n_kv);
-    int* const counter = p.counters + (int64_t(b) * p.Hq + w.h) * n_q + w.i;
+    int* const counter = counter_of(w);
     int seen = turn;
-    if (wg == 0 && t == 0 && turn > 0)  // read early: its latency hides behind the products below
+    if (tid == 0 && turn > 0)  // read early: its latency hides behind the products below
       asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
     if (it + 1 < iters) prefetch(it + 1, stage ^ 1);
     cp_async_commit();
@@ -299,23 +310,15 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
     for (int ks = 0; ks < 4; ks++) mma_rs(dk, da[ks], desc(sQ + 2048 * ks));
     wgmma_commit();
     fence_async_shared();
-    warpgroup_bar(1 + wg);  // this warpgroup's dS^T written
-    float dq[32];
+    __syncthreads();  // both warpgroups' dS^T written: dQ takes all 128 keys
+    // dQ[:, 32 wg .. 32 wg + 31] = dS K[:, those columns]: B from a 64-byte offset inside the swizzle atom.
+    float dq[16];
     wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < 4; ks++) mma_ss<1, 1>(dq, desc(sDS + 2048 * ks), desc(sK + 2048 * ks), ks);
+    for (int ks = 0; ks < 8; ks++)
+      mma_ss_n32_mn(dq, desc(base + kOffDS + 2048 * ks), desc(base + kOffK + 64 * wg + 2048 * ks), ks);
     wgmma_commit();
     wgmma_wait_all();
-
-    // The two warpgroups' parts: warpgroup 1 hands its part over; warpgroup 0 adds it to its own.
-    if (wg == 1) {
-#pragma unroll
-      for (int e = 0; e < 32; e++) s_dq[e * 128 + t] = dq[e];
-    }
-    __syncthreads();
-    if (wg == 1) continue;
-#pragma unroll
-    for (int e = 0; e < 32; e++) dq[e] += s_dq[e * 128 + t];
 
     // Into dQ's f32 sum, in turn: the first part stores, the later ones add (vector atomics, one kv block at a
     // time: the same sums on every run); attention_backward_dq_kernel scales and rounds the sums afterwards.
@@ -323,28 +326,28 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
       // Before waiting, this CTA's own batch of counters is moved on: a CTA that waits holds back no other's turn
       // (with both kinds of walks, the CTA waited for may itself be waiting for one of those counters).
       volatile int* const must_wait = reinterpret_cast<volatile int*>(smem + kOffFlag);
-      if (t == 0) *must_wait = seen != turn;
-      warpgroup_bar(1);
+      if (tid == 0) *must_wait = seen != turn;
+      __syncthreads();
       if (*must_wait && released < it) {
         __threadfence();
-        warpgroup_bar(1);
-        if (t == 0) move_on(it);
+        __syncthreads();
+        if (tid == 0) move_on(it);
         released = it;
       }
-      if (t == 0) {
+      if (tid == 0) {
         for (int64_t spins = 0; seen != turn; spins++) {
           if (spins > (int64_t(1) << 26)) __trap();  // seconds: a kv block before it never came; fail, do not hang
           __nanosleep(64);
           asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
         }
       }
-      warpgroup_bar(1);
+      __syncthreads();
     }
     float* acc = p.dq_acc + ((int64_t(b) * p.Hq + w.h) * p.T + int64_t(w.i) * kBlockM) * kHd;
     const int r = warp * 16 + (lane >> 2);
 #pragma unroll
-    for (int jj = 0; jj < 8; jj++) {
-      const int c = jj * 8 + 2 * (lane & 3);
+    for (int jj = 0; jj < 4; jj++) {
+      const int c = 32 * wg + jj * 8 + 2 * (lane & 3);
 #pragma unroll
       for (int half = 0; half < 2; half++) {
         float2* at = reinterpret_cast<float2*>(acc + (r + 8 * half) * kHd + c);
@@ -354,11 +357,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
       }
     }
   }
-  if (wg == 0) {
-    __threadfence();
-    warpgroup_bar(1);
-    if (t == 0) move_on(iters);
-  }
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) move_on(iters);
   write_dkv(j_down);
 #else
   __trap();  // built without sm_90a code: the host never launches it (attention_backward_fused_supported)
