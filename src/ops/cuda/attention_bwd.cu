@@ -1,24 +1,25 @@
 // Causal attention backward of our own for head_dim 64 on Hopper (sm_90a: warpgroup MMA), deterministic.
 //
-// One CTA per (batch row b, kv head g, pair of blocks of 128 keys: n - 1 - p and p), two warpgroups of 64 keys each.
-// For each of its kv blocks it walks the query blocks (64 rows) that see those keys, and for each the q heads of its
-// GQA group, so that dK and dV of the whole group accumulate in its registers (summed over heads in a fixed order,
-// written once, no cross-head reduction). Per (q block i, head h), each warpgroup w, with K_w and V_w its keys:
-//   S^T = K_w Q^T, dP^T = V_w dO^T                 (operands in shared memory, K-major, 128-byte swizzle)
+// One CTA per (batch row b, kv head g, pair of blocks of 128 keys: n - 1 - p and p), two warpgroups. For each of its
+// kv blocks it walks the query blocks (128 rows) that see those keys, and for each the q heads of its GQA group, so
+// that dK and dV of the whole group accumulate in its registers (summed over heads in a fixed order, written once, no
+// cross-head reduction). Per (q block i, head h), warpgroup w, with K_w and V_w its 64 keys:
+//   S^T = K_w Q^T, dP^T = V_w dO^T                 (m64n128: operands in shared memory, K-major, 128-byte swizzle)
 //   P^T = exp(S^T scale - lse), masked causally; dS^T = P^T (dP^T - D), D = rowsum(dO O)
 //   dV_w += P^T dO, dK_w += dS^T Q                 (A from registers, B MN-major: the same tiles)
-// then, with both warpgroups' dS^T in shared memory, warpgroup w takes dQ's columns 32 w .. 32 w + 31 over all 128
-// keys: dQ[:, w] = dS K[:, w] (A and B MN-major, B from a 64-byte offset inside the swizzle atom), so no part is
-// handed between them; dK and dQ take the softmax scale at the end.
+// then, with both warpgroups' dS^T in shared memory, warpgroup w takes dQ's rows 64 w .. 64 w + 63 over all 128
+// keys: dQ_w = dS_w K (A and B MN-major); dK and dQ take the softmax scale at the end.
 // Pairing a high kv block (few q blocks) with a low one (many) gives every CTA the same work: one wave of equal
 // CTAs where they fit. dQ of a q block sums the parts of every kv block at or under it in a fixed order into an f32
-// buffer: a CTA waits until the q block's counter says it is its turn, stores (the first) or adds (vector atomics,
-// one kv block at a time: the same sums on every run), and moves the counter on; a last small kernel scales the
-// sums and rounds them to bf16 into dqkv. The order is the order the kv blocks reach the q block: the high block of
-// a pair walks its q blocks upwards from its diagonal, the low one downwards from the top, so a kv block's step
-// count is its arrival time, no two arrive together, and in the steady state nobody waits. Counters are moved on in
-// batches (one fence a batch), and always before a CTA waits; a CTA waits only on CTAs of its own (b, g), which
-// are adjacent in the grid and launch together: no deadlock. A small kernel before sets D and the counters to 0.
+// buffer: each warpgroup writes its part to shared memory and one thread hands it to the bulk-copy unit, which stores
+// it (the first part) or adds it (the later ones, cp.reduce.async.bulk: f32 adds in L2, one part at a time) to the
+// buffer, behind a counter per (q block, half) that says whose turn it is. A part is released (its counter moved on)
+// once its add has completed, checked an iteration later, so nobody waits for the copy unit; a last small kernel
+// scales the sums and rounds them to bf16 into dqkv. The order is the order the kv blocks reach the q block
+// (attention_schedule.h): the high block of a pair walks its q blocks upwards from its diagonal, the low one
+// downwards from the top, so a kv block's step count is its arrival time, and in the steady state nobody waits. A
+// warpgroup about to wait releases its own pending part first, and a CTA waits only on CTAs of its own (b, g),
+// adjacent in the grid: no deadlock. A small kernel before sets D and the counters to 0.
 //
 // bench/NOTES.md ("The attention backward of our own") has the counts, the prediction and the measurements.
 #include <cuda_bf16.h>
@@ -35,20 +36,21 @@ namespace tk::cuda {
 namespace {
 
 constexpr int kHd = 64;        // head_dim
-constexpr int kBlockM = 64;    // queries an iteration
-constexpr int kBlockN = 128;   // keys a CTA
+constexpr int kBlock = 128;    // queries an iteration, keys a kv block
 constexpr int kThreads = 256;  // two warpgroups
-// Shared memory (bytes from a 1,024-aligned base): 64-row bf16 tiles of 128-byte rows in the 128-byte swizzle.
-constexpr int kTile = 64 * 128;
+// Shared memory (bytes from a 1,024-aligned base): bf16 tiles of 128-byte rows in the 128-byte swizzle.
+constexpr int kRows128 = 128 * 128;            // a 128-row tile
 constexpr int kOffK = 0;                       // K [128 keys][64]
-constexpr int kOffV = kOffK + 2 * kTile;       // V [128 keys][64]
-constexpr int kOffQ = kOffV + 2 * kTile;       // Q [2 stages][64 queries][64]
-constexpr int kOffDO = kOffQ + 2 * kTile;      // dO [2 stages][64 queries][64]
-constexpr int kOffDS = kOffDO + 2 * kTile;     // dS^T [128 keys][64 queries] (each warpgroup its 64 rows)
-constexpr int kOffLse = kOffDS + 2 * kTile;    // lse [2 stages][64], f32
-constexpr int kOffD = kOffLse + 2 * 64 * 4;    // D [2 stages][64], f32
-constexpr int kOffFlag = kOffD + 2 * 64 * 4;   // the "must wait" flag
-constexpr int kSmemBytes = kOffFlag + 16 + 1024;  // + room to align the base
+constexpr int kOffV = kOffK + kRows128;        // V [128 keys][64]
+constexpr int kOffQ = kOffV + kRows128;        // Q [2 stages][128 queries][64]
+constexpr int kOffDO = kOffQ + 2 * kRows128;   // dO [2 stages][128 queries][64]
+constexpr int kOffDS = kOffDO + 2 * kRows128;  // dS^T [2 halves of the queries][128 keys][64 queries]
+constexpr int kDqPart = 64 * 64 * 4;           // a warpgroup's dQ part, f32 in accumulator order
+constexpr int kOffDQ = kOffDS + 2 * kRows128;  // [2 buffers][2 warpgroups] parts
+constexpr int kOffLse = kOffDQ + 4 * kDqPart;  // lse [2 stages][128], f32
+constexpr int kOffD = kOffLse + 2 * 128 * 4;   // D [2 stages][128], f32
+constexpr int kOffPending = kOffD + 2 * 128 * 4;  // each warpgroup's pending dQ part: counter, value
+constexpr int kSmemBytes = kOffPending + 32 + 1024;  // + room to align the base
 
 struct Params {
   const bf16* qkv;
@@ -56,8 +58,8 @@ struct Params {
   const float* lse;
   const float* D;
   bf16* dqkv;
-  float* dq_acc;  // [B, Hq, T, 64] f32
-  int* counters;  // [B, Hq, T / 64]: the parts a q block's dQ has taken
+  float* dq_acc;  // [B, Hq, n, 2 halves] parts of 64 x 64 f32 in accumulator order (attention_backward_dq_kernel)
+  int* counters;  // [B, Hq, n, 2 halves]: the parts the half's dQ has taken
   int B, T, Hq, Hkv;
   float scale;
 };
@@ -74,15 +76,61 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void warpgroup_bar(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+// The bulk-copy unit: a part of `bytes` from shared memory stored to, or added (f32) to, global memory.
+__device__ __forceinline__ void bulk_store(float* dst, uint32_t src, int bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_add_f32(float* dst, uint32_t src, int bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void bulk_wait() {  // all but the newest kPending groups completed (their writes done)
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+__device__ __forceinline__ void release(int* counter, int value) {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");  // the bulk unit's writes before the generic release
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(counter), "r"(value) : "memory");
+}
+__device__ __forceinline__ int load_acquire(const int* counter) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
+  return v;
+}
 
 // A shared-memory matrix descriptor: 128-byte swizzle, LBO 16 bytes, SBO 1,024 bytes (8 rows of 128 bytes).
 __device__ __forceinline__ uint64_t desc(uint32_t addr) {
   return uint64_t((addr >> 4) & 0x3fff) | (uint64_t(16 >> 4) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 
+// d (+)= A B^T, m64n128k16, both from shared memory, K-major.
+__device__ __forceinline__ void mma_ss_n128(float (&d)[64], uint64_t da, uint64_t db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+      "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "
+      "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "
+      "%59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(accumulate));
+}
 #define TK_ACC32                                                                                                    \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),       \
       "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),         \
@@ -92,14 +140,13 @@ __device__ __forceinline__ uint64_t desc(uint32_t addr) {
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
   "%24, %25, %26, %27, %28, %29, %30, %31}"
 
-// d (+)= A B^T, m64n64k16, both from shared memory; kTransA / kTransB: 1 for an MN-major operand.
-template <int kTransA, int kTransB>
-__device__ __forceinline__ void mma_ss(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
+// d (+)= A B^T, m64n64k16, A and B MN-major from shared memory.
+__device__ __forceinline__ void mma_ss_mn(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TK_REGS32 ", %32, %33, p, 1, 1, %35, %36;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TK_REGS32 ", %32, %33, p, 1, 1, 1, 1;\n}\n"
       : TK_ACC32
-      : "l"(da), "l"(db), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+      : "l"(da), "l"(db), "r"(accumulate));
 }
 
 // d += A B^T, m64n64k16, A from registers (the m16n8k16 fragment of the warp's 16 rows), B MN-major.
@@ -113,27 +160,17 @@ __device__ __forceinline__ void mma_rs(float (&d)[32], const uint32_t (&a)[4], u
 #undef TK_ACC32
 #undef TK_REGS32
 
-// d (+)= A B^T, m64n32k16, A and B MN-major from shared memory.
-__device__ __forceinline__ void mma_ss_n32_mn(float (&d)[16], uint64_t da, uint64_t db, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "l"(da), "l"(db), "r"(accumulate));
-}
-
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
-// rows x 64 bf16 from global (row stride ld elements) into a swizzled tile: 16-byte chunks, all 256 threads.
-__device__ __forceinline__ void load_tile(uint32_t dst, const bf16* src, int64_t ld, int rows) {
-  for (int c = threadIdx.x; c < rows * 8; c += kThreads) {
-    const int r = c >> 3, k = c & 7;
-    cp_async16(dst + swizzled(r, k), src + r * ld + k * 8);
+// 128 x 64 bf16 from global (row stride ld elements) into a swizzled tile: 16-byte chunks, all 256 threads.
+__device__ __forceinline__ void load_tile(uint32_t dst, const bf16* src, int64_t ld) {
+#pragma unroll
+  for (int k = 0; k < 128 * 8 / kThreads; k++) {
+    const int c = threadIdx.x + k * kThreads, r = c >> 3, ch = c & 7;
+    cp_async16(dst + swizzled(r, ch), src + r * ld + ch * 8);
   }
 }
 #endif
@@ -151,12 +188,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
 
   const int tid = threadIdx.x, wg = tid >> 7, t = tid & 127, warp = t >> 5, lane = tid & 31;
   // The CTAs of a (b, g) are adjacent in the grid: they wait only on each other, and launch together.
-  const int n_kv = p.T / kBlockN, n_pairs = (n_kv + 1) / 2, n_q = p.T / kBlockM;
+  const int n = p.T / kBlock, n_pairs = sch::pairs(n);
   const int bg = int(blockIdx.x / uint32_t(n_pairs)), pair = int(blockIdx.x % uint32_t(n_pairs));
   const int b = bg / p.Hkv, g = bg % p.Hkv, group = p.Hq / p.Hkv;
-  // The pair's kv blocks (j_up == j_down: the middle block of an odd n_kv, alone) and walks: attention_schedule.h.
-  const int j_up = sch::up_block(pair, n_kv), j_down = sch::down_block(pair);
-  const int steps_up = sch::steps_up(pair, n_kv), iters = sch::steps(pair, n_kv) * group;
+  // The pair's kv blocks (j_up == j_down: the middle block of an odd n, alone) and walks: attention_schedule.h.
+  const int j_up = sch::up_block(pair, n), j_down = sch::down_block(pair);
+  const int steps_up = sch::steps_up(pair, n), iters = sch::steps(pair, n) * group;
   const int64_t ld = int64_t(p.Hq + 2 * p.Hkv) * kHd, ld_o = int64_t(p.Hq) * kHd;
   const bf16* const qkv_b = p.qkv + int64_t(b) * p.T * ld;
   const bf16* const dout_b = p.dout + int64_t(b) * p.T * ld_o;
@@ -165,34 +202,20 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
     int j, i, h;
   };
   auto work = [&](int it) {
-    const sch::Step st = sch::step_of(pair, it / group, n_kv);
+    const sch::Step st = sch::step_of(pair, it / group, n);
     return Work{st.j, st.i, g * group + it % group};
   };
-  // dQ's counters are moved on in batches (one fence a batch); the next kv block in a q block's order arrives at
-  // least `group` iterations later.
-  const int batch = (group + 1) / 2 < 4 ? (group + 1) / 2 : 4;
-  // Both warpgroups add their halves of dQ's columns in the q block's turn, behind one counter per q block.
-  int released = 0;  // the iterations before this one have had their counters moved on
-  auto counter_of = [&](const Work& w) { return p.counters + (int64_t(b) * p.Hq + w.h) * n_q + w.i; };
-  auto move_on = [&](int until) {  // thread 0, after every thread's fence and a barrier
-    for (int k = released; k < until; k++) {
-      const Work w = work(k);
-      int* const c = counter_of(w);
-      asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(c), "r"(sch::turn(w.i, w.j, n_kv) + 1) : "memory");
-    }
-  };
   auto load_kv = [&](int j) {
-    load_tile(base + kOffK, qkv_b + int64_t(j) * kBlockN * ld + int64_t(p.Hq + g) * kHd, ld, kBlockN);
-    load_tile(base + kOffV, qkv_b + int64_t(j) * kBlockN * ld + int64_t(p.Hq + p.Hkv + g) * kHd, ld, kBlockN);
+    load_tile(base + kOffK, qkv_b + int64_t(j) * kBlock * ld + int64_t(p.Hq + g) * kHd, ld);
+    load_tile(base + kOffV, qkv_b + int64_t(j) * kBlock * ld + int64_t(p.Hq + p.Hkv + g) * kHd, ld);
   };
   auto prefetch = [&](int it, int stage) {  // iteration it's Q, dO, lse and D into `stage`
     const Work w = work(it);
-    load_tile(base + kOffQ + stage * kTile, qkv_b + int64_t(w.i) * kBlockM * ld + int64_t(w.h) * kHd, ld, kBlockM);
-    load_tile(base + kOffDO + stage * kTile, dout_b + int64_t(w.i) * kBlockM * ld_o + int64_t(w.h) * kHd, ld_o,
-              kBlockM);
-    const int64_t row = (int64_t(b) * p.Hq + w.h) * p.T + int64_t(w.i) * kBlockM;
-    if (tid < 16) cp_async16(base + kOffLse + stage * 256 + tid * 16, p.lse + row + tid * 4);
-    else if (tid < 32) cp_async16(base + kOffD + stage * 256 + (tid - 16) * 16, p.D + row + (tid - 16) * 4);
+    load_tile(base + kOffQ + stage * kRows128, qkv_b + int64_t(w.i) * kBlock * ld + int64_t(w.h) * kHd, ld);
+    load_tile(base + kOffDO + stage * kRows128, dout_b + int64_t(w.i) * kBlock * ld_o + int64_t(w.h) * kHd, ld_o);
+    const int64_t row = (int64_t(b) * p.Hq + w.h) * p.T + int64_t(w.i) * kBlock;
+    if (tid < 32) cp_async16(base + kOffLse + stage * 512 + tid * 16, p.lse + row + tid * 4);
+    else if (tid < 64) cp_async16(base + kOffD + stage * 512 + (tid - 32) * 16, p.D + row + (tid - 32) * 4);
   };
   load_kv(j_up);
   prefetch(0, 0);
@@ -204,7 +227,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
   // dK and dV of kv block j, summed over the group's heads in order: bf16 into dqkv (dK scaled here: dS is not).
   auto write_dkv = [&](int j) {
     const int r = warp * 16 + (lane >> 2);
-    bf16* const dk_out = p.dqkv + (int64_t(b) * p.T + int64_t(j) * kBlockN + wg * 64) * ld + int64_t(p.Hq + g) * kHd;
+    bf16* const dk_out = p.dqkv + (int64_t(b) * p.T + int64_t(j) * kBlock + wg * 64) * ld + int64_t(p.Hq + g) * kHd;
     bf16* const dv_out = dk_out + int64_t(p.Hkv) * kHd;
 #pragma unroll
     for (int jj = 0; jj < 8; jj++) {
@@ -220,21 +243,21 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
     }
   };
   const float scale_log2 = p.scale * 1.4426950408889634f;
-  const uint32_t sK = base + kOffK + wg * kTile, sV = base + kOffV + wg * kTile, sDS = base + kOffDS + wg * kTile;
-  const int row0 = wg * 64 + warp * 16 + (lane >> 2);  // this thread's rows of the kv block: row0 and row0 + 8
+  const uint32_t sK = base + kOffK + wg * (kRows128 / 2), sV = base + kOffV + wg * (kRows128 / 2);
+  const int r = warp * 16 + (lane >> 2);  // this thread's rows (of the warpgroup's 64): r and r + 8
+  // Thread 0 of each warpgroup hands its dQ parts to the bulk unit; the part of the iteration before is pending
+  // (added, not yet released) until its add is seen complete.
+  // That state lives in shared memory (only thread 0 uses it; registers are short here).
+  int** const pending_counter_s = reinterpret_cast<int**>(smem + kOffPending + wg * 16);
+  int* const pending_value_s = reinterpret_cast<int*>(smem + kOffPending + wg * 16 + 8);
+  if (t == 0) *pending_counter_s = nullptr;
 
   for (int it = 0; it < iters; it++) {
     const int stage = it & 1;
     const Work w = work(it);
     cp_async_wait_all();
     fence_async_shared();
-    const bool release = it - released == batch;
-    if (release) __threadfence();  // this thread's dQ adds of the batch performed
-    __syncthreads();  // this stage loaded; every thread done with the last iteration (its stage, dS^T, s_dq)
-    if (release) {
-      if (tid == 0) move_on(it);
-      released = it;
-    }
+    __syncthreads();  // this stage loaded; every thread done with the last iteration (its stage, dS^T)
     const bool switch_kv = it == steps_up * group;  // the pair's second kv block starts
     if (switch_kv) {
       write_dkv(j_up);
@@ -243,11 +266,6 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
       load_kv(j_down);
       cp_async_commit();
     }
-    const int turn = sch::turn(w.i, w.j, n_kv);
-    int* const counter = counter_of(w);
-    int seen = turn;
-    if (tid == 0 && turn > 0)  // read early: its latency hides behind the products below
-      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
     if (it + 1 < iters) prefetch(it + 1, stage ^ 1);
     cp_async_commit();
     if (switch_kv) {  // the new K and V in (all but the newest group: the prefetch just issued)
@@ -255,111 +273,116 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
       fence_async_shared();
       __syncthreads();
     }
-    const uint32_t sQ = base + kOffQ + stage * kTile, sDO = base + kOffDO + stage * kTile;
+    const uint32_t sQ = base + kOffQ + stage * kRows128, sDO = base + kOffDO + stage * kRows128;
 
-    float s[32], dp[32];
+    // S^T and dP^T: this warpgroup's 64 keys against the 128 queries.
+    float s[64], dp[64];
     wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < 4; ks++) mma_ss<0, 0>(s, desc(sK + 32 * ks), desc(sQ + 32 * ks), ks);
+    for (int ks = 0; ks < 4; ks++) mma_ss_n128(s, desc(sK + 32 * ks), desc(sQ + 32 * ks), ks);
 #pragma unroll
-    for (int ks = 0; ks < 4; ks++) mma_ss<0, 0>(dp, desc(sV + 32 * ks), desc(sDO + 32 * ks), ks);
+    for (int ks = 0; ks < 4; ks++) mma_ss_n128(dp, desc(sV + 32 * ks), desc(sDO + 32 * ks), ks);
     wgmma_commit();
     wgmma_wait_all();
 
     // P^T and dS^T (unscaled: the scale is applied to dK and dQ at the end), as the bf16 A fragments of the next
-    // products: pa[ks] covers queries 16 ks .. 16 ks + 15. The causal mask only where a key can pass a query.
-    uint32_t pa[4][4], da[4][4];
-    const float* lse = s_lse + stage * 64;
-    const float* Dq = s_D + stage * 64;
-    const int key0 = w.j * kBlockN + row0, q_first = w.i * kBlockM;
-    const bool masked = w.j * kBlockN + wg * 64 + 63 > q_first;
+    // products: pa[ks] covers queries 16 ks .. 16 ks + 15. The causal mask only on the diagonal block.
+    uint32_t pa[8][4], da[8][4];
+    const float* lse = s_lse + stage * 128;
+    const float* Dq = s_D + stage * 128;
+    const int key = wg * 64 + r;  // within the block
+    const bool masked = w.i == w.j;
 #pragma unroll
-    for (int jj = 0; jj < 8; jj++) {
+    for (int jj = 0; jj < 16; jj++) {
       const int q = jj * 8 + 2 * (lane & 3);  // local query of elements 4 jj + 0 (and + 1)
-      const float l0 = lse[q] * 1.4426950408889634f, l1 = lse[q + 1] * 1.4426950408889634f;
-      const float D0 = Dq[q], D1 = Dq[q + 1];
+      const float2 l = *reinterpret_cast<const float2*>(lse + q);
+      const float2 D = *reinterpret_cast<const float2*>(Dq + q);
+      const float l0 = l.x * 1.4426950408889634f, l1 = l.y * 1.4426950408889634f;
       float pr[4], ds[4];
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         float x;
         asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(x) : "f"(s[4 * jj + e] * scale_log2 - ((e & 1) ? l1 : l0)));
-        if (masked && key0 + (e >= 2 ? 8 : 0) > q_first + q + (e & 1)) x = 0.f;
+        if (masked && key + (e >= 2 ? 8 : 0) > q + (e & 1)) x = 0.f;
         pr[e] = x;
-        ds[e] = x * (dp[4 * jj + e] - ((e & 1) ? D1 : D0));
+        ds[e] = x * (dp[4 * jj + e] - ((e & 1) ? D.y : D.x));
       }
       pa[jj >> 1][(jj & 1) * 2 + 0] = pack_bf16(pr[0], pr[1]);
       pa[jj >> 1][(jj & 1) * 2 + 1] = pack_bf16(pr[2], pr[3]);
       da[jj >> 1][(jj & 1) * 2 + 0] = pack_bf16(ds[0], ds[1]);
       da[jj >> 1][(jj & 1) * 2 + 1] = pack_bf16(ds[2], ds[3]);
     }
-    // dS^T into shared memory ([key][query], swizzled) for dQ = dS K.
-    {
-      const int r = warp * 16 + (lane >> 2);
+    // dS^T into shared memory ([key][query], swizzled; queries 0-63 in the first half, 64-127 in the second) for dQ.
 #pragma unroll
-      for (int jj = 0; jj < 8; jj++) {
-        const int q = jj * 8 + 2 * (lane & 3);
-        const uint32_t off0 = swizzled(r, jj) + (q & 7) * 2, off1 = swizzled(r + 8, jj) + (q & 7) * 2;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sDS + off0), "r"(da[jj >> 1][(jj & 1) * 2 + 0]));
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sDS + off1), "r"(da[jj >> 1][(jj & 1) * 2 + 1]));
-      }
+    for (int jj = 0; jj < 16; jj++) {
+      const int q = jj * 8 + 2 * (lane & 3);
+      const uint32_t half = base + kOffDS + (jj >> 3) * kRows128;
+      const uint32_t off0 = swizzled(key, jj & 7) + (q & 7) * 2, off1 = swizzled(key + 8, jj & 7) + (q & 7) * 2;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(half + off0), "r"(da[jj >> 1][(jj & 1) * 2 + 0]));
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(half + off1), "r"(da[jj >> 1][(jj & 1) * 2 + 1]));
     }
     wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < 4; ks++) mma_rs(dv, pa[ks], desc(sDO + 2048 * ks));
+    for (int ks = 0; ks < 8; ks++) mma_rs(dv, pa[ks], desc(sDO + 2048 * ks));
 #pragma unroll
-    for (int ks = 0; ks < 4; ks++) mma_rs(dk, da[ks], desc(sQ + 2048 * ks));
+    for (int ks = 0; ks < 8; ks++) mma_rs(dk, da[ks], desc(sQ + 2048 * ks));
     wgmma_commit();
     fence_async_shared();
     __syncthreads();  // both warpgroups' dS^T written: dQ takes all 128 keys
-    // dQ[:, 32 wg .. 32 wg + 31] = dS K[:, those columns]: B from a 64-byte offset inside the swizzle atom.
-    float dq[16];
+    // dQ rows 64 wg .. 64 wg + 63 = dS[those rows] K: A = that half of dS^T, B = K, both MN-major.
+    float dq[32];
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < 8; ks++)
-      mma_ss_n32_mn(dq, desc(base + kOffDS + 2048 * ks), desc(base + kOffK + 64 * wg + 2048 * ks), ks);
+      mma_ss_mn(dq, desc(base + kOffDS + wg * kRows128 + 2048 * ks), desc(base + kOffK + 2048 * ks), ks);
     wgmma_commit();
     wgmma_wait_all();
 
-    // Into dQ's f32 sum, in turn: the first part stores, the later ones add (vector atomics, one kv block at a
-    // time: the same sums on every run); attention_backward_dq_kernel scales and rounds the sums afterwards.
-    if (turn > 0) {
-      // Before waiting, this CTA's own batch of counters is moved on: a CTA that waits holds back no other's turn
-      // (with both kinds of walks, the CTA waited for may itself be waiting for one of those counters).
-      volatile int* const must_wait = reinterpret_cast<volatile int*>(smem + kOffFlag);
-      if (tid == 0) *must_wait = seen != turn;
-      __syncthreads();
-      if (*must_wait && released < it) {
-        __threadfence();
-        __syncthreads();
-        if (tid == 0) move_on(it);
-        released = it;
-      }
-      if (tid == 0) {
-        for (int64_t spins = 0; seen != turn; spins++) {
+    // The part into shared memory in accumulator order (the buffer's last add completed an iteration ago, below),
+    // then into dQ's f32 sum in turn: the first part stores, the later ones add, one kv block at a time: the same
+    // sums on every run. attention_backward_dq_kernel scales and rounds the sums afterwards.
+    const uint32_t part = base + kOffDQ + ((it & 1) * 2 + wg) * kDqPart;
+    float4* const part_v = reinterpret_cast<float4*>(smem + (part - base));
+#pragma unroll
+    for (int e4 = 0; e4 < 8; e4++)
+      part_v[e4 * 128 + t] = make_float4(dq[4 * e4], dq[4 * e4 + 1], dq[4 * e4 + 2], dq[4 * e4 + 3]);
+    fence_async_shared();
+    warpgroup_bar(1 + wg);
+    if (t == 0) {
+      int* pending_counter = *pending_counter_s;
+      const int pending_value = *pending_value_s;
+      const int turn = sch::turn(w.i, w.j, n);
+      const int64_t slot = ((int64_t(b) * p.Hq + w.h) * n + w.i) * 2 + wg;
+      int* const counter = p.counters + slot;
+      if (turn > 0 && load_acquire(counter) != turn) {
+        // About to wait: release the pending part first, so that a warpgroup that waits holds back no other's turn
+        // (the one waited for may itself be waiting for that counter).
+        if (pending_counter) {
+          bulk_wait<0>();
+          release(pending_counter, pending_value);
+          pending_counter = nullptr;
+        }
+        for (int64_t spins = 0; load_acquire(counter) != turn; spins++) {
           if (spins > (int64_t(1) << 26)) __trap();  // seconds: a kv block before it never came; fail, do not hang
           __nanosleep(64);
-          asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
         }
       }
-      __syncthreads();
-    }
-    float* acc = p.dq_acc + ((int64_t(b) * p.Hq + w.h) * p.T + int64_t(w.i) * kBlockM) * kHd;
-    const int r = warp * 16 + (lane >> 2);
-#pragma unroll
-    for (int jj = 0; jj < 4; jj++) {
-      const int c = 32 * wg + jj * 8 + 2 * (lane & 3);
-#pragma unroll
-      for (int half = 0; half < 2; half++) {
-        float2* at = reinterpret_cast<float2*>(acc + (r + 8 * half) * kHd + c);
-        const float2 v = make_float2(dq[4 * jj + 2 * half], dq[4 * jj + 2 * half + 1]);
-        if (turn == 0) __stcg(at, v);
-        else atomicAdd(at, v);
+      float* const dst = p.dq_acc + slot * (kDqPart / 4);
+      if (turn == 0) bulk_store(dst, part, kDqPart);
+      else bulk_add_f32(dst, part, kDqPart);
+      bulk_commit();
+      if (pending_counter) {
+        bulk_wait<1>();  // the part before this one has been added
+        release(pending_counter, pending_value);
       }
+      *pending_counter_s = counter;
+      *pending_value_s = turn + 1;
     }
   }
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) move_on(iters);
+  if (t == 0 && *pending_counter_s) {
+    bulk_wait<0>();
+    release(*pending_counter_s, *pending_value_s);
+  }
   write_dkv(j_down);
 #else
   __trap();  // built without sm_90a code: the host never launches it (attention_backward_fused_supported)
@@ -390,19 +413,22 @@ __global__ void attention_backward_prep_kernel(float* D, int* counters, int64_t 
   }
 }
 
-// dQ: the f32 sums [B, Hq, T, 64] (of dS unscaled) times the scale, rounded to bf16 into dqkv [B, T, Hq + 2 Hkv, 64]; a thread per 8 values.
-__global__ void attention_backward_dq_kernel(bf16* dqkv, const float* dq_acc, int64_t n8, int T, int Hq, int64_t ld,
+// dQ: the f32 sums (of dS unscaled) times the scale, rounded to bf16 into dqkv [B, T, Hq + 2 Hkv, 64]. The sums come
+// as parts [B, Hq, T / 128, 2 halves] of 64 rows x 64 columns in the warpgroup accumulator's order: float4 e4 of
+// thread t holds rows r and r + 8 (r = 16 (t / 32) + t % 32 / 4), columns 8 e4 + 2 (t % 4) and the next. A thread a
+// float4.
+__global__ void attention_backward_dq_kernel(bf16* dqkv, const float* dq_acc, int64_t n4, int T, int Hq, int64_t ld,
                                              float scale) {
   const int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (k >= n8) return;
-  const int64_t row = k >> 3, t = row % T, bh = row / T, h = bh % Hq, b = bh / Hq;
-  float v[8];
-  const float4 a = __ldcs(reinterpret_cast<const float4*>(dq_acc) + 2 * k);
-  const float4 c = __ldcs(reinterpret_cast<const float4*>(dq_acc) + 2 * k + 1);
-  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
-#pragma unroll
-  for (int e = 0; e < 8; e++) v[e] *= scale;
-  store_bf16<8>(dqkv + (b * T + t) * ld + h * kHd + (k & 7) * 8, v);
+  if (k >= n4) return;
+  const int t = int(k & 127), e4 = int((k >> 7) & 7), half = int((k >> 10) & 1);
+  const int64_t blk = k >> 11, n = T / kBlock, i = blk % n, bh = blk / n, h = bh % Hq, b = bh / Hq;
+  const float4 v = __ldcs(reinterpret_cast<const float4*>(dq_acc) + k);
+  const int lane = t & 31, r = (t >> 5) * 16 + (lane >> 2), c = e4 * 8 + 2 * (lane & 3);
+  const int64_t q = i * kBlock + half * 64 + r;
+  bf16* const out = dqkv + (b * T + q) * ld + h * kHd + c;
+  *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(v.x * scale, v.y * scale);
+  *reinterpret_cast<__nv_bfloat162*>(out + 8 * ld) = __floats2bfloat162_rn(v.z * scale, v.w * scale);
 }
 
 struct Scratch {
@@ -423,7 +449,7 @@ Scratch carve(void* p, int B, int T, int Hq) {
   };
   s.D = static_cast<float*>(take(size_t(B) * Hq * T * sizeof(float)));
   s.dq_acc = static_cast<float*>(take(size_t(B) * Hq * T * kHd * sizeof(float)));
-  s.n_counters = int64_t(B) * Hq * (T / kBlockM);
+  s.n_counters = int64_t(B) * Hq * (T / kBlock) * 2;
   s.counters = static_cast<int*>(take(size_t(s.n_counters) * sizeof(int)));
   s.total = off;
   return s;
@@ -448,7 +474,7 @@ bool hopper_code_runs() {
 }  // namespace
 
 bool attention_backward_fused_supported(int T, int head_dim) {
-  return head_dim == kHd && T > 0 && T % kBlockN == 0 && hopper_code_runs();
+  return head_dim == kHd && T > 0 && T % kBlock == 0 && hopper_code_runs();
 }
 
 size_t attention_backward_fused_scratch_bytes(int B, int T, int Hq) { return carve(nullptr, B, T, Hq).total; }
@@ -456,7 +482,7 @@ size_t attention_backward_fused_scratch_bytes(int B, int T, int Hq) { return car
 void attention_backward_fused(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
                               int B, int T, int Hq, int Hkv, int head_dim, void* scratch, size_t scratch_bytes,
                               cudaStream_t s) {
-  TK_CUDA_REQUIRE(head_dim == kHd && T % kBlockN == 0 && Hkv > 0 && Hq % Hkv == 0,
+  TK_CUDA_REQUIRE(head_dim == kHd && T % kBlock == 0 && Hkv > 0 && Hq % Hkv == 0,
                   "attention_backward_fused: head_dim %d, T %d, heads %d:%d are not supported", head_dim, T, Hq, Hkv);
   const Scratch sc = carve(scratch, B, T, Hq);
   TK_CUDA_REQUIRE(scratch_bytes >= sc.total, "attention_backward_fused: scratch of %zu bytes, %zu needed",
@@ -468,10 +494,10 @@ void attention_backward_fused(bf16* dqkv, const bf16* dout, const bf16* qkv, con
   Params p{qkv, dout, lse, sc.D, dqkv, sc.dq_acc, sc.counters, B, T, Hq, Hkv, float(1.0 / std::sqrt(double(head_dim)))};
   TK_CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      kSmemBytes));
-  attention_backward_kernel<<<B * Hkv * ((T / kBlockN + 1) / 2), kThreads, kSmemBytes, s>>>(p);
+  attention_backward_kernel<<<B * Hkv * attn_schedule::pairs(T / kBlock), kThreads, kSmemBytes, s>>>(p);
   TK_CUDA_CHECK_LAUNCH();
-  const int64_t n8 = int64_t(B) * Hq * T * kHd / 8;
-  attention_backward_dq_kernel<<<ceil_div(n8, 256), 256, 0, s>>>(dqkv, sc.dq_acc, n8, T, Hq,
+  const int64_t n4 = int64_t(B) * Hq * T * kHd / 4;
+  attention_backward_dq_kernel<<<ceil_div(n4, 256), 256, 0, s>>>(dqkv, sc.dq_acc, n4, T, Hq,
                                                                 int64_t(Hq + 2 * Hkv) * kHd, p.scale);
   TK_CUDA_CHECK_LAUNCH();
 }
