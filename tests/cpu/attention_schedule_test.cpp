@@ -50,9 +50,10 @@ TEST(AttentionSchedule, EveryPairOnceEqualWorkArrivalIsTheStep) {
 
 // A model of the kernel's dQ protocol (one warpgroup's half of the q block; the other half's is the same) for
 // `groups` (batch row, kv head) groups of CTAs, `group` q heads each, at most `resident` CTAs at a time, launched in
-// grid order. A CTA's step: the part added the step before is released (the kernel waits for that add to complete
-// first), then, if the next part's counter is at its turn, that part is added (recorded, to check the order); else
-// the CTA waits there. The last is released at the end.
+// grid order. An iteration's dQ part: if its counter is not at its turn yet, the part added the iteration before is
+// released (its counter moved on), then it waits; it adds (recorded, to check the order), and only then releases the
+// part of the iteration before (the kernel waits for that add to complete at this point). The last is released at
+// the end.
 struct Model {
   int n, group, groups, resident;
   struct Cta {
@@ -83,15 +84,18 @@ struct Model {
     if (c.pending) counter[slot(c, c.it - 1)] = turn_at(c, c.it - 1) + 1;
     c.pending = false;
   }
-  // CTA c's next step; false when it is blocked.
+  // CTA c's next dQ part; false when it is blocked.
   bool advance(Cta& c) {
-    release_pending(c);
     const int t = turn_at(c, c.it);
     const size_t s = slot(c, c.it);
-    if (t > 0 && counter[s] != t) return false;
+    if (t > 0 && counter[s] != t) {
+      release_pending(c);
+      if (counter[s] != t) return false;
+    }
     const sch::Step st = sch::step_of(c.p, c.it / group, n);
     order[s].push_back(st.j);
     EXPECT_EQ(int(order[s].size()) - 1, t) << "kv " << st.j << " added out of turn";
+    release_pending(c);
     c.pending = true;
     if (++c.it == iters(c)) {
       release_pending(c);

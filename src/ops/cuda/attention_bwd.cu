@@ -13,10 +13,9 @@
 // CTAs where they fit. dQ of a q block sums the parts of every kv block at or under it in a fixed order into an f32
 // buffer: each warpgroup writes its part to shared memory and one thread hands it to the bulk-copy unit, which stores
 // it (the first part) or adds it (the later ones, cp.reduce.async.bulk: f32 adds in L2, one part at a time) to the
-// buffer, behind a counter per (q block, half) that says whose turn it is. That thread does it while the next
-// iteration's products run, and releases the part (moves its counter on) once the add has completed, while the
-// products of the iteration after run: the hand-over is off the critical path. A last small kernel scales the sums
-// and rounds them to bf16 into dqkv. The order is the order the kv blocks reach the q block
+// buffer, behind a counter per (q block, half) that says whose turn it is. A part is released (its counter moved on)
+// once its add has completed, checked an iteration later, so nobody waits for the copy unit; a last small kernel
+// scales the sums and rounds them to bf16 into dqkv. The order is the order the kv blocks reach the q block
 // (attention_schedule.h): the high block of a pair walks its q blocks upwards from its diagonal, the low one
 // downwards from the top, so a kv block's step count is its arrival time, and in the steady state nobody waits. A
 // warpgroup about to wait releases its own pending part first, and a CTA waits only on CTAs of its own (b, g),
@@ -50,7 +49,8 @@ constexpr int kDqPart = 64 * 64 * 4;           // a warpgroup's dQ part, f32 in 
 constexpr int kOffDQ = kOffDS + 2 * kRows128;  // [2 buffers][2 warpgroups] parts
 constexpr int kOffLse = kOffDQ + 4 * kDqPart;  // lse [2 stages][128], f32
 constexpr int kOffD = kOffLse + 2 * 128 * 4;   // D [2 stages][128], f32
-constexpr int kSmemBytes = kOffD + 2 * 128 * 4 + 1024;  // + room to align the base
+constexpr int kOffPending = kOffD + 2 * 128 * 4;  // each warpgroup's pending dQ part: counter, value
+constexpr int kSmemBytes = kOffPending + 32 + 1024;  // + room to align the base
 
 struct Params {
   const bf16* qkv;
@@ -245,31 +245,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
   const float scale_log2 = p.scale * 1.4426950408889634f;
   const uint32_t sK = base + kOffK + wg * (kRows128 / 2), sV = base + kOffV + wg * (kRows128 / 2);
   const int r = warp * 16 + (lane >> 2);  // this thread's rows (of the warpgroup's 64): r and r + 8
-  // Thread 0 of each warpgroup hands the warpgroup's dQ parts to the bulk unit, off the products' critical path:
-  // part k (staged in shared memory at the end of iteration k) is added while iteration k + 1's products run, and
-  // released (its counter moved on) while iteration k + 2's run, once the add has completed.
-  struct Part {
-    int* counter;
-    float* dst;
-    int turn;
-  };
-  auto part_of = [&](int k) {
-    const Work w = work(k);
-    const int64_t slot = ((int64_t(b) * p.Hq + w.h) * n + w.i) * 2 + wg;
-    return Part{p.counters + slot, p.dq_acc + slot * (kDqPart / 4), sch::turn(w.i, w.j, n)};
-  };
-  auto add_part = [&](const Part& q, int k) {  // the first part stores, the later ones add
-    const uint32_t src = base + kOffDQ + ((k & 1) * 2 + wg) * kDqPart;
-    if (q.turn == 0) bulk_store(q.dst, src, kDqPart);
-    else bulk_add_f32(q.dst, src, kDqPart);
-    bulk_commit();
-  };
-  auto wait_turn = [&](const Part& q) {
-    for (int64_t spins = 0; q.turn > 0 && load_acquire(q.counter) != q.turn; spins++) {
-      if (spins > (int64_t(1) << 26)) __trap();  // seconds: a kv block before it never came; fail, do not hang
-      __nanosleep(64);
-    }
-  };
+  // Thread 0 of each warpgroup hands its dQ parts to the bulk unit; the part of the iteration before is pending
+  // (added, not yet released) until its add is seen complete.
+  // That state lives in shared memory (only thread 0 uses it; registers are short here).
+  int** const pending_counter_s = reinterpret_cast<int**>(smem + kOffPending + wg * 16);
+  int* const pending_value_s = reinterpret_cast<int*>(smem + kOffPending + wg * 16 + 8);
+  if (t == 0) *pending_counter_s = nullptr;
 
   for (int it = 0; it < iters; it++) {
     const int stage = it & 1;
@@ -302,16 +283,6 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
 #pragma unroll
     for (int ks = 0; ks < 4; ks++) mma_ss_n128(dp, desc(sV + 32 * ks), desc(sDO + 32 * ks), ks);
     wgmma_commit();
-    // While they run: part it - 1 added if its turn has come (else after the next products, below), and part it - 2's
-    // add waited for (issued an iteration ago: done by now), which frees this iteration's buffer.
-    bool deferred = false;
-    if (t == 0 && it > 0) {
-      const Part q = part_of(it - 1);
-      const bool ready = q.turn == 0 || load_acquire(q.counter) == q.turn;
-      bulk_wait<0>();
-      if (ready) add_part(q, it - 1);
-      else deferred = true;
-    }
     wgmma_wait_all();
 
     // P^T and dS^T (unscaled: the scale is applied to dK and dQ at the end), as the bf16 A fragments of the next
@@ -365,38 +336,52 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
     for (int ks = 0; ks < 8; ks++)
       mma_ss_mn(dq, desc(base + kOffDS + wg * kRows128 + 2048 * ks), desc(base + kOffK + 2048 * ks), ks);
     wgmma_commit();
-    // While they run: part it - 2 released (its add completed above); then, if part it - 1 could not be added
-    // above, wait for its turn (holding no unreleased part: a warpgroup that waits holds back no other's turn, as
-    // the one waited for may itself be waiting for such a counter) and add it.
-    if (t == 0 && it > 0) {
-      if (it > 1) release(part_of(it - 2).counter, part_of(it - 2).turn + 1);
-      if (deferred) {
-        const Part q = part_of(it - 1);
-        wait_turn(q);
-        add_part(q, it - 1);
-      }
-    }
     wgmma_wait_all();
 
-    // The part into shared memory in accumulator order (this buffer's last add completed above); the bulk unit
-    // takes it during the next iteration (after its first barrier). attention_backward_dq_kernel scales and rounds
-    // the sums afterwards.
-    float4* const part_v = reinterpret_cast<float4*>(smem + kOffDQ + ((it & 1) * 2 + wg) * kDqPart);
+    // The part into shared memory in accumulator order (the buffer's last add completed an iteration ago, below),
+    // then into dQ's f32 sum in turn: the first part stores, the later ones add, one kv block at a time: the same
+    // sums on every run. attention_backward_dq_kernel scales and rounds the sums afterwards.
+    const uint32_t part = base + kOffDQ + ((it & 1) * 2 + wg) * kDqPart;
+    float4* const part_v = reinterpret_cast<float4*>(smem + (part - base));
 #pragma unroll
     for (int e4 = 0; e4 < 8; e4++)
       part_v[e4 * 128 + t] = make_float4(dq[4 * e4], dq[4 * e4 + 1], dq[4 * e4 + 2], dq[4 * e4 + 3]);
     fence_async_shared();
+    warpgroup_bar(1 + wg);
+    if (t == 0) {
+      int* pending_counter = *pending_counter_s;
+      const int pending_value = *pending_value_s;
+      const int turn = sch::turn(w.i, w.j, n);
+      const int64_t slot = ((int64_t(b) * p.Hq + w.h) * n + w.i) * 2 + wg;
+      int* const counter = p.counters + slot;
+      if (turn > 0 && load_acquire(counter) != turn) {
+        // About to wait: release the pending part first, so that a warpgroup that waits holds back no other's turn
+        // (the one waited for may itself be waiting for that counter).
+        if (pending_counter) {
+          bulk_wait<0>();
+          release(pending_counter, pending_value);
+          pending_counter = nullptr;
+        }
+        for (int64_t spins = 0; load_acquire(counter) != turn; spins++) {
+          if (spins > (int64_t(1) << 26)) __trap();  // seconds: a kv block before it never came; fail, do not hang
+          __nanosleep(64);
+        }
+      }
+      float* const dst = p.dq_acc + slot * (kDqPart / 4);
+      if (turn == 0) bulk_store(dst, part, kDqPart);
+      else bulk_add_f32(dst, part, kDqPart);
+      bulk_commit();
+      if (pending_counter) {
+        bulk_wait<1>();  // the part before this one has been added
+        release(pending_counter, pending_value);
+      }
+      *pending_counter_s = counter;
+      *pending_value_s = turn + 1;
+    }
   }
-  // The last part, and the releases left.
-  __syncthreads();
-  if (t == 0) {
+  if (t == 0 && *pending_counter_s) {
     bulk_wait<0>();
-    if (iters > 1) release(part_of(iters - 2).counter, part_of(iters - 2).turn + 1);
-    const Part q = part_of(iters - 1);
-    wait_turn(q);
-    add_part(q, iters - 1);
-    bulk_wait<0>();
-    release(q.counter, q.turn + 1);
+    release(*pending_counter_s, *pending_value_s);
   }
   write_dkv(j_down);
 #else
