@@ -1,27 +1,30 @@
 // Causal attention backward of our own for head_dim 64 on Hopper (sm_90a: warpgroup MMA), deterministic.
 //
-// One CTA per (batch row b, kv head g, pair of blocks of 128 keys: n - 1 - p and p), two warpgroups. For each of its
-// kv blocks it walks the query blocks (128 rows) that see those keys, and for each the q heads of its GQA group, so
-// that dK and dV of the whole group accumulate in its registers (summed over heads in a fixed order, written once, no
-// cross-head reduction). Per (q block i, head h), warpgroup w, with K_w and V_w its 64 keys:
+// One CTA per (batch row b, kv head g, pair of blocks of 128 keys: n - 1 - p and p): two consumer warpgroups and a
+// hand-over warpgroup of which one thread works (its registers, by setmaxnreg, go to the consumers). For each of its
+// kv blocks the CTA walks the query blocks (128 rows) that see those keys, and for each the q heads of its GQA group,
+// so that dK and dV of the whole group accumulate in registers (summed over heads in a fixed order, written once, no
+// cross-head reduction). Per (q block i, head h), consumer warpgroup w, with K_w and V_w its 64 keys:
 //   S^T = K_w Q^T, dP^T = V_w dO^T                 (m64n128: operands in shared memory, K-major, 128-byte swizzle)
-//   P^T = exp(S^T scale - lse), masked causally; dS^T = P^T (dP^T - D), D = rowsum(dO O)
-//   dV_w += P^T dO, dK_w += dS^T Q                 (A from registers, B MN-major: the same tiles)
-// then, with both warpgroups' dS^T in shared memory, warpgroup w takes dQ's rows 64 w .. 64 w + 63 over all 128
+//   P^T = exp(S^T scale - lse), masked causally; dS^T = P^T (dP^T - D), D = rowsum(dO O); dS^T to shared memory
+//   dV_w += P^T dO                                  (A from registers, B MN-major)
+//   dK_w += dS^T Q                                  (A = its rows of dS^T, K-major; B MN-major)
+// and, with both warpgroups' dS^T in shared memory, warpgroup w takes dQ's rows 64 w .. 64 w + 63 over all 128
 // keys: dQ_w = dS_w K (A and B MN-major); dK and dQ take the softmax scale at the end.
 // Pairing a high kv block (few q blocks) with a low one (many) gives every CTA the same work: one wave of equal
 // CTAs where they fit. dQ of a q block sums the parts of every kv block at or under it in a fixed order into an f32
-// buffer: each warpgroup writes its part to shared memory and one thread hands it to the bulk-copy unit, which stores
-// it (the first part) or adds it (the later ones, cp.reduce.async.bulk: f32 adds in L2, one part at a time) to the
-// buffer, behind a counter per (q block, half) that says whose turn it is. A part is released (its counter moved on)
-// once its add has completed, checked an iteration later, so nobody waits for the copy unit; a last small kernel
-// scales the sums and rounds them to bf16 into dqkv. The order is the order the kv blocks reach the q block
-// (attention_schedule.h): the high block of a pair walks its q blocks upwards from its diagonal, the low one
-// downwards from the top, so a kv block's step count is its arrival time, and in the steady state nobody waits. A
-// warpgroup about to wait releases its own pending part first, and a CTA waits only on CTAs of its own (b, g),
-// adjacent in the grid: no deadlock. A small kernel before sets D and the counters to 0.
+// buffer: each consumer warpgroup writes its part to one of two shared-memory buffers (mbarriers full / empty), and
+// the hand-over thread gives it to the bulk-copy unit, which stores it (the first part) or adds it (the later ones,
+// cp.reduce.async.bulk: f32 adds in L2, one part at a time) to the buffer, behind a counter per (q block, half) that
+// says whose turn it is. A part is released (its counter moved on) once its add has completed, checked an iteration
+// later; the consumers never wait for any of it. A last small kernel scales the sums and rounds them to bf16 into
+// dqkv. The order is the order the kv blocks reach the q block (attention_schedule.h): the high block of a pair walks
+// its q blocks upwards from its diagonal, the low one downwards from the top, so a kv block's step count is its
+// arrival time, and in the steady state nobody waits. The hand-over thread releases its pending parts before it
+// waits, and a CTA waits only on CTAs of its own (b, g), adjacent in the grid: no deadlock. A small kernel before
+// sets D and the counters to 0.
 //
-// bench/NOTES.md ("The attention backward of our own") has the counts, the prediction and the measurements.
+// bench/NOTES.md ("Sixth day") has the counts, the predictions and the measurements.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -37,7 +40,8 @@ namespace {
 
 constexpr int kHd = 64;        // head_dim
 constexpr int kBlock = 128;    // queries an iteration, keys a kv block
-constexpr int kThreads = 256;  // two warpgroups
+constexpr int kThreads = 256;     // the two consumer warpgroups
+constexpr int kThreadsAll = 384;  // and the hand-over warpgroup (one thread of it works)
 // Shared memory (bytes from a 1,024-aligned base): bf16 tiles of 128-byte rows in the 128-byte swizzle.
 constexpr int kRows128 = 128 * 128;            // a 128-row tile
 constexpr int kOffK = 0;                       // K [128 keys][64]
@@ -49,8 +53,8 @@ constexpr int kDqPart = 64 * 64 * 4;           // a warpgroup's dQ part, f32 in 
 constexpr int kOffDQ = kOffDS + 2 * kRows128;  // [2 buffers][2 warpgroups] parts
 constexpr int kOffLse = kOffDQ + 4 * kDqPart;  // lse [2 stages][128], f32
 constexpr int kOffD = kOffLse + 2 * 128 * 4;   // D [2 stages][128], f32
-constexpr int kOffPending = kOffD + 2 * 128 * 4;  // each warpgroup's pending dQ part: counter, value
-constexpr int kSmemBytes = kOffPending + 32 + 1024;  // + room to align the base
+constexpr int kOffBar = kOffD + 2 * 128 * 4;  // mbarriers: full [2 warpgroups][2 buffers], then empty [2][2]
+constexpr int kSmemBytes = kOffBar + 8 * 8 + 1024;  // + room to align the base
 
 struct Params {
   const bf16* qkv;
@@ -106,6 +110,24 @@ __device__ __forceinline__ int load_acquire(const int* counter) {
   return v;
 }
 
+__device__ __forceinline__ void consumer_bar() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read0() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+// Until the phase of the given parity has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
 // A shared-memory matrix descriptor: 128-byte swizzle, LBO 16 bytes, SBO 1,024 bytes (8 rows of 128 bytes).
 __device__ __forceinline__ uint64_t desc(uint32_t addr) {
   return uint64_t((addr >> 4) & 0x3fff) | (uint64_t(16 >> 4) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
@@ -140,13 +162,14 @@ __device__ __forceinline__ void mma_ss_n128(float (&d)[64], uint64_t da, uint64_
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
   "%24, %25, %26, %27, %28, %29, %30, %31}"
 
-// d (+)= A B^T, m64n64k16, A and B MN-major from shared memory.
-__device__ __forceinline__ void mma_ss_mn(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
+// d (+)= A B^T, m64n64k16, both from shared memory; kTransA / kTransB: 1 for an MN-major operand.
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void mma_ss(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TK_REGS32 ", %32, %33, p, 1, 1, 1, 1;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TK_REGS32 ", %32, %33, p, 1, 1, %35, %36;\n}\n"
       : TK_ACC32
-      : "l"(da), "l"(db), "r"(accumulate));
+      : "l"(da), "l"(db), "r"(accumulate), "n"(kTransA), "n"(kTransB));
 }
 
 // d += A B^T, m64n64k16, A from registers (the m16n8k16 fragment of the warp's 16 rows), B MN-major.
@@ -177,7 +200,7 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const bf16* src, int64_t
 
 namespace sch = attn_schedule;
 
-__global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params p) {
+__global__ void __launch_bounds__(kThreadsAll, 1) attention_backward_kernel(Params p) {
 #ifdef TK_WGMMA
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -217,6 +240,73 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
     if (tid < 32) cp_async16(base + kOffLse + stage * 512 + tid * 16, p.lse + row + tid * 4);
     else if (tid < 64) cp_async16(base + kOffD + stage * 512 + (tid - 32) * 16, p.D + row + (tid - 32) * 4);
   };
+  // dQ parts: consumer warpgroup w stages iteration it's part in buffer it % 2 and arrives on full[w][it % 2]; the
+  // hand-over thread adds it and arrives on empty[w][it % 2] once the bulk unit has read it.
+  auto full_bar = [&](int w, int buf) { return base + kOffBar + (w * 2 + buf) * 8; };
+  auto empty_bar = [&](int w, int buf) { return base + kOffBar + 32 + (w * 2 + buf) * 8; };
+  if (tid == 0) {
+    for (int k = 0; k < 4; k++) mbar_init(base + kOffBar + k * 8, 128), mbar_init(base + kOffBar + 32 + k * 8, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (wg == 2) {
+    // The hand-over warpgroup: one thread adds the parts in turn, off the consumers' path. Its registers go to them.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    if (t != 0) return;
+    int pending = -1;  // the iteration whose parts are added and not yet released
+    auto counter_of = [&](const Work& w, int half) {
+      return p.counters + ((int64_t(b) * p.Hq + w.h) * n + w.i) * 2 + half;
+    };
+    auto release_both = [&](int k) {
+      const Work w = work(k);
+      const int value = sch::turn(w.i, w.j, n) + 1;
+      release(counter_of(w, 0), value);
+      release(counter_of(w, 1), value);
+    };
+    for (int it = 0; it < iters; it++) {
+      const int buf = it & 1, use = it >> 1;
+      const Work w = work(it);
+      const int turn = sch::turn(w.i, w.j, n);
+      int* const c0 = counter_of(w, 0);
+      int* const c1 = counter_of(w, 1);
+      if (turn > 0 && (load_acquire(c0) != turn || load_acquire(c1) != turn)) {
+        // About to wait: release the pending parts first, so that a CTA that waits holds back no other's turn (the
+        // one waited for may itself be waiting for those counters).
+        if (pending >= 0) {
+          bulk_wait<0>();
+          release_both(pending);
+          pending = -1;
+        }
+        for (int64_t spins = 0; load_acquire(c0) != turn || load_acquire(c1) != turn; spins++) {
+          if (spins > (int64_t(1) << 26)) __trap();  // seconds: a kv block before it never came; fail, do not hang
+          __nanosleep(64);
+        }
+      }
+      for (int half = 0; half < 2; half++) {
+        mbar_wait(full_bar(half, buf), use & 1);
+        const uint32_t src = base + kOffDQ + (buf * 2 + half) * kDqPart;
+        float* const dst = p.dq_acc + (((int64_t(b) * p.Hq + w.h) * n + w.i) * 2 + half) * (kDqPart / 4);
+        if (turn == 0) bulk_store(dst, src, kDqPart);  // the first part stores, the later ones add
+        else bulk_add_f32(dst, src, kDqPart);
+      }
+      bulk_commit();
+      bulk_wait_read0();
+      mbar_arrive(empty_bar(0, buf));
+      mbar_arrive(empty_bar(1, buf));
+      if (pending >= 0) {
+        bulk_wait<1>();  // the parts before these have been added
+        release_both(pending);
+      }
+      pending = it;
+    }
+    if (pending >= 0) {
+      bulk_wait<0>();
+      release_both(pending);
+    }
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+
   load_kv(j_up);
   prefetch(0, 0);
   cp_async_commit();
@@ -245,19 +335,13 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
   const float scale_log2 = p.scale * 1.4426950408889634f;
   const uint32_t sK = base + kOffK + wg * (kRows128 / 2), sV = base + kOffV + wg * (kRows128 / 2);
   const int r = warp * 16 + (lane >> 2);  // this thread's rows (of the warpgroup's 64): r and r + 8
-  // Thread 0 of each warpgroup hands its dQ parts to the bulk unit; the part of the iteration before is pending
-  // (added, not yet released) until its add is seen complete.
-  // That state lives in shared memory (only thread 0 uses it; registers are short here).
-  int** const pending_counter_s = reinterpret_cast<int**>(smem + kOffPending + wg * 16);
-  int* const pending_value_s = reinterpret_cast<int*>(smem + kOffPending + wg * 16 + 8);
-  if (t == 0) *pending_counter_s = nullptr;
 
   for (int it = 0; it < iters; it++) {
     const int stage = it & 1;
     const Work w = work(it);
     cp_async_wait_all();
     fence_async_shared();
-    __syncthreads();  // this stage loaded; every thread done with the last iteration (its stage, dS^T)
+    consumer_bar();  // this stage loaded; every thread done with the last iteration (its stage, dS^T)
     const bool switch_kv = it == steps_up * group;  // the pair's second kv block starts
     if (switch_kv) {
       write_dkv(j_up);
@@ -271,7 +355,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
     if (switch_kv) {  // the new K and V in (all but the newest group: the prefetch just issued)
       asm volatile("cp.async.wait_group 1;\n" ::: "memory");
       fence_async_shared();
-      __syncthreads();
+      consumer_bar();
     }
     const uint32_t sQ = base + kOffQ + stage * kRows128, sDO = base + kOffDO + stage * kRows128;
 
@@ -287,7 +371,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
 
     // P^T and dS^T (unscaled: the scale is applied to dK and dQ at the end), as the bf16 A fragments of the next
     // products: pa[ks] covers queries 16 ks .. 16 ks + 15. The causal mask only on the diagonal block.
-    uint32_t pa[8][4], da[8][4];
+    uint32_t pa[8][4];
     const float* lse = s_lse + stage * 128;
     const float* Dq = s_D + stage * 128;
     const int key = wg * 64 + r;  // within the block
@@ -309,79 +393,44 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_kernel(Params 
       }
       pa[jj >> 1][(jj & 1) * 2 + 0] = pack_bf16(pr[0], pr[1]);
       pa[jj >> 1][(jj & 1) * 2 + 1] = pack_bf16(pr[2], pr[3]);
-      da[jj >> 1][(jj & 1) * 2 + 0] = pack_bf16(ds[0], ds[1]);
-      da[jj >> 1][(jj & 1) * 2 + 1] = pack_bf16(ds[2], ds[3]);
-    }
-    // dS^T into shared memory ([key][query], swizzled; queries 0-63 in the first half, 64-127 in the second) for dQ.
-#pragma unroll
-    for (int jj = 0; jj < 16; jj++) {
-      const int q = jj * 8 + 2 * (lane & 3);
+      // dS^T into shared memory ([key][query], swizzled; queries 0-63 in the first half, 64-127 in the second), for
+      // dK and dQ from there.
       const uint32_t half = base + kOffDS + (jj >> 3) * kRows128;
       const uint32_t off0 = swizzled(key, jj & 7) + (q & 7) * 2, off1 = swizzled(key + 8, jj & 7) + (q & 7) * 2;
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(half + off0), "r"(da[jj >> 1][(jj & 1) * 2 + 0]));
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(half + off1), "r"(da[jj >> 1][(jj & 1) * 2 + 1]));
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(half + off0), "r"(pack_bf16(ds[0], ds[1])));
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(half + off1), "r"(pack_bf16(ds[2], ds[3])));
     }
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < 8; ks++) mma_rs(dv, pa[ks], desc(sDO + 2048 * ks));
-#pragma unroll
-    for (int ks = 0; ks < 8; ks++) mma_rs(dk, da[ks], desc(sQ + 2048 * ks));
     wgmma_commit();
     fence_async_shared();
-    __syncthreads();  // both warpgroups' dS^T written: dQ takes all 128 keys
-    // dQ rows 64 wg .. 64 wg + 63 = dS[those rows] K: A = that half of dS^T, B = K, both MN-major.
+    consumer_bar();  // both warpgroups' dS^T written: dQ takes all 128 keys
+    // dK += dS^T Q: A = this warpgroup's 64 rows of dS^T (K-major: a k-step is 16 queries, 32 bytes, the second
+    // half tile from query 64), B = Q (MN-major). dQ rows 64 wg .. 64 wg + 63 = dS[those rows] K: A = that half of
+    // dS^T, B = K, both MN-major.
     float dq[32];
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < 8; ks++)
-      mma_ss_mn(dq, desc(base + kOffDS + wg * kRows128 + 2048 * ks), desc(base + kOffK + 2048 * ks), ks);
+      mma_ss<0, 1>(dk, desc(base + kOffDS + (ks >> 2) * kRows128 + wg * (kRows128 / 2) + 32 * (ks & 3)),
+                   desc(sQ + 2048 * ks), 1);
+#pragma unroll
+    for (int ks = 0; ks < 8; ks++)
+      mma_ss<1, 1>(dq, desc(base + kOffDS + wg * kRows128 + 2048 * ks), desc(base + kOffK + 2048 * ks), ks);
     wgmma_commit();
     wgmma_wait_all();
 
-    // The part into shared memory in accumulator order (the buffer's last add completed an iteration ago, below),
-    // then into dQ's f32 sum in turn: the first part stores, the later ones add, one kv block at a time: the same
-    // sums on every run. attention_backward_dq_kernel scales and rounds the sums afterwards.
-    const uint32_t part = base + kOffDQ + ((it & 1) * 2 + wg) * kDqPart;
-    float4* const part_v = reinterpret_cast<float4*>(smem + (part - base));
+    // The part into shared memory in accumulator order, once the hand-over thread has had the buffer's last part
+    // read; then it is that thread's (attention_backward_dq_kernel scales and rounds the sums afterwards).
+    const int buf = it & 1;
+    mbar_wait(empty_bar(wg, buf), ((it >> 1) & 1) ^ 1);
+    float4* const part_v = reinterpret_cast<float4*>(smem + kOffDQ + (buf * 2 + wg) * kDqPart);
 #pragma unroll
     for (int e4 = 0; e4 < 8; e4++)
       part_v[e4 * 128 + t] = make_float4(dq[4 * e4], dq[4 * e4 + 1], dq[4 * e4 + 2], dq[4 * e4 + 3]);
     fence_async_shared();
-    warpgroup_bar(1 + wg);
-    if (t == 0) {
-      int* pending_counter = *pending_counter_s;
-      const int pending_value = *pending_value_s;
-      const int turn = sch::turn(w.i, w.j, n);
-      const int64_t slot = ((int64_t(b) * p.Hq + w.h) * n + w.i) * 2 + wg;
-      int* const counter = p.counters + slot;
-      if (turn > 0 && load_acquire(counter) != turn) {
-        // About to wait: release the pending part first, so that a warpgroup that waits holds back no other's turn
-        // (the one waited for may itself be waiting for that counter).
-        if (pending_counter) {
-          bulk_wait<0>();
-          release(pending_counter, pending_value);
-          pending_counter = nullptr;
-        }
-        for (int64_t spins = 0; load_acquire(counter) != turn; spins++) {
-          if (spins > (int64_t(1) << 26)) __trap();  // seconds: a kv block before it never came; fail, do not hang
-          __nanosleep(64);
-        }
-      }
-      float* const dst = p.dq_acc + slot * (kDqPart / 4);
-      if (turn == 0) bulk_store(dst, part, kDqPart);
-      else bulk_add_f32(dst, part, kDqPart);
-      bulk_commit();
-      if (pending_counter) {
-        bulk_wait<1>();  // the part before this one has been added
-        release(pending_counter, pending_value);
-      }
-      *pending_counter_s = counter;
-      *pending_value_s = turn + 1;
-    }
-  }
-  if (t == 0 && *pending_counter_s) {
-    bulk_wait<0>();
-    release(*pending_counter_s, *pending_value_s);
+    mbar_arrive(full_bar(wg, buf));
   }
   write_dkv(j_down);
 #else
@@ -494,7 +543,7 @@ void attention_backward_fused(bf16* dqkv, const bf16* dout, const bf16* qkv, con
   Params p{qkv, dout, lse, sc.D, dqkv, sc.dq_acc, sc.counters, B, T, Hq, Hkv, float(1.0 / std::sqrt(double(head_dim)))};
   TK_CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      kSmemBytes));
-  attention_backward_kernel<<<B * Hkv * attn_schedule::pairs(T / kBlock), kThreads, kSmemBytes, s>>>(p);
+  attention_backward_kernel<<<B * Hkv * attn_schedule::pairs(T / kBlock), kThreadsAll, kSmemBytes, s>>>(p);
   TK_CUDA_CHECK_LAUNCH();
   const int64_t n4 = int64_t(B) * Hq * T * kHd / 4;
   attention_backward_dq_kernel<<<ceil_div(n4, 256), 256, 0, s>>>(dqkv, sc.dq_acc, n4, T, Hq,
