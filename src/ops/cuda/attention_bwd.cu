@@ -522,8 +522,10 @@ bool hopper_code_runs() {
 
 }  // namespace
 
+// A CTA waits only on CTAs of its own (batch row, kv head), so those (one an SM) must all fit on the GPU at once.
 bool attention_backward_fused_supported(int T, int head_dim) {
-  return head_dim == kHd && T > 0 && T % kBlock == 0 && hopper_code_runs();
+  return head_dim == kHd && T > 0 && T % kBlock == 0 && hopper_code_runs() &&
+         attn_schedule::pairs(T / kBlock) <= sm_count();
 }
 
 size_t attention_backward_fused_scratch_bytes(int B, int T, int Hq) { return carve(nullptr, B, T, Hq).total; }
