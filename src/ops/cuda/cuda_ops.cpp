@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <map>
+#include <string>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -80,7 +82,11 @@ struct CudaOps::Impl {
   // `transient` holds the LM head's logits chunk during lm_head_cross_entropy and the FP8 operands during a
   // linear op: never both at once, so one buffer of the larger size serves both.
   cuda::GrowingBuffer staging, embedding_scratch, rmsnorm_scratch, rope_scratch, rope_table, transient,
-      grad_norm_scratch, moment_book;
+      grad_norm_scratch, moment_book, attention_scratch;
+  bool own_attention_backward = [] {
+    const char* v = std::getenv("TOKAMAK_ATTENTION_BACKWARD");
+    return !(v && std::string(v) == "cudnn");
+  }();
   int rope_table_pos = 0, rope_table_hd = 0;
   float rope_table_theta = 0;
   size_t logits_budget = cuda::kLogitsChunkBudgetBytes;
@@ -740,6 +746,15 @@ void CudaOps::attention_backward(const Tensor& dqkv, const Tensor& dout, const T
   expect(dout, DType::BF16, {B, T, Hq, hd}, op, "dout");
   expect(lse, DType::F32, {B, Hq, T}, op, "lse");
   expect_optional(segment_ids, DType::I32, {B, T}, op, "segment_ids");
+  // Our own backward where it runs (Hopper, head_dim 64, no document mask); cuDNN's otherwise, or when asked for
+  // with TOKAMAK_ATTENTION_BACKWARD=cudnn.
+  if (segment_ids.empty() && impl_->own_attention_backward && cuda::attention_backward_fused_supported(s.T, s.head_dim)) {
+    const size_t bytes = cuda::attention_backward_fused_scratch_bytes(s.B, s.T, s.n_heads);
+    void* scratch = impl_->attention_scratch.ensure(impl_->alloc, bytes, "attention backward dQ and D");
+    cuda::attention_backward_fused(ptr<bf16>(dqkv), ptr<bf16>(dout), ptr<bf16>(qkv), ptr<bf16>(out), ptr<float>(lse),
+                                   s.B, s.T, s.n_heads, s.n_kv_heads, s.head_dim, scratch, bytes, impl_->stream);
+    return;
+  }
   impl_->attention->backward(ptr<bf16>(dqkv), ptr<bf16>(dout), ptr<bf16>(qkv), ptr<bf16>(out), ptr<float>(lse),
                              ptr<int32_t>(segment_ids), s);
 }

@@ -88,6 +88,17 @@ constexpr int kFp8SlotFloats = 8;  // 32 bytes: slot[2] the guard's counter, slo
 void fp8_commit_amax(float* slots, float* history, int n, int history_len, int position, float margin,
                      unsigned long long* recasts, cudaStream_t s);
 
+// ---- attention backward of our own (attention_bwd.cu) ------------------------------------------------
+// Causal GQA attention backward for head_dim 64 on Hopper (warpgroup MMA), deterministic, without cuDNN's dP
+// workspace: dqkv bf16[B,T,Hq+2Hkv,64] (=) from dout bf16[B,T,Hq,64] and the forward's qkv, out and lse f32[B,Hq,T]
+// (natural log of the scaled scores). supported: built with sm_90a code, a 9.0 device, head_dim 64, T % 128 == 0,
+// and ceil(T / 256) <= the SM count (the CTAs of a (batch row, kv head) must be resident together).
+bool attention_backward_fused_supported(int T, int head_dim);
+size_t attention_backward_fused_scratch_bytes(int B, int T, int Hq);
+void attention_backward_fused(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
+                              int B, int T, int Hq, int Hkv, int head_dim, void* scratch, size_t scratch_bytes,
+                              cudaStream_t s);
+
 // ---- embedding (embedding.cu) ---------------------------------------------------------------------
 // out[N,d] = table[tokens[n], :]; tokens i32[N] with 0 <= id < V (the caller validates ids).
 void embedding_forward(bf16* out, const int32_t* tokens, const bf16* table, int64_t N, int d, cudaStream_t s);
