@@ -56,6 +56,7 @@ int run(const PlanFlags& f) {
   target.host_bandwidth = f.host_gbs * 1e9;
   target.host_memory_limit = f.host_memory.empty() ? tk::local_host_memory_limit() : tk::parse_bytes(f.host_memory);
   target.doc_mask = f.doc_mask;
+  target.own_attention_sms = target.gpu ? tk::hopper_multiprocessors(f.gpu) : 0;
   target.fp8 = f.fp8;
   target.fp8_delayed = f.fp8_scaling == "delayed";
   if (f.logits_chunk_mib > 0) target.logits_chunk = double(f.logits_chunk_mib) * (1 << 20);

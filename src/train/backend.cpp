@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernels.h"
 #endif
 
 namespace tk {
@@ -67,6 +68,14 @@ std::string gemm_tuning_summary(Ops& ops) {
 }
 
 std::string gemm_tuning_cache_path() { return cache::path_of("gemm-algorithms.json"); }
+
+int own_attention_backward_sms(const Backend& be) {
+#ifdef TK_HAVE_CUDA
+  if (be.gpu) return cuda::attention_backward_fused_sms();
+#endif
+  (void)be;
+  return 0;
+}
 
 int64_t fp8_recasts(Ops& ops) {
 #ifdef TK_HAVE_CUDA

@@ -30,6 +30,10 @@ std::string gemm_tuning_cache_path();
 // the CPU backend, a GPU without FP8 tensor cores, or another scaling name.
 // margin: delayed scaling's headroom, the scale's amax 2^margin times the history's (CudaOps::set_fp8).
 void enable_fp8(Ops& ops, const std::string& scaling = "current", int margin = 0);
+// The SM count when the backend runs its own attention backward on this device (CUDA, Hopper code built, a 9.0
+// device, not turned off by TOKAMAK_ATTENTION_BACKWARD=cudnn; for head_dim 64 and T % 128 == 0), else 0: what the
+// memory plan needs to know which attention workspace to count (PlanTarget::own_attention_sms).
+int own_attention_backward_sms(const Backend& be);
 // The casts delayed scaling's guards have done again over the steps so far (-1 when the backend keeps no count).
 int64_t fp8_recasts(Ops& ops);
 

@@ -1,7 +1,8 @@
 // The memory plan and the budget search (memory_plan.h). The model's own buffers come from
 // model_memory(), the very function the Model allocates by, so those rows are exact by construction; the
 // CUDA backend's workspaces follow its sizing rules (the LM head's logits chunk, cuDNN's dP workspace in
-// row groups under 1 GiB, the staging buffer, cuBLASLt's workspace); two rows are estimates: cuDNN's
+// row groups under 1 GiB or, where tokamak's own attention backward runs, its dQ sums, the staging buffer,
+// cuBLASLt's workspace); two rows are estimates: cuDNN's
 // workspace (its own figure runs 6-12% over the B*Hq*T^2 bf16 the groups are sized by) and the CUDA
 // context with the libraries' kernels.
 #include "train/memory_plan.h"
@@ -183,10 +184,21 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, c
         for (auto [in, out] : {std::pair{d, qkv}, {d, 2 * f}, {f, d}}) fp8 = std::max(fp8, double(N) * 3 * in + in * out);
       p.rows.back() = {"LM head logits chunk / FP8 operands (shared)", std::max(fp8, p.rows.back().bytes)};
     }
-    const int g = attention_group(B, cfg.n_heads, T);
-    p.rows.push_back({"cuDNN attention workspace",
-                      kCudnnWorkspaceMargin * g * double(cfg.n_heads) * double(T) * double(T) * 2, false});
-    p.rows.push_back({"cuDNN attention row sums", double(g) * cfg.n_heads * T * 4});
+    const bool own_backward = target.own_attention_sms > 0 && !target.doc_mask && cfg.head_dim == 64 && T % 128 == 0 &&
+                              (T / 128 + 1) / 2 <= target.own_attention_sms;
+    if (own_backward) {
+      // attention_bwd.cu's scratch: the row sums D and dQ's f32 sums [B, Hq, T] x (1 + 64), and the turns'
+      // counters [B, Hq, T / 128, 2]; each rounded up to 256 bytes.
+      auto rounded = [](double bytes) { return std::ceil(bytes / 256) * 256; };
+      const double rows = double(B) * cfg.n_heads * T;
+      p.rows.push_back({"attention backward dQ sums, row sums and turns",
+                        rounded(rows * 4) + rounded(rows * 64 * 4) + rounded(double(B) * cfg.n_heads * (T / 128) * 2 * 4)});
+    } else {
+      const int g = attention_group(B, cfg.n_heads, T);
+      p.rows.push_back({"cuDNN attention workspace",
+                        kCudnnWorkspaceMargin * g * double(cfg.n_heads) * double(T) * double(T) * 2, false});
+      p.rows.push_back({"cuDNN attention row sums", double(g) * cfg.n_heads * T * 4});
+    }
     if (target.doc_mask) {
       // The bias [B, T, T rounded up to 8] bf16, and the segment ids it was built from plus a flag per row.
       p.rows.push_back({"attention document mask", double(N) * double((T + 7) / 8 * 8) * 2});

@@ -52,6 +52,10 @@ struct PlanTarget {
   // a plan past the machine's memory would fail at start or starve the rest of the system.
   double host_memory_limit = 0;
   bool doc_mask = false;           // train --doc-mask: the attention's document mask (GPU targets)
+  // The SM count of a device that runs tokamak's own attention backward (Hopper: own_attention_backward_sms,
+  // hopper_multiprocessors), 0 for one that runs cuDNN's. Where it applies (head_dim 64, T % 128 == 0,
+  // ceil(T / 256) <= this, no document mask) its f32 dQ sums replace cuDNN's dP workspace in the plan.
+  int own_attention_sms = 0;
   bool fp8 = false;                // train --fp8: the FP8 copies of the linears' operands (GPU targets)
   bool fp8_delayed = false;        // with --fp8-scaling delayed: the casts record the amax, no pass of its own
   // The LM head's bf16 logits chunk (CudaOps::set_logits_chunk_budget; 512 MiB by default). Each chunk's

@@ -54,6 +54,19 @@ size_t process_rss_bytes() {
 
 }  // namespace
 
+int hopper_multiprocessors(const std::string& device_name) {
+  struct Sms {
+    const char* key;
+    int sms;
+  };
+  // More specific names first, as in kGpuPeaks.
+  constexpr Sms kHopper[] = {{"H100 PCIe", 114}, {"H100 NVL", 132}, {"H100", 132},
+                             {"H200 NVL", 132},  {"H200", 132},     {"GH200", 132}};
+  for (const Sms& h : kHopper)
+    if (contains_word(device_name, h.key)) return h.sms;
+  return 0;
+}
+
 double gpu_peak_flops(const std::string& device_name) {
   for (const GpuPeak& p : kGpuPeaks)
     if (contains_word(device_name, p.key)) return p.flops;

@@ -12,6 +12,10 @@ namespace tk {
 // The dense bf16 (fp32-accumulate) matmul peak of a GPU, found by its CUDA device name
 // ("NVIDIA H100 80GB HBM3" -> 989e12); 0 when the GPU is not in the table.
 double gpu_peak_flops(const std::string& device_name);
+// The streaming multiprocessors of a Hopper GPU (compute capability 9.0) found by its CUDA device name
+// ("NVIDIA H100 PCIe" -> 114), 0 for other GPUs and names not in the table: where tokamak's own attention
+// backward runs (PlanTarget::own_attention_sms), for plans made without the device.
+int hopper_multiprocessors(const std::string& device_name);
 
 // What the run executes on: the CUDA device's name or "cpu", and its peak rate when known.
 struct DeviceInfo {

@@ -699,6 +699,7 @@ void TrainingRun::apply_memory_budget() {
   target.moments = parse_moments(cfg_.moments);
   target.host_memory_limit = local_host_memory_limit();
   target.doc_mask = cfg_.doc_mask;
+  target.own_attention_sms = own_attention_backward_sms(backend_);
   target.fp8 = cfg_.fp8;
   target.fp8_delayed = cfg_.fp8 && cfg_.fp8_scaling == "delayed";
   if (cfg_.logits_chunk_mib > 0) target.logits_chunk = double(cfg_.logits_chunk_mib) * (1 << 20);

@@ -11,6 +11,7 @@
 #include "model/params.h"
 #include "ops/memory_ledger.h"
 #include "train/memory_plan.h"
+#include "train/metrics.h"
 
 namespace tk {
 namespace {
@@ -126,6 +127,49 @@ TEST(MemoryPlan, DocumentMaskingAddsTheAttentionBiasAndItsSegmentIds) {
   EXPECT_EQ(row(masked, "attention document mask"), 8.0 * 2050 * 2056 * 2);  // rows padded to 8 columns
   EXPECT_EQ(row(masked, "attention document mask segment ids"), (8.0 * 2050 + 8) * 4);
   EXPECT_NEAR(masked.total_bytes - plain.total_bytes, 8.0 * 2050 * 2056 * 2 + (8.0 * 2050 + 8) * 4, 1.0);
+}
+
+// Where tokamak's own attention backward runs (Hopper, head_dim 64, T % 128 == 0, a (batch row, kv head)'s
+// ceil(T / 256) CTAs resident at once, no document mask), its scratch replaces cuDNN's dP workspace and row sums.
+TEST(MemoryPlan, TheOwnAttentionBackwardReplacesCudnnsWorkspaceWhereItRuns) {
+  const ModelConfig qwen = preset("qwen2.5-0.5b");  // head_dim 64, 14 q heads
+  PlanTarget cudnn, own;
+  own.own_attention_sms = 132;
+  const MemoryPlan a = plan_memory(qwen, 8, 2048, 1, Recompute(), cudnn);
+  const MemoryPlan b = plan_memory(qwen, 8, 2048, 1, Recompute(), own);
+  EXPECT_GT(row(a, "cuDNN attention workspace"), 0);
+  EXPECT_EQ(row(a, "attention backward dQ sums, row sums and turns"), -1);
+  EXPECT_EQ(row(b, "cuDNN attention workspace"), -1);
+  EXPECT_EQ(row(b, "cuDNN attention row sums"), -1);
+  // D and dQ's sums, and the counters (8 x 14 x 16 blocks x 2 halves, 4 bytes): multiples of 256 bytes already.
+  const double rows = 8.0 * 14 * 2048, counters = 8.0 * 14 * 16 * 2 * 4;
+  EXPECT_EQ(row(b, "attention backward dQ sums, row sums and turns"), rows * 4 + rows * 64 * 4 + counters);
+  EXPECT_NEAR(a.total_bytes - b.total_bytes,
+              row(a, "cuDNN attention workspace") + row(a, "cuDNN attention row sums") - (rows * 65 * 4 + counters), 1.0);
+  EXPECT_GT(a.total_bytes - b.total_bytes, 0.8 * (1 << 30));  // ~0.9 GiB less, as measured on the H200
+  // Where it does not run, cuDNN's rows stay.
+  auto cudnn_rows = [&](const ModelConfig& cfg, int T, PlanTarget t) {
+    return row(plan_memory(cfg, 8, T, 1, Recompute(), t), "cuDNN attention workspace") > 0;
+  };
+  EXPECT_TRUE(cudnn_rows(qwen, 2050, own));                      // T % 128 != 0
+  EXPECT_TRUE(cudnn_rows(preset("llama3.2-3b"), 2048, own));     // head_dim 128
+  PlanTarget masked = own;
+  masked.doc_mask = true;
+  EXPECT_TRUE(cudnn_rows(qwen, 2048, masked));                   // the document mask
+  PlanTarget small = own;
+  small.own_attention_sms = 7;                                   // 8 CTAs of a (batch row, kv head) do not fit
+  EXPECT_TRUE(cudnn_rows(qwen, 2048, small));
+  small.own_attention_sms = 8;
+  EXPECT_FALSE(cudnn_rows(qwen, 2048, small));
+}
+
+TEST(MemoryPlan, HopperMultiprocessorsByName) {
+  EXPECT_EQ(hopper_multiprocessors("NVIDIA H200"), 132);
+  EXPECT_EQ(hopper_multiprocessors("NVIDIA H100 80GB HBM3"), 132);
+  EXPECT_EQ(hopper_multiprocessors("NVIDIA H100 PCIe"), 114);
+  EXPECT_EQ(hopper_multiprocessors("NVIDIA GH200 480GB"), 132);
+  EXPECT_EQ(hopper_multiprocessors("NVIDIA A100-SXM4-80GB"), 0);
+  EXPECT_EQ(hopper_multiprocessors("NVIDIA GeForce RTX 4090"), 0);
 }
 
 // FP8 linears: the backward's FP8 operands of the largest linear (gate+up for Llama-3.2-1B: x^T [N, d],

@@ -29,6 +29,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "ops/cuda/attention_schedule.h"
 #include "ops/cuda/cuda_check.h"
@@ -522,10 +524,17 @@ bool hopper_code_runs() {
 
 }  // namespace
 
+int attention_backward_fused_sms() {
+  static const bool wanted = [] {
+    const char* v = std::getenv("TOKAMAK_ATTENTION_BACKWARD");
+    return !(v && std::string(v) == "cudnn");
+  }();
+  return wanted && hopper_code_runs() ? sm_count() : 0;
+}
+
 // A CTA waits only on CTAs of its own (batch row, kv head), so those (one an SM) must all fit on the GPU at once.
 bool attention_backward_fused_supported(int T, int head_dim) {
-  return head_dim == kHd && T > 0 && T % kBlock == 0 && hopper_code_runs() &&
-         attn_schedule::pairs(T / kBlock) <= sm_count();
+  return head_dim == kHd && T > 0 && T % kBlock == 0 && attn_schedule::pairs(T / kBlock) <= attention_backward_fused_sms();
 }
 
 size_t attention_backward_fused_scratch_bytes(int B, int T, int Hq) { return carve(nullptr, B, T, Hq).total; }

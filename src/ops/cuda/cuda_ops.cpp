@@ -83,10 +83,6 @@ struct CudaOps::Impl {
   // linear op: never both at once, so one buffer of the larger size serves both.
   cuda::GrowingBuffer staging, embedding_scratch, rmsnorm_scratch, rope_scratch, rope_table, transient,
       grad_norm_scratch, moment_book, attention_scratch;
-  bool own_attention_backward = [] {
-    const char* v = std::getenv("TOKAMAK_ATTENTION_BACKWARD");
-    return !(v && std::string(v) == "cudnn");
-  }();
   int rope_table_pos = 0, rope_table_hd = 0;
   float rope_table_theta = 0;
   size_t logits_budget = cuda::kLogitsChunkBudgetBytes;
@@ -748,7 +744,7 @@ void CudaOps::attention_backward(const Tensor& dqkv, const Tensor& dout, const T
   expect_optional(segment_ids, DType::I32, {B, T}, op, "segment_ids");
   // Our own backward where it runs (Hopper, head_dim 64, no document mask); cuDNN's otherwise, or when asked for
   // with TOKAMAK_ATTENTION_BACKWARD=cudnn.
-  if (segment_ids.empty() && impl_->own_attention_backward && cuda::attention_backward_fused_supported(s.T, s.head_dim)) {
+  if (segment_ids.empty() && cuda::attention_backward_fused_supported(s.T, s.head_dim)) {
     const size_t bytes = cuda::attention_backward_fused_scratch_bytes(s.B, s.T, s.n_heads);
     void* scratch = impl_->attention_scratch.ensure(impl_->alloc, bytes, "attention backward dQ and D");
     cuda::attention_backward_fused(ptr<bf16>(dqkv), ptr<bf16>(dout), ptr<bf16>(qkv), ptr<bf16>(out), ptr<float>(lse),

@@ -91,8 +91,10 @@ void fp8_commit_amax(float* slots, float* history, int n, int history_len, int p
 // ---- attention backward of our own (attention_bwd.cu) ------------------------------------------------
 // Causal GQA attention backward for head_dim 64 on Hopper (warpgroup MMA), deterministic, without cuDNN's dP
 // workspace: dqkv bf16[B,T,Hq+2Hkv,64] (=) from dout bf16[B,T,Hq,64] and the forward's qkv, out and lse f32[B,Hq,T]
-// (natural log of the scaled scores). supported: built with sm_90a code, a 9.0 device, head_dim 64, T % 128 == 0,
-// and ceil(T / 256) <= the SM count (the CTAs of a (batch row, kv head) must be resident together).
+// (natural log of the scaled scores). supported: built with sm_90a code, a 9.0 device, not turned off
+// (TOKAMAK_ATTENTION_BACKWARD=cudnn), head_dim 64, T % 128 == 0, and ceil(T / 256) <= the SM count (the CTAs of a
+// (batch row, kv head) must be resident together). _sms: the device's SM count where it can run at all, else 0.
+int attention_backward_fused_sms();
 bool attention_backward_fused_supported(int T, int head_dim);
 size_t attention_backward_fused_scratch_bytes(int B, int T, int Hq);
 void attention_backward_fused(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
