@@ -11,7 +11,6 @@
 #include "model/params.h"
 #include "ops/memory_ledger.h"
 #include "train/memory_plan.h"
-#include "train/metrics.h"
 
 namespace tk {
 namespace {
@@ -161,15 +160,6 @@ TEST(MemoryPlan, TheOwnAttentionBackwardReplacesCudnnsWorkspaceWhereItRuns) {
   EXPECT_TRUE(cudnn_rows(qwen, 2048, small));
   small.own_attention_sms = 8;
   EXPECT_FALSE(cudnn_rows(qwen, 2048, small));
-}
-
-TEST(MemoryPlan, HopperMultiprocessorsByName) {
-  EXPECT_EQ(hopper_multiprocessors("NVIDIA H200"), 132);
-  EXPECT_EQ(hopper_multiprocessors("NVIDIA H100 80GB HBM3"), 132);
-  EXPECT_EQ(hopper_multiprocessors("NVIDIA H100 PCIe"), 114);
-  EXPECT_EQ(hopper_multiprocessors("NVIDIA GH200 480GB"), 132);
-  EXPECT_EQ(hopper_multiprocessors("NVIDIA A100-SXM4-80GB"), 0);
-  EXPECT_EQ(hopper_multiprocessors("NVIDIA GeForce RTX 4090"), 0);
 }
 
 // FP8 linears: the backward's FP8 operands of the largest linear (gate+up for Llama-3.2-1B: x^T [N, d],

@@ -132,7 +132,7 @@ TEST(LrSchedule, RejectsBadSettings) {
   EXPECT_NE(error_of([] { parse_lr_decay("exponential"); }).find("cosine, linear or wsd"), std::string::npos);
 }
 
-TEST(Metrics, PeakTableMatchesWholeNames) {
+TEST(Metrics, DeviceTablesMatchWholeNames) {
   EXPECT_EQ(gpu_peak_flops("NVIDIA H100 80GB HBM3"), 989e12);
   EXPECT_EQ(gpu_peak_flops("NVIDIA H100 PCIe"), 756e12);
   EXPECT_EQ(gpu_peak_flops("NVIDIA A100-SXM4-80GB"), 312e12);
@@ -140,6 +140,13 @@ TEST(Metrics, PeakTableMatchesWholeNames) {
   EXPECT_EQ(gpu_peak_flops("NVIDIA L40S"), 362e12);
   EXPECT_EQ(gpu_peak_flops("NVIDIA GeForce RTX 4090"), 165.2e12);
   EXPECT_EQ(gpu_peak_flops("Some Future GPU"), 0);
+  // Hopper's SM counts (where tokamak's own attention backward runs; memory_plan.h), by the same whole names.
+  EXPECT_EQ(hopper_multiprocessors("NVIDIA H200"), 132);
+  EXPECT_EQ(hopper_multiprocessors("NVIDIA H100 80GB HBM3"), 132);
+  EXPECT_EQ(hopper_multiprocessors("NVIDIA H100 PCIe"), 114);
+  EXPECT_EQ(hopper_multiprocessors("NVIDIA GH200 480GB"), 132);
+  EXPECT_EQ(hopper_multiprocessors("NVIDIA A100-SXM4-80GB"), 0);
+  EXPECT_EQ(hopper_multiprocessors("NVIDIA GeForce RTX 4090"), 0);
 
   DeviceInfo h200{"NVIDIA H200", true, 989e12};
   ThroughputModel tm(testing::tiny_llama_config(), 16, h200);
