@@ -133,20 +133,21 @@ TEST(LrSchedule, RejectsBadSettings) {
 }
 
 TEST(Metrics, DeviceTablesMatchWholeNames) {
-  EXPECT_EQ(gpu_peak_flops("NVIDIA H100 80GB HBM3"), 989e12);
-  EXPECT_EQ(gpu_peak_flops("NVIDIA H100 PCIe"), 756e12);
-  EXPECT_EQ(gpu_peak_flops("NVIDIA A100-SXM4-80GB"), 312e12);
-  EXPECT_EQ(gpu_peak_flops("NVIDIA A10"), 125e12);
-  EXPECT_EQ(gpu_peak_flops("NVIDIA L40S"), 362e12);
-  EXPECT_EQ(gpu_peak_flops("NVIDIA GeForce RTX 4090"), 165.2e12);
-  EXPECT_EQ(gpu_peak_flops("Some Future GPU"), 0);
-  // Hopper's SM counts (where tokamak's own attention backward runs; memory_plan.h), by the same whole names.
-  EXPECT_EQ(hopper_multiprocessors("NVIDIA H200"), 132);
-  EXPECT_EQ(hopper_multiprocessors("NVIDIA H100 80GB HBM3"), 132);
-  EXPECT_EQ(hopper_multiprocessors("NVIDIA H100 PCIe"), 114);
-  EXPECT_EQ(hopper_multiprocessors("NVIDIA GH200 480GB"), 132);
-  EXPECT_EQ(hopper_multiprocessors("NVIDIA A100-SXM4-80GB"), 0);
-  EXPECT_EQ(hopper_multiprocessors("NVIDIA GeForce RTX 4090"), 0);
+  // The peak rate and, for Hopper (where tokamak's own attention backward runs; memory_plan.h), the SM count.
+  struct Row {
+    const char* name;
+    double peak;
+    int hopper_sms;
+  };
+  const Row rows[] = {{"NVIDIA H100 80GB HBM3", 989e12, 132}, {"NVIDIA H100 PCIe", 756e12, 114},
+                      {"NVIDIA H200", 989e12, 132},           {"NVIDIA GH200 480GB", 989e12, 132},
+                      {"NVIDIA A100-SXM4-80GB", 312e12, 0},   {"NVIDIA A10", 125e12, 0},
+                      {"NVIDIA L40S", 362e12, 0},             {"NVIDIA GeForce RTX 4090", 165.2e12, 0},
+                      {"Some Future GPU", 0, 0}};
+  for (const Row& r : rows) {
+    EXPECT_EQ(gpu_peak_flops(r.name), r.peak) << r.name;
+    EXPECT_EQ(hopper_multiprocessors(r.name), r.hopper_sms) << r.name;
+  }
 
   DeviceInfo h200{"NVIDIA H200", true, 989e12};
   ThroughputModel tm(testing::tiny_llama_config(), 16, h200);
