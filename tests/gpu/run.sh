@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU machine, in one call: build tokamak for sm_90, then the steps asked
 # for (default all): tests (ctest -L gpu), hf (comparison with transformers), kernels (fused-kernel
-# bandwidth), moments (bf16 and int8 AdamW moments against f32), fixtures (tokenizer fixtures from
-# python tokenizers/tiktoken), kprof (Nsight Compute on the kernels under the kernel bar), bench (tokamak vs
+# bandwidth), attention (our attention backward against cuDNN's; ATTN_PROFILE=1: its stall sampling),
+# moments (bf16 and int8 AdamW moments against f32), fixtures (tokenizer fixtures from python
+# tokenizers/tiktoken), kprof (Nsight Compute on the kernels under the kernel bar), bench (tokamak vs
 # the PyTorch peer). Usage: tests/gpu/run.sh
 # [step,step...] [test-regex]. Logs under $OUT.
 set -uo pipefail
@@ -19,7 +20,7 @@ pack() {
   [ -f "$OUT/gpu-run/report.html" ] && cp "$OUT/gpu-run/report.html" "$RESULTS/report-gpu.html"
 }
 trap pack EXIT
-STEPS=${1:-tests,hf,kernels,curve,moments,fp8,margin,report,profile,needless,plan,offload,budget,seven,docmask,chunks,gemms,tuning,ncu,kprof,fixtures,bench}
+STEPS=${1:-tests,hf,kernels,attention,curve,moments,fp8,margin,report,profile,needless,plan,offload,budget,seven,docmask,chunks,gemms,tuning,ncu,kprof,fixtures,bench}
 REGEX=${2:-.}
 source tests/gpu/env.sh
 BUILD=build-gpu
@@ -325,6 +326,19 @@ if has ncu && command -v ncu >/dev/null; then
   python3 bench/kernel_breakdown.py "$OUT/ncu.csv" --skip "${NCU_SKIP:-half}" > "$OUT/ncu-breakdown.txt" 2>&1
   head -${NCU_LINES:-30} "$OUT/ncu-breakdown.txt"
   echo "ncu: $(( $(date +%s) - start ))s"; pack
+fi
+if has attention && [ -x $BUILD/bench/attention_bench ]; then
+  # One layer's attention backward, ours against cuDNN's (0.5B and 1B shapes); with ATTN_PROFILE=1 also Nsight
+  # Compute's source-level stall sampling of ours, summed by bench/ncu_stalls.py.
+  timeout 120 $BUILD/bench/attention_bench 20 > "$OUT/attention_bench.log" 2>&1; cat "$OUT/attention_bench.log"
+  if [ -n "${ATTN_PROFILE:-}" ] && command -v ncu >/dev/null; then
+    timeout 200 ncu --set full --import-source yes -k regex:attention_backward_kernel -s 1 -c 1 -o "$OUT/attn" \
+      $BUILD/bench/attention_bench 2 > "$OUT/attn-ncu.log" 2>&1
+    ncu -i "$OUT/attn.ncu-rep" --page source --csv --print-source sass > "$OUT/attn-sass.csv" 2>> "$OUT/attn-ncu.log"
+    python3 bench/ncu_stalls.py "$OUT/attn-sass.csv" --top ${ATTN_TOP:-20} | tee "$OUT/attn-stalls.txt"
+    rm -f "$OUT/attn.ncu-rep"
+  fi
+  echo "attention: $(( $(date +%s) - start ))s"; pack
 fi
 if has kprof && command -v ncu >/dev/null && [ -x $BUILD/bench/kernels_bench ]; then
   # Nsight Compute's full sections on one launch of each kernel still under the kernel bar, at kernels_bench's
