@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "model/params.h"
+#include "ops/cuda/attention_schedule.h"
 #include "ops/moment_codec.h"
 #include "train/metrics.h"
 
@@ -184,15 +185,9 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, c
         for (auto [in, out] : {std::pair{d, qkv}, {d, 2 * f}, {f, d}}) fp8 = std::max(fp8, double(N) * 3 * in + in * out);
       p.rows.back() = {"LM head logits chunk / FP8 operands (shared)", std::max(fp8, p.rows.back().bytes)};
     }
-    const bool own_backward = target.own_attention_sms > 0 && !target.doc_mask && cfg.head_dim == 64 && T % 128 == 0 &&
-                              (T / 128 + 1) / 2 <= target.own_attention_sms;
-    if (own_backward) {
-      // attention_bwd.cu's scratch: the row sums D and dQ's f32 sums [B, Hq, T] x (1 + 64), and the turns'
-      // counters [B, Hq, T / 128, 2]; each rounded up to 256 bytes.
-      auto rounded = [](double bytes) { return std::ceil(bytes / 256) * 256; };
-      const double rows = double(B) * cfg.n_heads * T;
+    if (!target.doc_mask && cuda::attn_schedule::runs(T, cfg.head_dim, target.own_attention_sms)) {
       p.rows.push_back({"attention backward dQ sums, row sums and turns",
-                        rounded(rows * 4) + rounded(rows * 64 * 4) + rounded(double(B) * cfg.n_heads * (T / 128) * 2 * 4)});
+                        double(cuda::attn_schedule::scratch_layout(B, T, cfg.n_heads).total)});
     } else {
       const int g = attention_group(B, cfg.n_heads, T);
       p.rows.push_back({"cuDNN attention workspace",

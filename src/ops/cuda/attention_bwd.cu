@@ -40,8 +40,8 @@
 namespace tk::cuda {
 namespace {
 
-constexpr int kHd = 64;        // head_dim
-constexpr int kBlock = 128;    // queries an iteration, keys a kv block
+constexpr int kHd = attn_schedule::kHeadDim;  // 64
+constexpr int kBlock = attn_schedule::kBlock;  // queries an iteration, keys a kv block: 128
 constexpr int kThreads = 256;     // the two consumer warpgroups
 constexpr int kThreadsAll = 384;  // and the hand-over warpgroup (one thread of it works)
 // Shared memory (bytes from a 1,024-aligned base): bf16 tiles of 128-byte rows in the 128-byte swizzle.
@@ -490,18 +490,14 @@ struct Scratch {
 };
 
 Scratch carve(void* p, int B, int T, int Hq) {
+  const attn_schedule::ScratchLayout l = attn_schedule::scratch_layout(B, T, Hq);
+  char* const at = static_cast<char*>(p);
   Scratch s{};
-  size_t off = 0;
-  auto take = [&](size_t bytes) {
-    void* at = p ? static_cast<char*>(p) + off : nullptr;
-    off += (bytes + 255) / 256 * 256;
-    return at;
-  };
-  s.D = static_cast<float*>(take(size_t(B) * Hq * T * sizeof(float)));
-  s.dq_acc = static_cast<float*>(take(size_t(B) * Hq * T * kHd * sizeof(float)));
+  s.D = p ? reinterpret_cast<float*>(at + l.D) : nullptr;
+  s.dq_acc = p ? reinterpret_cast<float*>(at + l.dq) : nullptr;
+  s.counters = p ? reinterpret_cast<int*>(at + l.counters) : nullptr;
   s.n_counters = int64_t(B) * Hq * (T / kBlock) * 2;
-  s.counters = static_cast<int*>(take(size_t(s.n_counters) * sizeof(int)));
-  s.total = off;
+  s.total = l.total;
   return s;
 }
 
@@ -531,9 +527,8 @@ int attention_backward_fused_sms() {
   return wanted && hopper_code_runs() ? sm_count() : 0;
 }
 
-// A CTA waits only on CTAs of its own (batch row, kv head), so those (one an SM) must all fit on the GPU at once.
 bool attention_backward_fused_supported(int T, int head_dim) {
-  return head_dim == kHd && T > 0 && T % kBlock == 0 && attn_schedule::pairs(T / kBlock) <= attention_backward_fused_sms();
+  return attn_schedule::runs(T, head_dim, attention_backward_fused_sms());
 }
 
 size_t attention_backward_fused_scratch_bytes(int B, int T, int Hq) { return carve(nullptr, B, T, Hq).total; }

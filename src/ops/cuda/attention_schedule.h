@@ -1,6 +1,7 @@
 // The schedule of the attention backward of our own (attention_bwd.cu), for the device and for the CPU tests that
 // check it (tests/cpu/attention_schedule_test.cpp): which kv blocks a CTA takes, in which order it walks their q
-// blocks, and in which order the kv blocks add their parts to a q block's dQ.
+// blocks, and in which order the kv blocks add their parts to a q block's dQ; and, for the host and the memory plan
+// (src/train/memory_plan.cpp), where the kernel runs and the scratch it takes.
 //
 // Keys and queries both come in n blocks of 128; kv block j is seen by q blocks j .. n - 1. CTA p (of ceil(n / 2) a
 // (batch row, kv head)) takes kv block n - 1 - p and walks its q blocks upwards from the diagonal, then kv block p
@@ -11,6 +12,8 @@
 // parts come before kv block j's.
 #pragma once
 
+#include <cstddef>
+
 #if defined(__CUDACC__)
 #define TK_SCHEDULE_FN __host__ __device__ __forceinline__
 #else
@@ -18,6 +21,9 @@
 #endif
 
 namespace tk::cuda::attn_schedule {
+
+constexpr int kHeadDim = 64;  // the head_dim the kernel takes
+constexpr int kBlock = 128;   // keys a kv block, queries a q block
 
 struct Step {
   int j, i;  // kv block, q block
@@ -47,6 +53,28 @@ TK_SCHEDULE_FN int turn(int i, int j, int n) {
     before += a < mine || (a == mine && k < j);
   }
   return before;
+}
+
+// Whether the kernel runs for T tokens at head_dim on a device where it runs at all with `sms` multiprocessors (0:
+// it does not): a CTA may wait on any other of its (batch row, kv head), so those pairs(T / 128), one an SM, must be
+// resident together.
+inline bool runs(int T, int head_dim, int sms) {
+  return sms > 0 && head_dim == kHeadDim && T > 0 && T % kBlock == 0 && pairs(T / kBlock) <= sms;
+}
+// Its scratch, each part rounded up to 256 bytes: the row sums D [B, Hq, T] f32, dQ's f32 sums [B, Hq, T, 64] and
+// the turns' counters [B, Hq, T / 128, 2 halves] int32.
+struct ScratchLayout {
+  size_t D, dq, counters, total;  // byte offsets of the parts, and the size
+};
+inline ScratchLayout scratch_layout(int B, int T, int Hq) {
+  auto rounded = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+  const size_t rows = size_t(B) * size_t(Hq) * size_t(T);
+  ScratchLayout l{};
+  l.D = 0;
+  l.dq = rounded(rows * 4);
+  l.counters = l.dq + rounded(rows * kHeadDim * 4);
+  l.total = l.counters + rounded(size_t(B) * size_t(Hq) * size_t(T / kBlock) * 2 * 4);
+  return l;
 }
 
 }  // namespace tk::cuda::attn_schedule
