@@ -4,7 +4,7 @@
 # with the ratios. Usage: bench/run.sh [configs] [peer-modes]; needs the peer script in .shared/.
 # TK_BENCH_FLAGS adds flags to tokamak's runs (e.g. "--logits-chunk 1024"); tokamak runs each config in bf16 and
 # again with --fp8 (FP8 linears, delayed scaling) and with --fp8 --fp8-scaling current, unless NO_FP8=1 (PRECS picks
-# among bf16, fp8 and fp8c). CONFIG_FLAGS adds flags to one config's tokamak runs only, e.g.
+# among bf16, fp8, fp8c and fp8h: --fp8 --fp8-lm-head). CONFIG_FLAGS adds flags to one config's tokamak runs only, e.g.
 # CONFIG_FLAGS="qwen2.5-0.5b=--logits-chunk 2048;llama3.2-1b=--moments bf16".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,10 +28,11 @@ for c in ${CONFIGS//,/ }; do
   for e in "${entries[@]}"; do [ "${e%%=*}" = "$c" ] && read -ra cflags <<< "${e#*=}"; done
   [ "$c" = gpt2s-llama ] && { B=16; T=1024; }
   # bf16, then (unless NO_FP8 is set) the same with the linear layers' GEMMs in FP8.
-  # fp8c: FP8 with current scaling (--fp8-scaling current).
+  # fp8c: FP8 with current scaling (--fp8-scaling current); fp8h: the LM head's GEMMs in FP8 too (--fp8-lm-head).
   precs=${PRECS:-"bf16 fp8 fp8c"}; [ -n "${NO_FP8:-}" ] && precs=bf16
   for prec in $precs; do
     flags=(); [ "$prec" = fp8 ] && flags=(--fp8); [ "$prec" = fp8c ] && flags=(--fp8 --fp8-scaling current)
+    [ "$prec" = fp8h ] && flags=(--fp8 --fp8-lm-head)
     $BUILD/tokamak bench --model "$c" --batch $B --seq $T --steps "$STEPS" --json "${flags[@]}" "${cflags[@]}" ${TK_BENCH_FLAGS:-} \
       2> "$OUT/tokamak-$c-$prec.log" | tee -a "$OUT/tokamak.jsonl" \
       || { echo "{\"config\": \"$c\", \"engine\": \"tokamak $prec\", \"error\": \"tokamak bench failed\"}" >> "$OUT/tokamak.jsonl"; tail -5 "$OUT/tokamak-$c-$prec.log"; }

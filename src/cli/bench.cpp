@@ -28,6 +28,7 @@ struct BenchOptions {
   bool fp8 = false;
   std::string fp8_scaling = "delayed";
   int fp8_margin = 1;  // as train's default
+  bool fp8_lm_head = false;
   uint64_t seed = 1;
   bool json = false;
 };
@@ -55,7 +56,8 @@ int run_bench(const BenchOptions& o) {
   const size_t mem_before = tk::memory_in_use_bytes(be.gpu);
   if (o.logits_chunk_mib > 0) tk::set_logits_chunk_budget(*be.ops, size_t(o.logits_chunk_mib) << 20);
   if (o.gemm_tuning) tk::enable_gemm_tuning(*be.ops, tk::gemm_tuning_cache_path());
-  if (o.fp8) tk::enable_fp8(*be.ops, o.fp8_scaling, o.fp8_margin);
+  TK_CHECK(!o.fp8_lm_head || o.fp8, "--fp8-lm-head needs --fp8");
+  if (o.fp8) tk::enable_fp8(*be.ops, o.fp8_scaling, o.fp8_margin, o.fp8_lm_head);
   tk::ModelOptions mo{o.batch, o.seq, false};
   mo.fp8_kept_inputs = be.gpu && o.fp8 && o.fp8_scaling == "delayed";  // as train's
   tk::Model model(cfg, *be.ops, mo);
@@ -107,6 +109,7 @@ int run_bench(const BenchOptions& o) {
                         {"warm_s", std::round(warm_s * 10) / 10},
                         {"loss", std::round(loss * 1000) / 1000}};
   if (o.fp8 && o.fp8_scaling == "delayed" && recasts >= 0) row["fp8_recasts"] = recasts;
+  if (o.fp8 && o.fp8_lm_head) row["engine"] = row["engine"].get<std::string>() + " + LM head";
   if (o.logits_chunk_mib > 0) row["engine"] = row["engine"].get<std::string>() + fmt::format(", logits chunk {} MiB", o.logits_chunk_mib);
   if (o.json) {
     fmt::print("{}\n", row.dump());
@@ -139,6 +142,7 @@ tk::cli::Command bench_cmd("bench", "Time full training steps of a model shape o
                              app.add_flag("--gemm-tuning,!--no-gemm-tuning", o->gemm_tuning,
                                           "GEMM algorithms chosen by timing, kept in the cache (as train's; default on)");
                              app.add_flag("--fp8", o->fp8, "The linear layers' GEMMs in FP8 (as train's)");
+                             app.add_flag("--fp8-lm-head", o->fp8_lm_head, "The LM head's GEMMs in FP8 too (as train's)");
                              app.add_option("--fp8-margin", o->fp8_margin, "Delayed scaling's headroom (as train's)")
                                  ->check(CLI::Range(0, 8))
                                  ->capture_default_str();

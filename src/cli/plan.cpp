@@ -19,7 +19,7 @@ struct PlanFlags {
   int batch = 8, seq = 2048;
   int64_t batch_tokens = 0;
   double efficiency = 0.75, attention_fwd = 0.33, attention_bwd = 0.175, bandwidth_gbs = 3350, host_gbs = 45;
-  bool json = false, all = false, doc_mask = false, fp8 = false;
+  bool json = false, all = false, doc_mask = false, fp8 = false, fp8_lm_head = false;
   std::string fp8_scaling = "delayed";
   int logits_chunk_mib = 0;
 };
@@ -59,6 +59,8 @@ int run(const PlanFlags& f) {
   target.own_attention_sms = target.gpu ? tk::hopper_multiprocessors(f.gpu) : 0;
   target.fp8 = f.fp8;
   target.fp8_delayed = f.fp8_scaling == "delayed";
+  TK_CHECK(!f.fp8_lm_head || f.fp8, "--fp8-lm-head needs --fp8");
+  target.fp8_lm_head = f.fp8 && f.fp8_lm_head;
   if (f.logits_chunk_mib > 0) target.logits_chunk = double(f.logits_chunk_mib) * (1 << 20);
   target.moments = tk::parse_moments(f.moments);
   const double budget = f.budget.empty() ? 0 : tk::parse_bytes(f.budget);
@@ -122,6 +124,7 @@ tk::cli::Command plan_cmd("plan", "The memory a training run needs, and the fast
                                            "this machine's memory)");
                             app.add_flag("--doc-mask", f->doc_mask, "Plan for train --doc-mask (with its attention mask)");
                             app.add_flag("--fp8", f->fp8, "Plan for train --fp8 (with the FP8 copies of the operands)");
+                            app.add_flag("--fp8-lm-head", f->fp8_lm_head, "Plan for train --fp8 --fp8-lm-head");
                             app.add_option("--logits-chunk", f->logits_chunk_mib,
                                            "MiB of the LM head's logits chunk as train --logits-chunk (default 512, or "
                                            "chosen with --memory-budget)")

@@ -39,6 +39,10 @@ void add_recipe_options(CLI::App& app, TrainConfig& c) {
                  "a few percent slower)")
       ->check(CLI::IsMember({"current", "delayed"}))
       ->capture_default_str();
+  app.add_flag("--fp8-lm-head", c.fp8_lm_head,
+               "With --fp8, the LM head's three GEMMs in FP8 as well (e4m3 weight and input, e5m2 logit gradients "
+               "scaled by their bound; the logits stay bf16 and the softmax f32): faster where the vocabulary is "
+               "large against the model, at a small cost in the loss's precision (bench/NOTES.md measures it)");
   app.add_option("--fp8-margin", c.fp8_margin,
                  "Delayed scaling's headroom: scale by 2^M times the history's maximum, so that a tensor whose maximum "
                  "grows by less than 2^M past its history is not cast twice (its guard recasts a saturated cast); "

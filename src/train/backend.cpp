@@ -85,13 +85,14 @@ int64_t fp8_recasts(Ops& ops) {
   return -1;
 }
 
-void enable_fp8(Ops& ops, const std::string& scaling, int margin) {
+void enable_fp8(Ops& ops, const std::string& scaling, int margin, bool lm_head) {
   TK_CHECK(scaling == "current" || scaling == "delayed", "--fp8-scaling is '{}': it must be current or delayed",
            scaling);
   TK_CHECK(margin >= 0 && margin <= 8, "--fp8-margin is {}: it must be 0 to 8", margin);
 #ifdef TK_HAVE_CUDA
   if (auto* cuda = dynamic_cast<CudaOps*>(&ops)) {
     cuda->set_fp8(true, scaling == "delayed" ? CudaOps::Fp8Scaling::Delayed : CudaOps::Fp8Scaling::Current, margin);
+    cuda->set_fp8_lm_head(lm_head);
     return;
   }
 #endif

@@ -29,7 +29,8 @@ std::string gemm_tuning_cache_path();
 // The linear layers' GEMMs in FP8 (CudaOps::set_fp8) with "current" or "delayed" scaling: a tk::Error on
 // the CPU backend, a GPU without FP8 tensor cores, or another scaling name.
 // margin: delayed scaling's headroom, the scale's amax 2^margin times the history's (CudaOps::set_fp8).
-void enable_fp8(Ops& ops, const std::string& scaling = "current", int margin = 0);
+// lm_head: the LM head's GEMMs in FP8 as well (CudaOps::set_fp8_lm_head).
+void enable_fp8(Ops& ops, const std::string& scaling = "current", int margin = 0, bool lm_head = false);
 // The SM count when the backend runs its own attention backward on this device (CUDA, Hopper code built, a 9.0
 // device, not turned off by TOKAMAK_ATTENTION_BACKWARD=cudnn; for head_dim 64 and T % 128 == 0), else 0: what the
 // memory plan needs to know which attention workspace to count (PlanTarget::own_attention_sms).

@@ -33,7 +33,7 @@
 namespace tk {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, model, data, out, tokenizer, device, batch, seq,
-                                                batch_tokens, doc_mask, gemm_tuning, logits_chunk_mib, fp8, fp8_scaling, fp8_margin, recompute, offload, offload_chunk, moments, memory_budget, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
+                                                batch_tokens, doc_mask, gemm_tuning, logits_chunk_mib, fp8, fp8_scaling, fp8_margin, fp8_lm_head, recompute, offload, offload_chunk, moments, memory_budget, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
                                                 decay_fraction, beta1, beta2, adam_eps, weight_decay, grad_clip, seed,
                                                 eval_every, eval_tokens, save_every, keep_checkpoints, peak_tflops)
 
@@ -676,7 +676,8 @@ void TrainingRun::set_up() {
 void TrainingRun::build_parts() {
   backend_ = make_backend(cfg_.device);
   if (cfg_.gemm_tuning) enable_gemm_tuning(*backend_.ops, gemm_tuning_cache_path());
-  if (cfg_.fp8) enable_fp8(*backend_.ops, cfg_.fp8_scaling, cfg_.fp8_margin);
+  TK_CHECK(!cfg_.fp8_lm_head || cfg_.fp8, "--fp8-lm-head puts the LM head's GEMMs in FP8 with the linears': it needs --fp8");
+  if (cfg_.fp8) enable_fp8(*backend_.ops, cfg_.fp8_scaling, cfg_.fp8_margin, cfg_.fp8_lm_head);
   source_ = find_model_source(cfg_.model);
   meta_ = read_dataset_meta(cfg_.data);
   if (cfg_.vocab_size > 0) resize_vocab();
@@ -702,6 +703,7 @@ void TrainingRun::apply_memory_budget() {
   target.own_attention_sms = own_attention_backward_sms(backend_);
   target.fp8 = cfg_.fp8;
   target.fp8_delayed = cfg_.fp8 && cfg_.fp8_scaling == "delayed";
+  target.fp8_lm_head = cfg_.fp8 && cfg_.fp8_lm_head;
   if (cfg_.logits_chunk_mib > 0) target.logits_chunk = double(cfg_.logits_chunk_mib) * (1 << 20);
   target.choose_logits_chunk = cfg_.logits_chunk_mib == 0;
   target.peak_flops = describe_device(true, cfg_.peak_tflops * 1e12).peak_flops;

@@ -34,6 +34,7 @@ struct TrainConfig {
   bool fp8 = false;           // the linear layers' GEMMs in FP8 (CUDA, sm_89+; backend.h enable_fp8)
   std::string fp8_scaling = "delayed";  // delayed | current (CudaOps::set_fp8)
   int fp8_margin = 1;                   // delayed scaling's headroom: the scale from 2^margin x the history's amax
+  bool fp8_lm_head = false;             // with fp8, the LM head's GEMMs in FP8 too (CudaOps::set_fp8_lm_head)
   std::string memory_budget;   // e.g. "16GiB": micro-batch (at most `batch`), recompute, offload and the logits chunk chosen to fit (GPU)
   int logits_chunk_mib = 0;    // the LM head's logits chunk in MiB (CUDA); 0: 512, or the budget search's choice
   int vocab_size = 0;          // a fresh model's vocabulary instead of its preset's / config's (0: keep)

@@ -188,6 +188,30 @@ TEST(MemoryPlan, Fp8OperandsShareTheLogitsBuffer) {
   EXPECT_NEAR(one_row.total_bytes, one_row_plain.total_bytes, 1.0);
 }
 
+// --fp8-lm-head: the LM head's FP8 operands follow the logits chunk in the shared buffer (dlogits as is and
+// transposed, the weight as is and transposed, the chunk's x as is and transposed; one byte each), and the
+// prediction gains most where the vocabulary is large against the model (Qwen2.5-0.5B: V d is a fifth of its
+// parameters' GEMM work).
+TEST(MemoryPlan, Fp8LmHeadOperandsFollowTheLogitsChunk) {
+  PlanTarget gpu;
+  gpu.fp8 = true;
+  gpu.fp8_delayed = true;
+  gpu.logits_chunk = 2048.0 * (1 << 20);
+  const ModelConfig qwen = preset("qwen2.5-0.5b");
+  const MemoryPlan linears = plan_memory(qwen, 8, 2048, 1, Recompute(), gpu);
+  gpu.fp8_lm_head = true;
+  const MemoryPlan head = plan_memory(qwen, 8, 2048, 1, Recompute(), gpu);
+  const double V = 151936, d = 896, rows = std::floor(2048.0 * (1 << 20) / (V * 2) / 128) * 128;
+  const double chunk = rows * V * 2, operands = rows * V * 2 + 2 * V * d + 2 * rows * d;
+  const char* name = "LM head logits chunk / FP8 operands (shared)";
+  EXPECT_EQ(row(linears, name), chunk);
+  EXPECT_EQ(row(head, name), chunk + operands);
+  EXPECT_NEAR(head.total_bytes - linears.total_bytes, operands, 1.0);
+  const double gain = head.predicted_tokens_per_s / linears.predicted_tokens_per_s;
+  EXPECT_GT(gain, 1.03);
+  EXPECT_LT(gain, 1.15);
+}
+
 // The speed prediction with --fp8: the linears' GEMMs faster, their casts' traffic added. On the H200 the
 // bench measured 1B +20% (68.1k -> 81.6k tok/s) and 0.5B +4% (141.8k -> 147.6k): the prediction follows,
 // large for the wide model, small for the narrow one.

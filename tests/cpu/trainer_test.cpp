@@ -204,6 +204,19 @@ TEST_F(TrainerTest, Fp8OnTheCpuIsAClearError) {
   }
 }
 
+// --fp8-lm-head puts the LM head with the linears in FP8: alone it is a clear error, before any training.
+TEST_F(TrainerTest, Fp8LmHeadWithoutFp8IsAClearError) {
+  TrainConfig c = config("fp8-lm-head");
+  c.fp8_lm_head = true;
+  try {
+    train(c);
+    FAIL() << "--fp8-lm-head without --fp8 trained";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--fp8-lm-head"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("needs --fp8"), std::string::npos) << e.what();
+  }
+}
+
 // --fp8-scaling takes current or delayed; anything else is refused by name.
 TEST_F(TrainerTest, Fp8ScalingOtherThanCurrentOrDelayedIsAClearError) {
   TrainConfig c = config("fp8-scaling");

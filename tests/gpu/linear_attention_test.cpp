@@ -15,12 +15,14 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/cache.h"
 #include "core/log.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/cross_entropy.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernels.h"
 
@@ -985,6 +987,100 @@ TEST_P(CrossEntropyTest, LossAndGradientsWithIgnoredTargets) {
   poison(*losses);
   gpu_->lm_head_cross_entropy(losses->t, Tensor(), Tensor(), x->t, w->t, tg->t, grad_scale, ignore);
   EXPECT_EQ(first_losses, bytes(*losses)) << "forward-only losses differ from the training losses";
+}
+
+// The byte transpose the FP8 LM head's weight gradient takes, at sizes that fill no 64 x 64 tile: exact.
+TEST_F(Fp8Test, TransposeBytesIsExact) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{144, 400}, {16, 16}, {2560, 1008}}) {
+    SCOPED_TRACE(::testing::Message() << rows << " x " << cols << " seed=" << seed_);
+    std::vector<uint8_t> in_h(size_t(rows * cols));
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (auto& b : in_h) b = uint8_t(byte(rng_));
+    Owned in(*gpu_, DType::U8, {rows, cols}), out(*gpu_, DType::U8, {cols, rows});
+    gpu_->upload(in.t.data, in_h.data(), in_h.size());
+    poison(out);
+    cuda::transpose_bytes(out.t.as<uint8_t>(), in.t.as<uint8_t>(), rows, cols, gpu_->stream());
+    const auto got = bytes(out);
+    int64_t wrong = 0;
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t c = 0; c < cols; c++) wrong += got[size_t(c * rows + r)] != in_h[size_t(r * cols + c)];
+    EXPECT_EQ(wrong, 0);
+  }
+}
+
+// The LM head in FP8 (CudaOps::set_fp8_lm_head), in two chunks, the second short: the losses against the CPU's from
+// the e4m3-rounded x and w (only the bf16 logits and the accumulation differ, so bf16's loss bound); dx and dw
+// against that reference (the dlogits' e5m2 rounding added) and against the exact one, from which they must differ
+// by e4m3's rounding of w and x (the GEMMs took the FP8 operands); bitwise repeatable; forward-only gives the same
+// losses; a vocabulary that is not a multiple of 16 stays bf16.
+TEST_F(Fp8Test, LmHeadCrossEntropyInFp8) {
+  for (int64_t V : {int64_t(151936), int64_t(50257)}) {
+    const int64_t N = 400, d = 896;
+    const bool fp8 = V % 16 == 0;
+    SCOPED_TRACE(::testing::Message() << "N=" << N << " d=" << d << " V=" << V << " seed=" << seed_);
+    const int ignore = -100;
+    // Logits of sd 3: the softmax is peaked enough that its part of the dlogits shows next to the target's.
+    auto x_h = normal(size_t(N * d), 1.f), w_h = normal(size_t(V * d), 0.1f), dw0_h = normal(size_t(V * d), 1e-3f);
+    std::vector<int32_t> targets(static_cast<size_t>(N));
+    std::uniform_int_distribution<int32_t> token(0, int32_t(V - 1));
+    for (size_t i = 0; i < targets.size(); i++) targets[i] = i % 7 == 3 ? ignore : token(rng_);
+    const int64_t valid = std::count_if(targets.begin(), targets.end(), [&](int32_t v) { return v != ignore; });
+    const float grad_scale = 1.0f / float(valid);
+    // refs[0]: exact operands; refs[1]: x and w rounded to e4m3 with their own scales.
+    struct Ref {
+      std::vector<float> loss, dx, dw;
+    } refs[2];
+    for (int r = 0; r < 2; r++) {
+      const auto xv = r == 1 && fp8 ? host_fp8(x_h, cuda::Fp8Format::E4M3).values : x_h;
+      const auto wv = r == 1 && fp8 ? host_fp8(w_h, cuda::Fp8Format::E4M3).values : w_h;
+      auto cx = cpu({N, d}, &xv), cw = cpu({V, d}, &wv), cdx = cpu({N, d}), cdw = cpu({V, d}, &dw0_h);
+      auto closses = cpu({N});
+      auto ctg = ints(*cpu_, targets);
+      cpu_->lm_head_cross_entropy(closses->t, cdx->t, cdw->t, cx->t, cw->t, ctg->t, grad_scale, ignore);
+      refs[r] = {down(*closses), down(*cdx), minus(down(*cdw), dw0_h)};
+    }
+    if (fp8) ASSERT_GT(rel_error(refs[1].loss, refs[0].loss), 3 * kLossTol) << "the rounding does not show in the loss";
+    gpu_->set_fp8(true);
+    gpu_->set_fp8_lm_head(true);
+    gpu_->set_logits_chunk_budget(size_t(256) * size_t(V) * 2);  // chunks of 256 and 144 rows
+    auto x = gpu(DType::BF16, {N, d}, &x_h), w = gpu(DType::BF16, {V, d}, &w_h);
+    auto dx = gpu(DType::BF16, {N, d}), dw = gpu(DType::F32, {V, d}), losses = gpu(DType::F32, {N});
+    auto tg = ints(*gpu_, targets);
+    std::vector<uint8_t> first_losses, first_dx, first_dw;
+    for (int run = 0; run < 2; run++) {
+      poison(*dx);
+      poison(*losses);
+      gpu_->upload_f32(dw->t, dw0_h.data());
+      gpu_->lm_head_cross_entropy(losses->t, dx->t, dw->t, x->t, w->t, tg->t, grad_scale, ignore);
+      const auto loss = down(*losses), dxh = down(*dx), dwh = minus(down(*dw), dw0_h);
+      EXPECT_LT(rel_error(loss, refs[1].loss), kLossTol) << "losses against the rounded operands, run " << run;
+      for (size_t i = 0; i < targets.size(); i++)
+        if (targets[i] == ignore) ASSERT_EQ(loss[i], 0.0f) << "ignored token " << i << " has a loss";
+      if (fp8) {
+        EXPECT_GT(rel_error(loss, refs[0].loss), 2 * kLossTol) << "losses as exact as bf16's: the logits were not FP8";
+        for (auto [got, ref, exact, name] : {std::tuple{&dxh, &refs[1].dx, &refs[0].dx, "dx"},
+                                             {&dwh, &refs[1].dw, &refs[0].dw, "dw increment"}}) {
+          EXPECT_LT(rel_error(*got, *ref), 0.08) << name << " against the rounded x and w, run " << run;
+          EXPECT_LT(rel_error(*got, *exact), 0.12) << name << " against the exact operands, run " << run;
+          EXPECT_GT(rel_error(*got, *exact), 1e-2) << name << " as exact as bf16's: the GEMM's operands were not FP8";
+        }
+      } else {
+        EXPECT_LT(rel_error(dxh, refs[0].dx), kBf16Tol) << "dx (bf16 path), run " << run;
+        EXPECT_LT(rel_error(dwh, refs[0].dw), kBf16Tol) << "dw increment (bf16 path), run " << run;
+      }
+      if (run == 0) {
+        first_losses = bytes(*losses), first_dx = bytes(*dx), first_dw = bytes(*dw);
+      } else {
+        EXPECT_EQ(first_losses, bytes(*losses)) << "losses are not deterministic";
+        EXPECT_EQ(first_dx, bytes(*dx)) << "dx is not deterministic";
+        EXPECT_EQ(first_dw, bytes(*dw)) << "dw is not deterministic";
+      }
+    }
+    poison(*losses);
+    gpu_->lm_head_cross_entropy(losses->t, Tensor(), Tensor(), x->t, w->t, tg->t, grad_scale, ignore);
+    EXPECT_EQ(first_losses, bytes(*losses)) << "forward-only losses differ from the training losses";
+    gpu_->set_fp8_lm_head(false);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Vocabularies, CrossEntropyTest,

@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# Everything that needs the GPU machine, in one call: build tokamak for sm_90, then the steps asked
-# for (default all): tests (ctest -L gpu), hf (comparison with transformers), kernels (fused-kernel
-# bandwidth), attention (our attention backward against cuDNN's; ATTN_PROFILE=1: its stall sampling),
-# moments (bf16 and int8 AdamW moments against f32), fixtures (tokenizer fixtures from python
-# tokenizers/tiktoken), kprof (Nsight Compute on the kernels under the kernel bar), bench (tokamak vs
-# the PyTorch peer). Usage: tests/gpu/run.sh
-# [step,step...] [test-regex]. Logs under $OUT.
+# Everything that needs the GPU machine, in one call: build tokamak for sm_90, then the steps asked for
+# (default all): tests (ctest -L gpu), hf (comparison with transformers), kernels (fused-kernel bandwidth),
+# attention (our attention backward against cuDNN's; ATTN_PROFILE=1: its stall sampling), moments (bf16 and
+# int8 AdamW moments against f32), fp8head (the LM head in FP8: quality), fixtures (tokenizer fixtures from
+# python tokenizers/tiktoken), kprof (Nsight Compute on the kernels under the kernel bar), bench (tokamak vs
+# the PyTorch peer). Usage: tests/gpu/run.sh [step,step...] [test-regex]. Logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 # Every log goes to $LOGS; at the end they are packed into $OUT/logs.tgz with the few files worth
@@ -20,7 +19,7 @@ pack() {
   [ -f "$OUT/gpu-run/report.html" ] && cp "$OUT/gpu-run/report.html" "$RESULTS/report-gpu.html"
 }
 trap pack EXIT
-STEPS=${1:-tests,hf,kernels,attention,curve,moments,fp8,margin,report,profile,needless,plan,offload,budget,seven,docmask,chunks,gemms,tuning,ncu,kprof,fixtures,bench}
+STEPS=${1:-tests,hf,kernels,attention,curve,moments,fp8,fp8head,margin,report,profile,needless,plan,offload,budget,seven,docmask,chunks,gemms,tuning,ncu,kprof,fixtures,bench}
 REGEX=${2:-.}
 source tests/gpu/env.sh
 BUILD=build-gpu
@@ -69,7 +68,7 @@ if has curve && [ -f data/brown/meta.json ]; then
   $BUILD/tokamak "${CURVE[@]}" --doc-mask --device cuda --out "$OUT/curve-doc-cuda2" > "$OUT/curve-doc-cuda2.log" 2>&1
   wait
   python3 tests/gpu/curve.py "$OUT/curve-doc-cpu" "$OUT/curve-doc-cuda" "$OUT/curve-doc-cuda2" \
-    | tee "$OUT/curve-doc.txt" | tail -3
+    | tee "$OUT/curve-doc.txt" | tail -4
   echo "curve: $(( $(date +%s) - start ))s"; pack
 fi
 if has moments && [ -f data/brown/meta.json ]; then
@@ -273,6 +272,35 @@ same = bool(resumed) and all(whole.get(k) == v for k, v in resumed.items())
 print(f"fp8 (delayed) resumed at step 150: {len(resumed)} steps, losses bitwise those of the whole run: {same}")
 PY
   echo "fp8: $(( $(date +%s) - start ))s"; pack
+fi
+if has fp8head && [ -f data/brown/meta.json ]; then
+  # The LM head in FP8 (--fp8-lm-head): 300 steps of the 124M model on Brown, its vocabulary padded to 50304 (a
+  # multiple of 16, as the FP8 GEMMs need), against --fp8 alone and bf16 (mean loss of the last 50 steps; bf16 with
+  # a second seed for the natural spread), and two runs bitwise equal.
+  FH=(train --data data/brown --model gpt2-small-llama --vocab-size 50304 --batch 8 --seq 512 --steps 300 --lr 1e-3
+      --warmup 20 --eval-every 0 --eval-tokens 0 --save-every 0 --overwrite --device cuda)
+  for r in bf16:7 bf16:8 fp8:7 head:7 head2:7 head:8; do
+    p=${r%:*}; flags=()
+    case $p in fp8) flags=(--fp8) ;; head|head2) flags=(--fp8 --fp8-lm-head) ;; esac
+    $BUILD/tokamak "${FH[@]}" --seed ${r#*:} "${flags[@]}" --out "$OUT/fh-$p-${r#*:}" > "$OUT/fh-$p-${r#*:}.log" 2>&1 \
+      || tail -3 "$OUT/fh-$p-${r#*:}.log"
+  done
+  python3 - "$OUT" <<'PY' | tee "$OUT/fp8head.txt"
+import json, sys
+def losses(run):
+    return [r["loss"] for r in map(json.loads, open(f"{sys.argv[1]}/fh-{run}/log.jsonl"))
+            if "loss" in r and "val_loss" not in r and r.get("type", "train") == "train"]
+def tail(run):
+    l = losses(run)[-50:]
+    return sum(l) / len(l)
+ref = tail("bf16-7")
+for run, what in (("bf16-8", "bf16, seed 8"), ("fp8-7", "--fp8"), ("head-7", "--fp8 --fp8-lm-head"),
+                  ("head-8", "--fp8 --fp8-lm-head, seed 8")):
+    print(f"{what}: last 50 steps mean loss {tail(run):.4f} vs bf16 {ref:.4f} ({tail(run) - ref:+.4f})")
+print(f"--fp8 --fp8-lm-head against bf16, seed 8: {tail('head-8') - tail('bf16-8'):+.4f}")
+print("two --fp8-lm-head runs bitwise equal losses:", losses("head-7") == losses("head2-7"))
+PY
+  echo "fp8head: $(( $(date +%s) - start ))s"; pack
 fi
 if has margin; then
   # Delayed scaling's margin (--fp8-margin): step time and the guards' recasts over the bench's timed steps.

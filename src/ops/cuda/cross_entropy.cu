@@ -10,6 +10,8 @@
 // still bounded by the chunk (rows x V bf16), never the f32 [N, V] logits.
 #include "ops/cuda/cross_entropy.h"
 
+#include <cuda_fp8.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -180,12 +182,121 @@ __global__ void __launch_bounds__(kThreads)
   write_dlogits(row, V, sp, lse, in_range ? target : -1, ignored ? 0.0f : grad_scale);
 }
 
+// The FP8 LM head's dlogits scale: e5m2's largest value over their bound grad_scale (each |softmax - onehot| is at
+// most 1), so that (softmax - onehot) * kDlogitScale is what the cast writes, and grad_scale / kDlogitScale what
+// the GEMMs multiply back by.
+constexpr float kDlogitScale = 57344.f;
+
+// As cross_entropy_rows, but the dlogits go to dl8 [rows, V] in e5m2, scaled by kDlogitScale (0 for an ignored
+// target), and the logits are left as they are. V % 16 == 0 and 16-byte aligned rows: no head, no tail.
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_rows_fp8(const bf16* logits, uint8_t* dl8, float* dequant, float* losses, const int32_t* targets,
+                           int64_t V, float grad_scale, int ignore_index) {
+  const bf16* row = logits + int64_t(blockIdx.x) * V;
+  const RowSplit sp{0, V / kVec, V};
+  MaxSum total = block_reduce(row_max_sum(row, V, sp));
+  const float lse = total.m + logf(total.s);
+  const int64_t target = targets[blockIdx.x];
+  const bool ignored = target == ignore_index, in_range = target >= 0 && target < V;
+  if (threadIdx.x == 0) losses[blockIdx.x] = ignored ? 0.0f : in_range ? lse - __bfloat162float(row[target]) : NAN;
+  if (blockIdx.x == 0 && threadIdx.x == 0) *dequant = grad_scale / kDlogitScale;
+  const float scale = ignored ? 0.0f : kDlogitScale;
+  const int64_t t = in_range ? target : -1;
+  const uint4* body = reinterpret_cast<const uint4*>(row);
+  uint2* out = reinterpret_cast<uint2*>(dl8 + int64_t(blockIdx.x) * V);
+  for (int64_t base = threadIdx.x; base < sp.n_vec; base += int64_t(kThreads) * kInFlight) {
+    uint4 raw[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; u++) {
+      const int64_t i = base + int64_t(u) * kThreads;
+      if (i < sp.n_vec) raw[u] = __ldg(body + i);
+    }
+#pragma unroll
+    for (int u = 0; u < kInFlight; u++) {
+      const int64_t i = base + int64_t(u) * kThreads;
+      if (i < sp.n_vec) {
+        float v[kVec];
+        unpack(raw[u], v);
+        union {
+          __nv_fp8x2_storage_t pair[kVec / 2];
+          uint2 word;
+        } o;
+#pragma unroll
+        for (int j = 0; j < kVec / 2; j++) {
+          const float a = dlogit(v[2 * j], i * kVec + 2 * j, lse, t, scale);
+          const float b = dlogit(v[2 * j + 1], i * kVec + 2 * j + 1, lse, t, scale);
+          o.pair[j] = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E5M2);
+        }
+        out[i] = o.word;
+      }
+    }
+  }
+}
+
+// in [rows, cols] -> out [cols, rows], bytes, through a 64 x 64 tile in shared memory; rows and cols multiples of
+// 16 (a 16-byte piece is wholly in or out). 256 threads: each moves 16 bytes in and 16 out.
+constexpr int kTT = 64, kTPitch = kTT + 4;
+__global__ void __launch_bounds__(256) transpose_bytes_kernel(uint8_t* out, const uint8_t* in, int64_t rows,
+                                                              int64_t cols) {
+  __shared__ __align__(16) uint8_t tile[kTT][kTPitch];
+  const int64_t r0 = int64_t(blockIdx.y) * kTT, c0 = int64_t(blockIdx.x) * kTT;
+  {
+    const int tr = threadIdx.x / 4, tc = (threadIdx.x % 4) * 16;
+    if (r0 + tr < rows && c0 + tc < cols) {
+      const uint4 v = *reinterpret_cast<const uint4*>(in + (r0 + tr) * cols + c0 + tc);
+      uint32_t* dst = reinterpret_cast<uint32_t*>(&tile[tr][tc]);
+      dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
+    }
+  }
+  __syncthreads();
+  const int oc = threadIdx.x / 4, seg = (threadIdx.x % 4) * 16;  // out row c0 + oc, its bytes r0 + seg ..
+  if (c0 + oc < cols && r0 + seg < rows) {
+    union {
+      uint8_t b[16];
+      uint4 word;
+    } o;
+#pragma unroll
+    for (int j = 0; j < 16; j++) o.b[j] = tile[seg + j][oc];
+    *reinterpret_cast<uint4*>(out + (c0 + oc) * rows + r0 + seg) = o.word;
+  }
+}
+
 }  // namespace
+
+void cross_entropy_chunk_fp8(const bf16* logits, uint8_t* dl8, float* dequant, float* losses, const int32_t* targets,
+                             int64_t rows, int64_t V, float grad_scale, int ignore_index, cudaStream_t stream) {
+  TK_CUDA_REQUIRE(V % 16 == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(dl8) % 8 == 0,
+                  "cross_entropy_chunk_fp8: V (%lld) must be a multiple of 16 and the buffers aligned", (long long)V);
+  if (rows <= 0) return;
+  cross_entropy_rows_fp8<<<unsigned(rows), kThreads, 0, stream>>>(logits, dl8, dequant, losses, targets, V,
+                                                                   grad_scale, ignore_index);
+  TK_CUDA_CHECK_LAUNCH();
+}
+
+void transpose_bytes(uint8_t* out, const uint8_t* in, int64_t rows, int64_t cols, cudaStream_t stream) {
+  TK_CUDA_REQUIRE(rows % 16 == 0 && cols % 16 == 0 && reinterpret_cast<uintptr_t>(in) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(out) % 16 == 0,
+                  "transpose_bytes: %lld x %lld must be multiples of 16 and the buffers 16-byte aligned",
+                  (long long)rows, (long long)cols);
+  if (rows <= 0 || cols <= 0) return;
+  const dim3 grid(unsigned((cols + kTT - 1) / kTT), unsigned((rows + kTT - 1) / kTT));
+  transpose_bytes_kernel<<<grid, 256, 0, stream>>>(out, in, rows, cols);
+  TK_CUDA_CHECK_LAUNCH();
+}
 
 int64_t lm_head_chunk_rows(int64_t N, int64_t V, size_t budget_bytes) {
   int64_t fit = int64_t(budget_bytes / (size_t(V) * sizeof(bf16)));
   int64_t rows = std::max<int64_t>(128, fit / 128 * 128);
   return std::min(rows, N);
+}
+
+void cross_entropy_chunk(bf16* logits, float* losses, const int32_t* targets, int64_t rows, int64_t V,
+                         float grad_scale, int ignore_index, bool write_grad, cudaStream_t stream) {
+  if (rows <= 0) return;
+  cross_entropy_rows<<<unsigned(rows), kThreads, 0, stream>>>(logits, losses, targets, V, grad_scale, ignore_index,
+                                                               write_grad);
+  TK_CUDA_CHECK_LAUNCH();
 }
 
 void lm_head_cross_entropy(Matmul& matmul, bf16* logits, int64_t chunk_rows, float* losses, bf16* dx, float* dw,
@@ -199,9 +310,7 @@ void lm_head_cross_entropy(Matmul& matmul, bf16* logits, int64_t chunk_rows, flo
     int64_t rows = std::min(chunk_rows, N - r0);
     const bf16* x_chunk = x + r0 * d;
     matmul.linear_forward(logits, x_chunk, w, nullptr, rows, d, V);
-    cross_entropy_rows<<<unsigned(rows), kThreads, 0, stream>>>(logits, losses + r0, targets + r0, V, grad_scale,
-                                                                 ignore_index, want_grad);
-    TK_CUDA_CHECK_LAUNCH();
+    cross_entropy_chunk(logits, losses + r0, targets + r0, rows, V, grad_scale, ignore_index, want_grad, stream);
     if (dx) matmul.linear_backward_input(dx + r0 * d, logits, w, rows, d, V);
     if (dw) matmul.linear_backward_weight(dw, logits, x_chunk, rows, d, V);
   }

@@ -92,7 +92,8 @@ struct CudaOps::Impl {
   // kFp8SlotFloats floats on the device: [0] the amax its casts scale by, [1] the amax they saw this step
   // (delayed scaling), [4] the dequant scale (cuBLASLt takes only 16-byte aligned scale pointers: a 4-byte
   // aligned one makes the GEMM "not supported"), and a history of kFp8HistoryLen amax values.
-  bool fp8 = false, fp8_fusion = true;
+  bool fp8 = false, fp8_fusion = true, fp8_lm_head = false;
+  float* fp8_dlogits_slot = nullptr;  // the LM head's dlogits: [4] their dequant scale (16-byte aligned)
   float fp8_margin = 1.f;  // 2^margin (set_fp8)
   unsigned long long* fp8_recasts = nullptr;  // on the device, after the slots: the recasts of committed steps
   int64_t fp8_fused_casts = 0;
@@ -492,12 +493,14 @@ void CudaOps::set_fp8(bool on, Fp8Scaling scaling, int margin) {
              "--fp8 needs FP8 tensor cores (compute capability 8.9 or newer); {} is {}.{}", prop.name, prop.major,
              prop.minor);
     if (!m.fp8_slots) {
-      const size_t slots = size_t(Impl::kFp8MaxSlots) * cuda::kFp8SlotFloats * sizeof(float) + 16;  // + recasts
+      // + the recasts' count (16 bytes), then the LM head dlogits' slot (16-byte aligned)
+      const size_t slots = size_t(Impl::kFp8MaxSlots + 1) * cuda::kFp8SlotFloats * sizeof(float) + 16;
       const size_t history = size_t(Impl::kFp8MaxSlots) * kFp8HistoryLen * sizeof(float);
       m.fp8_slots = static_cast<float*>(allocate(slots, "FP8 scales"));
       m.fp8_history = static_cast<float*>(allocate(history, "FP8 amax history"));
       m.fp8_recasts = reinterpret_cast<unsigned long long*>(m.fp8_slots + size_t(Impl::kFp8MaxSlots) *
                                                                                cuda::kFp8SlotFloats);
+      m.fp8_dlogits_slot = m.fp8_slots + size_t(Impl::kFp8MaxSlots) * cuda::kFp8SlotFloats + 4;
       TK_CUDA_CHECK(cudaMemsetAsync(m.fp8_slots, 0, slots, m.stream));
       TK_CUDA_CHECK(cudaMemsetAsync(m.fp8_history, 0, history, m.stream));
       m.fp8_primed.assign(Impl::kFp8MaxSlots, 0);
@@ -588,6 +591,8 @@ void CudaOps::set_fp8_scaling_state(const Fp8ScalingState& st) {
 
 bool CudaOps::fp8() const { return impl_->fp8; }
 void CudaOps::set_fp8_fusion(bool on) { impl_->fp8_fusion = on; }
+void CudaOps::set_fp8_lm_head(bool on) { impl_->fp8_lm_head = on; }
+bool CudaOps::fp8_lm_head() const { return impl_->fp8_lm_head; }
 bool CudaOps::fuses_swiglu_linear() const {
   return impl_->fp8 && impl_->fp8_fusion && impl_->fp8_scaling == Fp8Scaling::Delayed;
 }
@@ -955,6 +960,39 @@ void CudaOps::lm_head_cross_entropy(const Tensor& losses, const Tensor& dx, cons
   expect_optional(dx, DType::BF16, {N, d}, op, "dx");
   expect_optional(dw, DType::F32, {V, d}, op, "dw");
   int64_t rows = cuda::lm_head_chunk_rows(N, V, impl_->logits_budget);
+  Impl& m = *impl_;
+  if (m.fp8 && m.fp8_lm_head && fp8_shape(N, d, V, {&x, &w})) {
+    // FP8 (set_fp8_lm_head): per chunk of token rows, x's rows cast (as is for the logits, transposed for dw), the
+    // logits' GEMM, the softmax rows writing the dlogits in e5m2 with the scale of their bound (for dx), their
+    // transpose (for dw), then the two gradient GEMMs. The weight is cast once a call (as is for the logits,
+    // transposed for dx). Every operand lives in `transient`, after the logits chunk.
+    const bool want_dx = !dx.empty(), want_dw = !dw.empty(), grads = want_dx || want_dw;
+    const auto [logit_bytes, dl8, dlt8, w8, wt8, x8, xt8] = m.fp8_space<7>(
+        {2 * rows * V, grads ? rows * V : 0, want_dw ? rows * V : 0, V * d, want_dx ? d * V : 0, rows * d,
+         want_dw ? d * rows : 0});
+    auto* logits = reinterpret_cast<bf16*>(logit_bytes);
+    float* sw = m.fp8_slot(w.data, 1, ptr<bf16>(w), V * d);
+    m.fp8_cast(w8, wt8, sw, ptr<bf16>(w), V, d, cuda::Fp8Format::E4M3);
+    float* sx = m.fp8_slot(w.data, 0, ptr<bf16>(x), N * d);
+    float* sdl = m.fp8_dlogits_slot;
+    for (int64_t r0 = 0; r0 < N; r0 += rows) {
+      const int64_t n = std::min(rows, N - r0);
+      m.fp8_cast(x8, xt8, sx, ptr<bf16>(x) + r0 * d, n, d, cuda::Fp8Format::E4M3);
+      m.fp8_flush_guards();
+      m.matmul->linear_forward_fp8(logits, x8, sx + 4, w8, sw + 4, nullptr, n, d, V);
+      if (!grads) {
+        cuda::cross_entropy_chunk(logits, ptr<float>(losses) + r0, ptr<int32_t>(targets) + r0, n, V, grad_scale,
+                                  ignore_index, false, m.stream);
+        continue;
+      }
+      cuda::cross_entropy_chunk_fp8(logits, dl8, sdl + 4, ptr<float>(losses) + r0, ptr<int32_t>(targets) + r0, n, V,
+                                    grad_scale, ignore_index, m.stream);
+      if (want_dw) cuda::transpose_bytes(dlt8, dl8, n, V, m.stream);
+      if (want_dx) m.matmul->linear_backward_input_fp8(ptr<bf16>(dx) + r0 * d, dl8, sdl + 4, wt8, sw + 4, n, d, V);
+      if (want_dw) m.matmul->linear_backward_weight_fp8(ptr<float>(dw), dlt8, sdl + 4, xt8, sx + 4, n, d, V);
+    }
+    return;
+  }
   auto* logits = static_cast<bf16*>(
       impl_->transient.ensure(impl_->alloc, size_t(rows * V) * sizeof(bf16), Impl::kTransientLabel));
   cuda::lm_head_cross_entropy(*impl_->matmul, logits, rows, ptr<float>(losses), ptr<bf16>(dx), ptr<float>(dw),

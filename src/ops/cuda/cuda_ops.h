@@ -85,6 +85,12 @@ class CudaOps final : public Ops {
   // linear's weight gradient takes in their output's memory (on by default; off runs the ops apart, to the same
   // bytes: the tests compare the two).
   void set_fp8_fusion(bool on);
+  // With FP8 on, the LM head's three GEMMs in FP8 as well (lm_head_cross_entropy; off by default): x and the head's
+  // weight in e4m3 with their slots' scales, the dlogits in e5m2 scaled by their bound grad_scale (every |dlogit| is
+  // at most that), the logits still bf16 and the softmax f32. Shapes whose N, d or V is not a multiple of 16 stay
+  // bf16.
+  void set_fp8_lm_head(bool on);
+  bool fp8_lm_head() const;
   int64_t fp8_fused_casts() const;  // swiglu_linear_* and rmsnorm_linear_forward calls that took the fused cast
   void end_step() override;
   Fp8ScalingState fp8_scaling_state() const override;
