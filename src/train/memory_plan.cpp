@@ -104,7 +104,7 @@ double seconds_per_token(const ModelConfig& c, int B, int T, int accumulation, c
     const double norm_x = (r.norm || r.block || r.qkv) ? 6 * 2 * d : 2 * 2 * d;
     cast_bytes = t.fp8_delayed ? L * (norm_x + 6 * q + down_x + 4 * (qkv + 2 * d) + 6 * W / N)
                                : L * (10 * (2 * d + q + f) + 6 * (qkv + 2 * d + 2 * f) + 10 * W / N);
-    if (t.fp8_lm_head) {
+    if (t.fp8_lm_head && fp8_lm_head_applies(c, int64_t(N))) {
       // --fp8-lm-head: the LM head's three GEMMs (6 V d a token) at the FP8 rate too; per token and vocabulary
       // entry the softmax rows write the e5m2 dlogits (1 byte where bf16's took 2) and their transpose moves 2:
       // +1; per token x's cast (2 read, 2 written a feature); per micro-step the weight's (2 read, 2 written an
@@ -194,7 +194,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, c
         for (auto [in, out] : {std::pair{d, qkv}, {d, 2 * f}, {f, d}}) fp8 = std::max(fp8, double(N) * 3 * in + in * out);
       // With --fp8-lm-head the chunk's FP8 operands come after it: the dlogits as is and transposed, the weight
       // as is and transposed, the chunk's x as is and transposed (CudaOps::lm_head_cross_entropy).
-      if (target.fp8_lm_head) {
+      if (target.fp8_lm_head && fp8_lm_head_applies(cfg, N)) {
         const double rows = double(logits_chunk_rows(N, cfg.vocab_size, target.logits_chunk)), V = cfg.vocab_size;
         p.rows.back().bytes = rows * V * 4 + 2 * V * d + 2 * rows * d;
       }

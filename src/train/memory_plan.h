@@ -28,6 +28,11 @@ constexpr double kFp8CastBytesPerGemmByte = 1.2;
 // bench shapes, --fp8 -> --fp8 --fp8-lm-head saved 8.1 ms of a 95.4 ms 0.5B step and 15.2 ms of 180.8 at 1B, the
 // casts included (bench/NOTES.md, the LM head in FP8).
 constexpr double kFp8LmHeadGemmSpeedup = 2.0;
+// Whether --fp8-lm-head puts the LM head of a model in FP8 for micro-batches of `tokens`: cuBLASLt's FP8 GEMMs need
+// the vocabulary, d_model and the tokens multiples of 16 (CudaOps keeps the head in bf16 otherwise).
+inline bool fp8_lm_head_applies(const ModelConfig& c, int64_t tokens) {
+  return c.vocab_size % 16 == 0 && c.d_model % 16 == 0 && tokens % 16 == 0;
+}
 // --fp8-scaling delayed drops the amax passes: per linear the casts move 6 E_x + 4 E_y + 6 W bytes instead of
 // 10 E_x + 6 E_y + 10 W (E_x, E_y: input and output elements, W: weights), ~0.6 of current scaling's.
 constexpr double kFp8DelayedCastShare = 0.6;

@@ -3,6 +3,7 @@
 // resolved into op spans after each step (so the timing never synchronises inside one), then the
 // summaries, profile.json, the Chrome trace and the terminal table.
 #include "train/profile.h"
+#include "train/memory_plan.h"
 
 #include <algorithm>
 #include <chrono>
@@ -312,6 +313,14 @@ ProfileReport run_profile(const ProfileOptions& o) {
   in.fp8_tensor_cores = has_fp8_tensor_cores(gpu);
   in.fp8 = c.fp8;
   in.fp8_delayed = c.fp8 && c.fp8_scaling == "delayed";
+  in.fp8_lm_head = c.fp8 && c.fp8_lm_head;
+  {
+    const ModelConfig& mc = steps.model().config();
+    const double tokens = double(c.batch) * c.seq, V = mc.vocab_size, d = mc.d_model;
+    in.lm_head_fp8_shape = fp8_lm_head_applies(mc, int64_t(tokens));
+    // Per micro-batch (memory_plan.cpp's count): V + 4 d bytes a token, 4 V d for the weight's cast.
+    in.lm_head_cast_bytes = rep.accumulation_steps * (tokens * (V + 4 * d) + 4 * V * d);
+  }
   in.micro_batch = c.batch;
   in.seq = c.seq;
   in.accumulation_steps = rep.accumulation_steps;

@@ -219,6 +219,28 @@ std::optional<Advice> fp8_delayed(const AdviceInputs& in) {
   return Advice{"FP8 delayed scaling (--fp8-scaling delayed): no pass for each operand's maximum", saved_pct, detail};
 }
 
+// --fp8-lm-head, once the linears are in FP8: the LM head's three GEMMs (their FLOPs at the GEMM ceiling, within the
+// loss op's time) at kFp8LmHeadGemmSpeedup times the rate, less its casts' bytes at the copy rate. Large where the
+// vocabulary is large against the model (a fifth of Qwen2.5-0.5B's GEMM work).
+std::optional<Advice> fp8_lm_head(const AdviceInputs& in) {
+  if (!in.gpu || !in.fp8 || in.fp8_lm_head || !in.lm_head_fp8_shape || in.ceilings.matmul_flops <= 0)
+    return std::nullopt;
+  const Sum head = sum_ops(in.ops, [](const OpRow& r) { return r.name == "lm_head_cross_entropy"; });
+  const double gemm_ms = std::min(head.ms, 1e3 * head.flops / in.ceilings.matmul_flops);
+  const double cast_ms =
+      in.ceilings.copy_bytes_per_s > 0 ? 1e3 * in.lm_head_cast_bytes / in.ceilings.copy_bytes_per_s : 0;
+  const double saved_ms = gemm_ms * (1 - 1 / kFp8LmHeadGemmSpeedup) - cast_ms;
+  const double saved_pct = pct(saved_ms, in.totals.step_ms);
+  if (saved_pct < kMinPayoffPct) return std::nullopt;
+  std::string detail = fmt::format(
+      "The LM head takes {:.1f}% of the step, ~{:.1f} ms of it in its GEMMs, which --fp8 leaves in bf16. "
+      "--fp8-lm-head runs them in FP8 as well (~{:.1f}x faster, less ~{:.1f} ms a step of casts): about {:.1f}% of "
+      "the step saved. The logits are then made from e4m3 operands and their gradients rounded to e5m2: compare a "
+      "few hundred steps' loss with the --fp8 run before relying on it (bench/NOTES.md has the 300-step comparison).",
+      pct(head.ms, in.totals.step_ms), gemm_ms, kFp8LmHeadGemmSpeedup, cast_ms, saved_pct);
+  return Advice{"The LM head in FP8 (--fp8-lm-head)", saved_pct, detail};
+}
+
 }  // namespace
 
 int64_t matmul_fill_rows(bool gpu) { return gpu ? 8192 : 1024; }
@@ -226,7 +248,7 @@ int64_t matmul_fill_rows(bool gpu) { return gpu ? 8192 : 1024; }
 std::vector<Advice> rank_advice(const AdviceInputs& in) {
   std::vector<Advice> out;
   for (auto rule : {data_wait, small_micro_batch, memory_bound, host_gaps, optimizer_share, recompute, fp8,
-                    fp8_delayed})
+                    fp8_delayed, fp8_lm_head})
     if (std::optional<Advice> a = rule(in)) out.push_back(std::move(*a));
   std::stable_sort(out.begin(), out.end(), [](const Advice& a, const Advice& b) {
     if (a.actionable != b.actionable) return a.actionable;

@@ -17,6 +17,9 @@ struct AdviceInputs {
   bool fp8_tensor_cores = false;  // the GPU has them (compute capability 8.9 and later)
   bool fp8 = false;               // the run's linears already use them (--fp8)
   bool fp8_delayed = false;       // ... with --fp8-scaling delayed
+  bool fp8_lm_head = false;       // ... and the LM head's GEMMs too (--fp8-lm-head)
+  bool lm_head_fp8_shape = false; // the model's LM head could take them (memory_plan.h fp8_lm_head_applies)
+  double lm_head_cast_bytes = 0;  // what --fp8-lm-head's casts would move a step, beyond the bf16 head's
   int micro_batch = 1, seq = 1, accumulation_steps = 1;
   std::string data_dir, mount_type;
   double free_memory_bytes = 0;   // device memory free (GPU) or memory available (CPU) during the profile

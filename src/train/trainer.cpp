@@ -682,6 +682,15 @@ void TrainingRun::build_parts() {
   meta_ = read_dataset_meta(cfg_.data);
   if (cfg_.vocab_size > 0) resize_vocab();
   if (!cfg_.memory_budget.empty()) apply_memory_budget();  // before the loader: it sets the micro-batch
+  if (cfg_.fp8_lm_head && !fp8_lm_head_applies(source_.config, int64_t(cfg_.batch) * cfg_.seq)) {
+    const ModelConfig& c = source_.config;
+    log::warn("--fp8-lm-head: the LM head stays bf16: its FP8 GEMMs need the vocabulary ({}), d_model ({}) and the "
+              "tokens of a micro-batch ({}) multiples of 16{}",
+              c.vocab_size, c.d_model, int64_t(cfg_.batch) * cfg_.seq,
+              c.vocab_size % 16 != 0 && source_.weights_path.empty() && source_.checkpoint_dir.empty()
+                  ? fmt::format(" (--vocab-size {} pads the vocabulary)", (c.vocab_size + 63) / 64 * 64)
+                  : "");
+  }
   // The backend's settings above, then the wrap: they need the backend itself.
   if (cfg_.logits_chunk_mib > 0) set_logits_chunk_budget(*backend_.ops, size_t(cfg_.logits_chunk_mib) << 20);
   if (hooks_.wrap_ops) backend_.ops = hooks_.wrap_ops(std::move(backend_.ops));

@@ -557,5 +557,39 @@ TEST(ProfileAdvice, Fp8WhereTheGpuHasItAndTheRunDoesNotUseIt) {
   ASSERT_EQ(a.size(), 1u);
 }
 
+// --fp8-lm-head once the linears run in FP8: the LM head's GEMM time (its FLOPs at the ceiling, at most the op's
+// time) halved, less its casts at the copy rate; not before --fp8, not once used, not where the shape cannot take it.
+TEST(ProfileAdvice, Fp8LmHeadOnceTheLinearsAreFp8) {
+  AdviceInputs in = one_gemm(100, 10, 9e9);  // 90% of the ceiling: no micro-batch advice
+  OpRow head;
+  head.name = "lm_head_cross_entropy";
+  head.category = OpCategory::Loss;
+  head.ms = 20;
+  head.flops = 1.6e10;  // 16 ms of GEMMs at 1e12 FLOP/s; the rest is the softmax rows
+  head.bytes = 1e8;
+  head.compute_bound = true;  // 160 FLOP a byte
+  in.ops.push_back(head);
+  in.gpu = true;
+  in.fp8_tensor_cores = true;
+  in.fp8 = true;
+  in.fp8_delayed = true;
+  in.lm_head_fp8_shape = true;
+  in.lm_head_cast_bytes = 1e8;  // 1 ms at 1e11 B/s
+  std::vector<Advice> a = rank_advice(in);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].title, "The LM head in FP8 (--fp8-lm-head)");
+  EXPECT_NEAR(a[0].payoff_pct, 16 * (1 - 1 / 2.0) - 1, 1e-9);  // 7%
+  EXPECT_NE(a[0].detail.find("e5m2"), std::string::npos) << a[0].detail;
+
+  in.fp8_lm_head = true;
+  EXPECT_TRUE(rank_advice(in).empty());
+  in.fp8_lm_head = false;
+  in.lm_head_fp8_shape = false;  // a vocabulary of 50257
+  EXPECT_TRUE(rank_advice(in).empty());
+  in.lm_head_fp8_shape = true;
+  in.fp8 = in.fp8_delayed = false;  // --fp8 first: its own advice, not this one
+  for (const Advice& x : rank_advice(in)) EXPECT_EQ(x.title.find("LM head"), std::string::npos) << x.title;
+}
+
 }  // namespace
 }  // namespace tk
