@@ -31,7 +31,8 @@ void add_recipe_options(CLI::App& app, TrainConfig& c) {
                "--no-gemm-tuning takes cuBLASLt's first choice)");
   app.add_flag("--fp8", c.fp8,
                "The linear layers' GEMMs in FP8 (e4m3 weights and activations, e5m2 gradients, per-tensor scales; "
-               "CUDA on compute capability 8.9+). The LM head, attention and everything else stay bf16");
+               "CUDA on compute capability 8.9+). The LM head (unless --fp8-lm-head), attention and everything else "
+               "stay bf16");
   app.add_option("--fp8-scaling", c.fp8_scaling,
                  "Where --fp8 takes each tensor's scale from: delayed (the largest maximum of the same tensor over "
                  "the last 16 steps, recorded by the casts themselves; a cast past its scale is done again with the "

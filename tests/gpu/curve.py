@@ -24,7 +24,7 @@ for s in steps:
     if s in (1, 2, 5, 10) or s % 25 == 0 or s == steps[-1]:
         print(f"{s:>6} {cpu[s]:>10.4f} {gpu[s]:>10.4f} {gpu[s] - cpu[s]:>+8.4f}")
 # Two windows. The first 25 steps, before the two runs' small rounding differences have grown through the
-# optimizer: there the curves must agree closely (mean |diff| 0.002-0.005 measured over four runs and three seeds),
+# optimizer: there the curves must agree closely (mean |diff| 0.002-0.0054 measured over five runs and three seeds),
 # and a wrong gradient shows at once. The last 50 steps: by then the runs have drifted apart as any two runs
 # differing in rounding do, so the bound is the spread that drift gives (seeds 7, 8 and 9 measured +0.125, -0.001
 # and -0.049 on the H200; bench/NOTES.md, the curve over seeds); a run that learns wrongly falls far outside it.
