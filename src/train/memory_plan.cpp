@@ -105,13 +105,9 @@ double seconds_per_token(const ModelConfig& c, int B, int T, int accumulation, c
     cast_bytes = t.fp8_delayed ? L * (norm_x + 6 * q + down_x + 4 * (qkv + 2 * d) + 6 * W / N)
                                : L * (10 * (2 * d + q + f) + 6 * (qkv + 2 * d + 2 * f) + 10 * W / N);
     if (t.fp8_lm_head && fp8_lm_head_applies(c, int64_t(N))) {
-      // --fp8-lm-head: the LM head's three GEMMs (6 V d a token) at the FP8 rate too; per token and vocabulary
-      // entry the softmax rows write the e5m2 dlogits (1 byte where bf16's took 2) and their transpose moves 2:
-      // +1; per token x's cast (2 read, 2 written a feature); per micro-step the weight's (2 read, 2 written an
-      // element, and with current scaling 2 more for its amax pass).
-      const double V = c.vocab_size;
-      matmul_s -= 6 * V * d * (1 - 1 / kFp8LmHeadGemmSpeedup) / (t.peak_flops * eff);
-      cast_bytes += V + 4 * d + (t.fp8_delayed ? 4 : 6) * V * d / N;
+      // --fp8-lm-head: the LM head's three GEMMs (6 V d a token) at its FP8 rate too, and its casts.
+      matmul_s -= 6 * double(c.vocab_size) * d * (1 - 1 / kFp8LmHeadGemmSpeedup) / (t.peak_flops * eff);
+      cast_bytes += fp8_lm_head_cast_bytes(c, N, t.fp8_delayed) / N;
     }
   }
   return matmul_s + (L * layer_bytes + loss_bytes + cast_bytes) / t.bandwidth +

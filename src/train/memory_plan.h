@@ -33,6 +33,14 @@ constexpr double kFp8LmHeadGemmSpeedup = 2.0;
 inline bool fp8_lm_head_applies(const ModelConfig& c, int64_t tokens) {
   return c.vocab_size % 16 == 0 && c.d_model % 16 == 0 && tokens % 16 == 0;
 }
+// The bytes --fp8-lm-head's casts move beyond the bf16 head's in one micro-batch of `tokens`: per token and
+// vocabulary entry the softmax rows write the e5m2 dlogits (1 byte where bf16's took 2) and their transpose moves 2
+// (+1); per token x's cast (2 read, 2 written a feature); the weight's (2 read, 2 written an element, and with
+// current scaling 2 more for its amax pass).
+inline double fp8_lm_head_cast_bytes(const ModelConfig& c, double tokens, bool delayed) {
+  const double V = c.vocab_size, d = c.d_model;
+  return tokens * (V + 4 * d) + (delayed ? 4 : 6) * V * d;
+}
 // --fp8-scaling delayed drops the amax passes: per linear the casts move 6 E_x + 4 E_y + 6 W bytes instead of
 // 10 E_x + 6 E_y + 10 W (E_x, E_y: input and output elements, W: weights), ~0.6 of current scaling's.
 constexpr double kFp8DelayedCastShare = 0.6;

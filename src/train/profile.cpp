@@ -3,7 +3,6 @@
 // resolved into op spans after each step (so the timing never synchronises inside one), then the
 // summaries, profile.json, the Chrome trace and the terminal table.
 #include "train/profile.h"
-#include "train/memory_plan.h"
 
 #include <algorithm>
 #include <chrono>
@@ -19,6 +18,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "train/backend.h"
+#include "train/memory_plan.h"
 #include "train/metrics.h"
 #include "train/profile_advice.h"
 
@@ -314,13 +314,9 @@ ProfileReport run_profile(const ProfileOptions& o) {
   in.fp8 = c.fp8;
   in.fp8_delayed = c.fp8 && c.fp8_scaling == "delayed";
   in.fp8_lm_head = c.fp8 && c.fp8_lm_head;
-  {
-    const ModelConfig& mc = steps.model().config();
-    const double tokens = double(c.batch) * c.seq, V = mc.vocab_size, d = mc.d_model;
-    in.lm_head_fp8_shape = fp8_lm_head_applies(mc, int64_t(tokens));
-    // Per micro-batch (memory_plan.cpp's count): V + 4 d bytes a token, 4 V d for the weight's cast.
-    in.lm_head_cast_bytes = rep.accumulation_steps * (tokens * (V + 4 * d) + 4 * V * d);
-  }
+  in.lm_head_fp8_shape = fp8_lm_head_applies(steps.model().config(), int64_t(c.batch) * c.seq);
+  in.lm_head_cast_bytes = rep.accumulation_steps * fp8_lm_head_cast_bytes(steps.model().config(),
+                                                                          double(c.batch) * c.seq, in.fp8_delayed);
   in.micro_batch = c.batch;
   in.seq = c.seq;
   in.accumulation_steps = rep.accumulation_steps;

@@ -676,7 +676,8 @@ void TrainingRun::set_up() {
 void TrainingRun::build_parts() {
   backend_ = make_backend(cfg_.device);
   if (cfg_.gemm_tuning) enable_gemm_tuning(*backend_.ops, gemm_tuning_cache_path());
-  TK_CHECK(!cfg_.fp8_lm_head || cfg_.fp8, "--fp8-lm-head puts the LM head's GEMMs in FP8 with the linears': it needs --fp8");
+  TK_CHECK(!cfg_.fp8_lm_head || cfg_.fp8,
+           "--fp8-lm-head puts the LM head's GEMMs in FP8 with the linears': it needs --fp8");
   if (cfg_.fp8) enable_fp8(*backend_.ops, cfg_.fp8_scaling, cfg_.fp8_margin, cfg_.fp8_lm_head);
   source_ = find_model_source(cfg_.model);
   meta_ = read_dataset_meta(cfg_.data);
