@@ -125,6 +125,32 @@ class CudaOpsTest : public ::testing::Test {
     gpu_->download(h.data(), o.t.data, h.size());
     return h;
   }
+  // lm_head_cross_entropy on the GPU twice (losses and dx poisoned, dw reset to dw0 before each), with
+  // check(losses, dx, dw - dw0, run) after each; then the two runs bitwise equal, and the forward-only losses
+  // (evaluation) equal to theirs.
+  template <class Check>
+  void lm_head_twice(const Owned& losses, const Owned& dx, const Owned& dw, const Owned& x, const Owned& w,
+                     const Owned& targets, const std::vector<float>& dw0, float grad_scale, int ignore, Check check) {
+    std::vector<uint8_t> first_losses, first_dx, first_dw;
+    for (int run = 0; run < 2; run++) {
+      poison(dx);
+      poison(losses);
+      gpu_->upload_f32(dw.t, dw0.data());
+      gpu_->lm_head_cross_entropy(losses.t, dx.t, dw.t, x.t, w.t, targets.t, grad_scale, ignore);
+      check(down(losses), down(dx), minus(down(dw), dw0), run);
+      if (run == 0) {
+        first_losses = bytes(losses), first_dx = bytes(dx), first_dw = bytes(dw);
+      } else {
+        EXPECT_EQ(first_losses, bytes(losses)) << "losses are not deterministic";
+        EXPECT_EQ(first_dx, bytes(dx)) << "dx is not deterministic";
+        EXPECT_EQ(first_dw, bytes(dw)) << "dw is not deterministic";
+      }
+    }
+    poison(losses);
+    gpu_->lm_head_cross_entropy(losses.t, Tensor(), Tensor(), x.t, w.t, targets.t, grad_scale, ignore);
+    EXPECT_EQ(first_losses, bytes(losses)) << "forward-only losses differ from the training losses";
+  }
+
 
   std::unique_ptr<CudaOps> gpu_;
   std::unique_ptr<Ops> cpu_;
@@ -963,30 +989,15 @@ TEST_P(CrossEntropyTest, LossAndGradientsWithIgnoredTargets) {
   auto loss_ref = down(*closses), dx_ref = down(*cdx), dw_inc_ref = minus(down(*cdw), dw0_h);
 
   gpu_->set_logits_chunk_budget(c.chunk_budget);
-  std::vector<uint8_t> first_losses, first_dx, first_dw;
-  for (int run = 0; run < 2; run++) {
-    poison(*dx);
-    poison(*losses);
-    gpu_->upload_f32(dw->t, dw0_h.data());
-    gpu_->lm_head_cross_entropy(losses->t, dx->t, dw->t, x->t, w->t, tg->t, grad_scale, ignore);
-    auto loss = down(*losses);
-    EXPECT_LT(rel_error(loss, loss_ref), kLossTol) << "losses, run " << run;
-    for (size_t i = 0; i < targets.size(); i++)
-      if (targets[i] == ignore) ASSERT_EQ(loss[i], 0.0f) << "ignored token " << i << " has a loss";
-    EXPECT_LT(rel_error(down(*dx), dx_ref), kBf16Tol) << "dx, run " << run;
-    EXPECT_LT(rel_error(minus(down(*dw), dw0_h), dw_inc_ref), kBf16Tol) << "dw increment, run " << run;
-    if (run == 0) {
-      first_losses = bytes(*losses), first_dx = bytes(*dx), first_dw = bytes(*dw);
-    } else {
-      EXPECT_EQ(first_losses, bytes(*losses)) << "losses are not deterministic";
-      EXPECT_EQ(first_dx, bytes(*dx)) << "dx is not deterministic";
-      EXPECT_EQ(first_dw, bytes(*dw)) << "dw is not deterministic";
-    }
-  }
-  // Evaluation mode (no gradients) gives the same losses, bit for bit.
-  poison(*losses);
-  gpu_->lm_head_cross_entropy(losses->t, Tensor(), Tensor(), x->t, w->t, tg->t, grad_scale, ignore);
-  EXPECT_EQ(first_losses, bytes(*losses)) << "forward-only losses differ from the training losses";
+  lm_head_twice(*losses, *dx, *dw, *x, *w, *tg, dw0_h, grad_scale, ignore,
+                [&](const std::vector<float>& loss, const std::vector<float>& dxh, const std::vector<float>& dwh,
+                    int run) {
+                  EXPECT_LT(rel_error(loss, loss_ref), kLossTol) << "losses, run " << run;
+                  for (size_t i = 0; i < targets.size(); i++)
+                    if (targets[i] == ignore) ASSERT_EQ(loss[i], 0.0f) << "ignored token " << i << " has a loss";
+                  EXPECT_LT(rel_error(dxh, dx_ref), kBf16Tol) << "dx, run " << run;
+                  EXPECT_LT(rel_error(dwh, dw_inc_ref), kBf16Tol) << "dw increment, run " << run;
+                });
 }
 
 // The byte transpose the FP8 LM head's weight gradient takes, at sizes that fill no 64 x 64 tile: exact.
@@ -1046,13 +1057,9 @@ TEST_F(Fp8Test, LmHeadCrossEntropyInFp8) {
     auto x = gpu(DType::BF16, {N, d}, &x_h), w = gpu(DType::BF16, {V, d}, &w_h);
     auto dx = gpu(DType::BF16, {N, d}), dw = gpu(DType::F32, {V, d}), losses = gpu(DType::F32, {N});
     auto tg = ints(*gpu_, targets);
-    std::vector<uint8_t> first_losses, first_dx, first_dw;
-    for (int run = 0; run < 2; run++) {
-      poison(*dx);
-      poison(*losses);
-      gpu_->upload_f32(dw->t, dw0_h.data());
-      gpu_->lm_head_cross_entropy(losses->t, dx->t, dw->t, x->t, w->t, tg->t, grad_scale, ignore);
-      const auto loss = down(*losses), dxh = down(*dx), dwh = minus(down(*dw), dw0_h);
+    lm_head_twice(*losses, *dx, *dw, *x, *w, *tg, dw0_h, grad_scale, ignore,
+                  [&](const std::vector<float>& loss, const std::vector<float>& dxh, const std::vector<float>& dwh,
+                      int run) {
       EXPECT_LT(rel_error(loss, refs[1].loss), kLossTol) << "losses against the rounded operands, run " << run;
       for (size_t i = 0; i < targets.size(); i++)
         if (targets[i] == ignore) ASSERT_EQ(loss[i], 0.0f) << "ignored token " << i << " has a loss";
@@ -1068,17 +1075,7 @@ TEST_F(Fp8Test, LmHeadCrossEntropyInFp8) {
         EXPECT_LT(rel_error(dxh, refs[0].dx), kBf16Tol) << "dx (bf16 path), run " << run;
         EXPECT_LT(rel_error(dwh, refs[0].dw), kBf16Tol) << "dw increment (bf16 path), run " << run;
       }
-      if (run == 0) {
-        first_losses = bytes(*losses), first_dx = bytes(*dx), first_dw = bytes(*dw);
-      } else {
-        EXPECT_EQ(first_losses, bytes(*losses)) << "losses are not deterministic";
-        EXPECT_EQ(first_dx, bytes(*dx)) << "dx is not deterministic";
-        EXPECT_EQ(first_dw, bytes(*dw)) << "dw is not deterministic";
-      }
-    }
-    poison(*losses);
-    gpu_->lm_head_cross_entropy(losses->t, Tensor(), Tensor(), x->t, w->t, tg->t, grad_scale, ignore);
-    EXPECT_EQ(first_losses, bytes(*losses)) << "forward-only losses differ from the training losses";
+    });
     gpu_->set_fp8_lm_head(false);
   }
 }
