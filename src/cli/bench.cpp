@@ -115,7 +115,7 @@ int run_bench(const BenchOptions& o) {
     fmt::print("{}\n", row.dump());
   } else {
     fmt::print("{}{} on {}: {:.1f} ms/step, {:.0f} tok/s, {:.1f} TFLOP/s, MFU {}, memory {:.1f} GiB, loss {:.3f}\n",
-               o.model, o.fp8 ? " (FP8 linears)" : "", tm.device().name, secs / o.steps * 1e3, m.tokens_per_s, m.achieved_flops / 1e12,
+               o.model, !o.fp8 ? "" : o.fp8_lm_head ? " (FP8 linears and LM head)" : " (FP8 linears)", tm.device().name, secs / o.steps * 1e3, m.tokens_per_s, m.achieved_flops / 1e12,
                m.mfu < 0 ? std::string("n/a (") + tm.peak_description() + ")" : fmt::format("{:.1f}%", m.mfu * 100), mem_gib,
                loss);
     if (row.contains("fp8_recasts"))
