@@ -20,8 +20,7 @@ constexpr size_t kLogitsChunkBudgetBytes = size_t(512) << 20;
 int64_t lm_head_chunk_rows(int64_t N, int64_t V, size_t budget_bytes = kLogitsChunkBudgetBytes);
 
 // One chunk of token rows: losses f32[rows] (=) from the bf16 logits [rows, V], and with write_grad the logits
-// replaced by dlogits = grad_scale * (softmax - onehot(target)) (0 for an ignored target). Every |dlogit| is at
-// most grad_scale, which the FP8 LM head's cast of them takes as their amax.
+// replaced by dlogits = grad_scale * (softmax - onehot(target)) (0 for an ignored target).
 void cross_entropy_chunk(bf16* logits, float* losses, const int32_t* targets, int64_t rows, int64_t V,
                          float grad_scale, int ignore_index, bool write_grad, cudaStream_t stream);
 
