@@ -140,8 +140,8 @@ TEST(MemoryPlan, TheOwnAttentionBackwardReplacesCudnnsWorkspaceWhereItRuns) {
   EXPECT_EQ(row(a, "attention backward dQ sums, row sums and turns"), -1);
   EXPECT_EQ(row(b, "cuDNN attention workspace"), -1);
   EXPECT_EQ(row(b, "cuDNN attention row sums"), -1);
-  // D and dQ's sums, and the counters (8 x 14 x 16 blocks x 2 halves, 4 bytes): multiples of 256 bytes already.
-  const double rows = 8.0 * 14 * 2048, counters = 8.0 * 14 * 16 * 2 * 4;
+  // D and dQ's sums, and the counters (8 x 14 x 16 blocks, 4 bytes): multiples of 256 bytes already.
+  const double rows = 8.0 * 14 * 2048, counters = 8.0 * 14 * 16 * 4;
   EXPECT_EQ(row(b, "attention backward dQ sums, row sums and turns"), rows * 4 + rows * 64 * 4 + counters);
   EXPECT_NEAR(a.total_bytes - b.total_bytes,
               row(a, "cuDNN attention workspace") + row(a, "cuDNN attention row sums") - (rows * 65 * 4 + counters), 1.0);

@@ -15,7 +15,7 @@
 // CTAs where they fit. dQ of a q block sums the parts of every kv block at or under it in a fixed order into an f32
 // buffer: each consumer warpgroup writes its part to one of two shared-memory buffers (mbarriers full / empty), and
 // the hand-over thread gives it to the bulk-copy unit, which stores it (the first part) or adds it (the later ones,
-// cp.reduce.async.bulk: f32 adds in L2, one part at a time) to the buffer, behind a counter per (q block, half) that
+// cp.reduce.async.bulk: f32 adds in L2, one part at a time) to the buffer, behind a counter per q block that
 // says whose turn it is. A part is released (its counter moved on) once its add has completed, checked an iteration
 // later; the consumers never wait for any of it. A last small kernel scales the sums and rounds them to bf16 into
 // dqkv. The order is the order the kv blocks reach the q block (attention_schedule.h): the high block of a pair walks
@@ -65,7 +65,7 @@ struct Params {
   const float* D;
   bf16* dqkv;
   float* dq_acc;  // [B, Hq, n, 2 halves] parts of 64 x 64 f32 in accumulator order (attention_backward_dq_kernel)
-  int* counters;  // [B, Hq, n, 2 halves]: the parts the half's dQ has taken
+  int* counters;  // [B, Hq, n]: the parts the q block's dQ has taken
   int B, T, Hq, Hkv;
   float scale;
 };
@@ -255,30 +255,27 @@ __global__ void __launch_bounds__(kThreadsAll, 1) attention_backward_kernel(Para
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
     if (t != 0) return;
     int pending = -1;  // the iteration whose parts are added and not yet released
-    auto counter_of = [&](const Work& w, int half) {
-      return p.counters + ((int64_t(b) * p.Hq + w.h) * n + w.i) * 2 + half;
-    };
-    auto release_both = [&](int k) {
+    // One counter a q block: the thread hands both halves of a part over together, so one acquire and one
+    // release an iteration order both.
+    auto counter_of = [&](const Work& w) { return p.counters + (int64_t(b) * p.Hq + w.h) * n + w.i; };
+    auto release_part = [&](int k) {
       const Work w = work(k);
-      const int value = sch::turn(w.i, w.j, n) + 1;
-      release(counter_of(w, 0), value);
-      release(counter_of(w, 1), value);
+      release(counter_of(w), sch::turn(w.i, w.j, n) + 1);
     };
     for (int it = 0; it < iters; it++) {
       const int buf = it & 1, use = it >> 1;
       const Work w = work(it);
       const int turn = sch::turn(w.i, w.j, n);
-      int* const c0 = counter_of(w, 0);
-      int* const c1 = counter_of(w, 1);
-      if (turn > 0 && (load_acquire(c0) != turn || load_acquire(c1) != turn)) {
+      int* const c = counter_of(w);
+      if (turn > 0 && load_acquire(c) != turn) {
         // About to wait: release the pending parts first, so that a CTA that waits holds back no other's turn (the
         // one waited for may itself be waiting for those counters).
         if (pending >= 0) {
           bulk_wait<0>();
-          release_both(pending);
+          release_part(pending);
           pending = -1;
         }
-        for (int64_t spins = 0; load_acquire(c0) != turn || load_acquire(c1) != turn; spins++) {
+        for (int64_t spins = 0; load_acquire(c) != turn; spins++) {
           if (spins > (int64_t(1) << 26)) __trap();  // seconds: a kv block before it never came; fail, do not hang
           __nanosleep(64);
         }
@@ -296,13 +293,13 @@ __global__ void __launch_bounds__(kThreadsAll, 1) attention_backward_kernel(Para
       mbar_arrive(empty_bar(1, buf));
       if (pending >= 0) {
         bulk_wait<1>();  // the parts before these have been added
-        release_both(pending);
+        release_part(pending);
       }
       pending = it;
     }
     if (pending >= 0) {
       bulk_wait<0>();
-      release_both(pending);
+      release_part(pending);
     }
     return;
   }
@@ -496,7 +493,7 @@ Scratch carve(void* p, int B, int T, int Hq) {
   s.D = p ? reinterpret_cast<float*>(at + l.D) : nullptr;
   s.dq_acc = p ? reinterpret_cast<float*>(at + l.dq) : nullptr;
   s.counters = p ? reinterpret_cast<int*>(at + l.counters) : nullptr;
-  s.n_counters = int64_t(B) * Hq * (T / kBlock) * 2;
+  s.n_counters = int64_t(B) * Hq * (T / kBlock);
   s.total = l.total;
   return s;
 }

@@ -62,7 +62,7 @@ inline bool runs(int T, int head_dim, int sms) {
   return sms > 0 && head_dim == kHeadDim && T > 0 && T % kBlock == 0 && pairs(T / kBlock) <= sms;
 }
 // Its scratch, each part rounded up to 256 bytes: the row sums D [B, Hq, T] f32, dQ's f32 sums [B, Hq, T, 64] and
-// the turns' counters [B, Hq, T / 128, 2 halves] int32.
+// the turns' counters [B, Hq, T / 128] int32.
 struct ScratchLayout {
   size_t D, dq, counters, total;  // byte offsets of the parts, and the size
 };
@@ -73,7 +73,7 @@ inline ScratchLayout scratch_layout(int B, int T, int Hq) {
   l.D = 0;
   l.dq = rounded(rows * 4);
   l.counters = l.dq + rounded(rows * kHeadDim * 4);
-  l.total = l.counters + rounded(size_t(B) * size_t(Hq) * size_t(T / kBlock) * 2 * 4);
+  l.total = l.counters + rounded(size_t(B) * size_t(Hq) * size_t(T / kBlock) * 4);
   return l;
 }
 
