@@ -50,10 +50,10 @@ TEST(AttentionSchedule, EveryPairOnceEqualWorkArrivalIsTheStep) {
 
 // A model of the kernel's dQ protocol (one counter a q block: the hand-over thread gives both halves of a part over
 // together) for `groups` (batch row, kv head) groups of CTAs, `group` q heads each, at most `resident` CTAs at a
-// time, launched in grid order. An iteration's dQ part: if its counter is not at its turn yet, the part added the iteration before is
-// released (its counter moved on), then it waits; it adds (recorded, to check the order), and only then releases the
-// part of the iteration before (the kernel waits for that add to complete at this point). The last is released at
-// the end.
+// time, launched in grid order. An iteration's dQ part: if its counter is not at its turn yet, the part added the
+// iteration before is released (its counter moved on), then it waits; it adds (recorded, to check the order), and
+// only then releases the part of the iteration before (the kernel waits for that add to complete at this point). The
+// last is released at the end.
 struct Model {
   int n, group, groups, resident;
   struct Cta {
