@@ -10,6 +10,11 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/agreement.h"
+#include "dist/communicator.h"
+#include "dist/launch.h"
+#include "dist/session.h"
+#include "train/backend.h"
 
 namespace tk::cli {
 
@@ -33,6 +38,27 @@ static void prefer_passive_openmp_waits(char** argv) {
   execv("/proc/self/exe", argv);  // returns only on failure: then carry on with the default policy
 }
 
+// The commands that run on many ranks: `--gpus N` starts N of them on this host; mpirun and srun start them anywhere.
+static bool runs_on_ranks(const std::string& command) {
+  return command == "train" || command == "profile" || command == "bench";
+}
+
+// Training on many ranks comes with the ZeRO stages. Until then, the ranks of such a run start, connect, check that
+// they were given the same command, and all stop here with this error.
+static int stop_before_data_parallel(const tk::dist::Session& session, const CLI::App& command, int argc,
+                                     char** argv) {
+  const bool gpu = tk::backend_is_gpu(command.get_option("--device")->as<std::string>());
+  auto comm = tk::dist::make_communicator(session, gpu);
+  std::string args;
+  for (int i = 1; i < argc; i++) args.append(argv[i]).push_back('\0');
+  tk::dist::Fingerprint given;
+  given.add("tokamak version", TOKAMAK_VERSION).add("command line", args);
+  tk::dist::require_agreement(*comm, given);
+  tk::fail("the {} ranks started and agree, but `tokamak {}` on more than one rank comes with the ZeRO stages, which "
+           "this version does not have yet: run it on one GPU (without --gpus) or as one process",
+           comm->world_size(), command.get_name());
+}
+
 int main(int argc, char** argv) {
   prefer_passive_openmp_waits(argv);
   CLI::App app{"tokamak: trains Llama-family language models at the speed the hardware allows, and says what bounds them"};
@@ -41,9 +67,15 @@ int main(int argc, char** argv) {
   bool verbose = false;
   app.add_flag("-v,--verbose", verbose, "Debug logging");
   std::map<CLI::App*, tk::cli::Runner> runners;
+  int gpus = 1;
   for (auto& c : tk::cli::registry()) {
     CLI::App* sub = app.add_subcommand(c.name, c.help);
     runners[sub] = c.setup(*sub);
+    if (runs_on_ranks(c.name))
+      sub->add_option("--gpus", gpus,
+                      "Run on N GPUs of this host: one process per GPU, started and watched by this one "
+                      "(docs/distributed.md; across hosts, start the ranks with mpirun or srun instead)")
+          ->check(CLI::PositiveNumber);
   }
   try {
     app.parse(argc, argv);
@@ -52,8 +84,20 @@ int main(int argc, char** argv) {
   }
   if (verbose) tk::log::set_level(tk::log::Level::Debug);
   try {
-    for (auto& [sub, run] : runners)
-      if (sub->parsed()) return run();
+    for (auto& [sub, run] : runners) {
+      if (!sub->parsed()) continue;
+      const tk::dist::World launched = tk::dist::read_world();
+      if (gpus > 1 && launched.launcher != tk::dist::Launcher::tokamak) {
+        TK_CHECK(sub->get_option("--device")->as<std::string>() != "cpu",
+                 "--gpus {} runs one process per GPU; for ranks on the CPU use mpirun -np {} tokamak ... --device cpu",
+                 gpus, gpus);
+        return tk::dist::launch_local_ranks(std::vector<std::string>(argv, argv + argc), gpus);
+      }
+      tk::dist::Session session(launched);
+      if (session.world().size > 1 && runs_on_ranks(sub->get_name()))
+        return stop_before_data_parallel(session, *sub, argc, argv);
+      return session.finish(run());
+    }
   } catch (const tk::Error& e) {
     tk::log::error("{}", e.what());
     return 1;

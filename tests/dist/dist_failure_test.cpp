@@ -1,6 +1,7 @@
-// Failures of a run of many ranks, under mpirun (dist_rank_probe): a rank killed in the middle of a collective, or
-// hung in it, makes the others exit non-zero within 30 s, named; ranks given different runs refuse before any
-// work, naming the first that differs.
+// Failures of a run of many ranks, under mpirun (dist_rank_probe, and tokamak itself): a rank killed in the middle
+// of a collective, or hung in it, makes the others exit non-zero within 30 s, named; ranks given different runs
+// refuse before any work, naming the first that differs; `--gpus` refuses what it cannot run; ranks that agree
+// start and stop at the "not yet" of training on many ranks.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -53,6 +54,7 @@ std::vector<std::string> mpirun(int np, std::vector<std::string> args) {
 }
 
 const std::string kProbe = TK_RANK_PROBE;
+const std::string kTokamak = std::string(TK_BINARY_DIR) + "/tokamak";
 
 bool has(const Outcome& o, const std::string& text) { return o.output.find(text) != std::string::npos; }
 
@@ -94,6 +96,47 @@ TEST(MpiFailures, RanksThatAgreeFinishCleanly) {
   const Outcome o = run(mpirun(2, {kProbe, "agree"}));
   EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_TRUE(has(o, "rank 0 of 2 agreed") && has(o, "rank 1 of 2 agreed")) << o.output;
+}
+
+TEST(Cli, InfoSaysWhatLaunchedIt) {
+  const Outcome alone = run({kTokamak, "info"});
+  EXPECT_EQ(alone.exit_code, 0) << alone.output;
+  EXPECT_TRUE(has(alone, "MPI: ") && has(alone, "NCCL: ") && has(alone, "launch: a single process")) << alone.output;
+  const Outcome ranks = run(mpirun(2, {kTokamak, "info"}));
+  EXPECT_EQ(ranks.exit_code, 0) << ranks.output;
+  EXPECT_TRUE(has(ranks, "launch: rank 0 of 2 (local rank 0), started by Open MPI")) << ranks.output;
+  EXPECT_TRUE(has(ranks, "launch: rank 1 of 2 (local rank 1), started by Open MPI")) << ranks.output;
+}
+
+TEST(Cli, GpusSaysHowManyThereAre) {
+  const Outcome o = run({kTokamak, "train", "--gpus", "64", "--model", "tiny", "--data", "nowhere"});
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+#ifdef TK_HAVE_NCCL
+  EXPECT_TRUE(has(o, "--gpus 64: this machine has ")) << o.output;
+#else
+  EXPECT_TRUE(has(o, "this build of tokamak has no NCCL")) << o.output;
+#endif
+  const Outcome cpu = run({kTokamak, "bench", "--gpus", "2", "--device", "cpu"});
+  EXPECT_EQ(cpu.exit_code, 1) << cpu.output;
+  EXPECT_TRUE(has(cpu, "for ranks on the CPU use mpirun -np 2")) << cpu.output;
+  const Outcome nested = run(mpirun(2, {kTokamak, "train", "--gpus", "2", "--model", "tiny"}));
+  EXPECT_NE(nested.exit_code, 0) << nested.output;
+  EXPECT_TRUE(has(nested, "leave --gpus out under a launcher")) << nested.output;
+}
+
+TEST(Cli, TrainingRanksStartAgreeThenStopUntilZero) {
+  const Outcome o = run(mpirun(2, {kTokamak, "train", "--device", "cpu", "--model", "tiny", "--data", "nowhere"}));
+  EXPECT_NE(o.exit_code, 0) << o.output;
+  EXPECT_TRUE(has(o, "the 2 ranks started and agree, but `tokamak train` on more than one rank comes with the ZeRO"))
+      << o.output;
+}
+
+TEST(Cli, TrainingRanksGivenDifferentCommandsRefuse) {
+  std::vector<std::string> argv = {TK_MPIEXEC, "--oversubscribe", "-np", "1", kTokamak, "train", "--device", "cpu",
+                                   "--seed", "1", ":", "-np", "1", kTokamak, "train", "--device", "cpu", "--seed", "2"};
+  const Outcome o = run(argv);
+  EXPECT_NE(o.exit_code, 0) << o.output;
+  EXPECT_TRUE(has(o, "rank 1 of 2 was given another command line than rank 0")) << o.output;
 }
 
 }  // namespace
