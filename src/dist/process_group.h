@@ -1,4 +1,4 @@
-// ProcessGroup: the ranks of a job on this host run as child processes and watched together, for
+// ProcessGroup: the ranks of a job on this host, run as child processes and watched together, for
 // `tokamak <command> --gpus N`: one combined log, SIGINT/SIGTERM/SIGHUP forwarded, and when a rank fails, the
 // others stopped within seconds and the failure named. It knows nothing of GPUs or training, so that it is tested
 // with ordinary commands.

@@ -4,6 +4,8 @@
 // fails exits without finalising, which makes mpirun or srun stop the others at once (a rank that finalised
 // while the others waited for it in a collective would leave them waiting until their timeout).
 #pragma once
+#include <string>
+
 #include "dist/world.h"
 
 namespace tk::dist {
