@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "train/profile.h"
+#include "train/profile_run.h"
 
 namespace tk {
 

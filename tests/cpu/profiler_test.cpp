@@ -17,9 +17,9 @@
 #include "model_testing.h"
 #include "model/model.h"
 #include "ops/cpu/cpu_ops.h"
-#include "train/profile.h"
+#include "train/profile_run.h"
 #include "train/profile_advice.h"
-#include "train/profiler.h"
+#include "train/profiling_ops.h"
 
 namespace tk {
 namespace {

@@ -15,7 +15,7 @@
 #include "core/fs.h"
 #include "data/prepare.h"
 #include "ops/cuda/cuda_ops.h"
-#include "train/profile.h"
+#include "train/profile_run.h"
 #include "train/trainer.h"
 
 namespace tk {

@@ -11,7 +11,7 @@
 //    LM head its GEMMs, 2*N*d*V each (logits, and dx and dw when asked), its softmax not counted. With
 //    these rules the matmul, attention and LM head FLOPs of a step add up to the model FLOPs that MFU
 //    uses. Element-wise ops count a fixed number per element, given at each op below.
-#include "train/profiler.h"
+#include "train/profiling_ops.h"
 
 #include <type_traits>
 

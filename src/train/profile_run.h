@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "train/ceilings.h"
-#include "train/profiler.h"
+#include "train/profiling_ops.h"
 #include "train/trainer.h"
 
 namespace tk {

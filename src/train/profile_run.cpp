@@ -2,7 +2,7 @@
 // ProfilingOps with a loader that notes its waits; warm-up steps are run and dropped, measured steps
 // resolved into op spans after each step (so the timing never synchronises inside one), then the
 // summaries, profile.json, the Chrome trace and the terminal table.
-#include "train/profile.h"
+#include "train/profile_run.h"
 
 #include <algorithm>
 #include <chrono>

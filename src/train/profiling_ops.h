@@ -14,7 +14,7 @@ namespace tk {
 enum class OpCategory { Matmul, Attention, Norm, Rope, Activation, Embedding, Loss, Optimizer, Memory, Other };
 const char* category_name(OpCategory c);  // "matmul", ... as profile.json spells them
 
-// The work of one op call, counted from its shapes by the rules at the top of profiler.cpp.
+// The work of one op call, counted from its shapes by the rules at the top of profiling_ops.cpp.
 struct OpCost {
   double flops = 0;
   double bytes = 0;
