@@ -7,6 +7,7 @@
 
 #include "cli/command.h"
 #include "cli/train_options.h"
+#include "train/profile_report.h"
 #include "train/profile_run.h"
 
 namespace {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "train/profile_run.h"
+#include "train/profile_report.h"
 
 namespace tk {
 

@@ -1,4 +1,4 @@
-// The profiler: each op's FLOP and byte count against hand arithmetic on small shapes, a model's
+// The profile: each op's FLOP and byte count against hand arithmetic on small shapes, a model's
 // matmul FLOPs against DESIGN.md's count, the step arithmetic (ops + gaps + data wait + unexplained =
 // step), a tiny CPU profile's profile.json and trace.json read back, and the advice a slow data reader
 // and a one-row micro-batch get.
@@ -17,8 +17,9 @@
 #include "model_testing.h"
 #include "model/model.h"
 #include "ops/cpu/cpu_ops.h"
-#include "train/profile_run.h"
 #include "train/profile_advice.h"
+#include "train/profile_report.h"
+#include "train/profile_run.h"
 #include "train/profiling_ops.h"
 
 namespace tk {
