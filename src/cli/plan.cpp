@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "core/format.h"
 #include "train/memory_plan.h"
 #include "train/metrics.h"
 #include "train/model_source.h"

@@ -8,6 +8,7 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/format.h"
 #include "core/progress.h"
 #include "data/bpe_trainer.h"
 #include "data/hf_tokenizer_writer.h"
@@ -53,7 +54,7 @@ int run_train_tokenizer(const TrainTokenizerArgs& a) {
   fmt::print("trained {}/tokenizer.json in {:.1f}s: vocab {} = 256 bytes + {} merges + {} special; {} of text "
              "-> {} tokens, {:.3f} bytes/token\n",
              a.out, seconds, bpe.vocab_size(), bpe.merges.size(), bpe.special_tokens.size(),
-             tk::human_bytes(double(bpe.text_bytes)), bpe.text_tokens, bpe.bytes_per_token());
+             tk::format_bytes_decimal(double(bpe.text_bytes)), bpe.text_tokens, bpe.bytes_per_token());
   if (bpe.vocab_size() < a.bpe.vocab_size)
     fmt::print("  the vocabulary is smaller than --vocab-size {}: {}\n", a.bpe.vocab_size, bpe.stopped_because);
   return 0;

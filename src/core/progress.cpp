@@ -5,9 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 
 #include <fmt/format.h>
+
+#include "core/format.h"
 
 namespace tk {
 namespace {
@@ -22,31 +23,10 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
 
 }  // namespace
 
-std::string human_bytes(double bytes) {
-  if (bytes < 1e3) return fmt::format("{:.0f} B", bytes);
-  if (bytes < 1e6) return fmt::format("{:.1f} KB", bytes / 1e3);
-  if (bytes < 1e9) return fmt::format("{:.1f} MB", bytes / 1e6);
-  return fmt::format("{:.2f} GB", bytes / 1e9);
-}
-
-std::string human_count(double n) {
-  if (n < 1e3) return fmt::format("{:.0f}", n);
-  if (n < 1e6) return fmt::format("{:.1f}K", n / 1e3);
-  if (n < 1e9) return fmt::format("{:.2f}M", n / 1e6);
-  return fmt::format("{:.2f}B", n / 1e9);
-}
-
-std::string human_duration(double seconds) {
-  auto s = static_cast<long>(std::lround(std::max(0.0, seconds)));
-  if (s < 60) return fmt::format("{}s", s);
-  if (s < 3600) return fmt::format("{}:{:02}", s / 60, s % 60);
-  return fmt::format("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60);
-}
-
 std::string ProgressBar::line(const std::string& label, uint64_t done_bytes, uint64_t total_bytes, uint64_t items,
                               const std::string& item_name, double seconds, ProgressUnit unit) {
   const bool bytes = unit == ProgressUnit::Bytes;
-  auto amount = [&](uint64_t n) { return bytes ? human_bytes(double(n)) : human_count(double(n)); };
+  auto amount = [&](uint64_t n) { return bytes ? format_bytes_decimal(double(n)) : format_count(double(n)); };
   std::string s = label;
   if (total_bytes > 0) {
     double frac = std::min(1.0, double(done_bytes) / double(total_bytes));
@@ -58,15 +38,15 @@ std::string ProgressBar::line(const std::string& label, uint64_t done_bytes, uin
   }
   if (!bytes) s += " " + item_name;
   if (seconds > 0 && bytes) {
-    s += fmt::format("  {}/s  {} {}/s", human_bytes(done_bytes / seconds), human_count(items / seconds), item_name);
+    s += fmt::format("  {}/s  {} {}/s", format_bytes_decimal(done_bytes / seconds), format_count(items / seconds), item_name);
   } else if (seconds > 0) {
-    s += fmt::format("  {} {}/s", human_count(done_bytes / seconds), item_name);
+    s += fmt::format("  {} {}/s", format_count(done_bytes / seconds), item_name);
   }
   if (total_bytes > 0 && done_bytes >= total_bytes) {
-    s += fmt::format("  done in {}", human_duration(seconds));
+    s += fmt::format("  done in {}", format_clock(seconds));
   } else if (total_bytes > 0 && done_bytes > 0) {
     // Assumes the remaining amount goes at the average rate so far: steady for tokenizing, which this serves.
-    s += fmt::format("  ETA {}", human_duration(seconds * double(total_bytes - done_bytes) / double(done_bytes)));
+    s += fmt::format("  ETA {}", format_clock(seconds * double(total_bytes - done_bytes) / double(done_bytes)));
   }
   return s;
 }

@@ -49,11 +49,4 @@ class ProgressBar {
   Clock::time_point start_, last_draw_;
 };
 
-// "1.2 MB", "834 KB", "3.4 GB": decimal units, as MB/s rates are usually quoted.
-std::string human_bytes(double bytes);
-// "950", "12.3K", "4.56M", "1.20B".
-std::string human_count(double n);
-// "42s", "3:07", "2:03:07".
-std::string human_duration(double seconds);
-
 }  // namespace tk

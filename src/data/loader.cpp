@@ -23,9 +23,9 @@
 #endif
 
 #include "core/error.h"
+#include "core/format.h"
 #include "core/fs.h"
 #include "core/log.h"
-#include "core/progress.h"
 #include "data/permutation.h"
 #include "data/shard.h"
 
@@ -122,13 +122,13 @@ class HostBuffer {
       // A CUDA build on a machine without a usable GPU: nothing will copy to a device, so ordinary
       // memory serves. Any other failure (out of pinned memory) is the user's to know.
       if (e != cudaErrorNoDevice && e != cudaErrorInsufficientDriver)
-        fail("cannot allocate {} of pinned host memory for batches: cudaHostAlloc: {}", human_bytes(double(bytes)),
-             cudaGetErrorString(e));
+        fail("cannot allocate {} of pinned host memory for batches: cudaHostAlloc: {}",
+             format_bytes_decimal(double(bytes)), cudaGetErrorString(e));
       cudaGetLastError();
     }
 #endif
     data_ = static_cast<int32_t*>(std::aligned_alloc(64, bytes));
-    if (!data_) fail("cannot allocate {} of host memory for batches", human_bytes(double(bytes)));
+    if (!data_) fail("cannot allocate {} of host memory for batches", format_bytes_decimal(double(bytes)));
   }
   ~HostBuffer() {
 #ifdef TK_HAVE_CUDA

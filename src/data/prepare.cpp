@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "core/fs.h"
 #include "core/hash.h"
 #include "core/log.h"
@@ -348,12 +349,12 @@ PrepareSummary prepare(const Tokenizer& tokenizer, const PrepareOptions& opts) {
 std::string format_summary(const PrepareSummary& s) {
   const uint64_t tokens = s.train.tokens + s.val.tokens;
   std::string out = fmt::format("prepared {} in {:.1f}s: {} input files, {} of text, {}/s, {} tokens/s\n", s.out_dir,
-                                s.seconds, s.input_files, human_bytes(double(s.input_bytes)),
-                                human_bytes(s.input_bytes / std::max(s.seconds, 1e-9)),
-                                human_count(tokens / std::max(s.seconds, 1e-9)));
+                                s.seconds, s.input_files, format_bytes_decimal(double(s.input_bytes)),
+                                format_bytes_decimal(s.input_bytes / std::max(s.seconds, 1e-9)),
+                                format_count(tokens / std::max(s.seconds, 1e-9)));
   auto line = [&](const char* name, const SplitSummary& sp) {
     out += fmt::format("  {:<5} {:>10} documents {:>14} tokens {:>5} shard{} {:>10}\n", name, sp.documents, sp.tokens,
-                       sp.shards, sp.shards == 1 ? " " : "s", human_bytes(double(sp.bytes)));
+                       sp.shards, sp.shards == 1 ? " " : "s", format_bytes_decimal(double(sp.bytes)));
   };
   line("train", s.train);
   line("val", s.val);

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "core/format.h"
 #include "core/fs.h"
 #include "report/page_style.h"
 #include "report/report_sections.h"
@@ -109,14 +110,6 @@ std::string figure(const std::string& caption, const std::string& svg, const std
 std::string card(const std::string& label, const std::string& value, const std::string& detail) {
   return fmt::format("<div class=\"card\"><div class=\"label\">{}</div><div class=\"value\">{}</div><div class=\"detail\">{}</div></div>",
                      html_escape(label), html_escape(value), html_escape(detail));
-}
-
-std::string format_duration(double s) {
-  if (!std::isfinite(s)) return "–";
-  if (s < 60) return fmt::format("{:.1f} s", s);
-  const int64_t t = int64_t(s);
-  if (t < 3600) return fmt::format("{}m {:02}s", t / 60, t % 60);
-  return fmt::format("{}h {:02}m", t / 3600, (t % 3600) / 60);
 }
 
 std::string format_utc(double unix_seconds) {

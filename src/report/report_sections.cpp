@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "core/format.h"
 #include "report/svg_chart.h"
-#include "train/metrics.h"
 
 namespace tk::report {
 namespace {

@@ -15,10 +15,10 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "model/params.h"
 #include "ops/cuda/attention_schedule.h"
 #include "ops/moment_codec.h"
-#include "train/metrics.h"
 
 namespace tk {
 namespace {

@@ -103,16 +103,6 @@ size_t memory_in_use_bytes(bool gpu) {
   return process_rss_bytes();
 }
 
-std::string format_bytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    u++;
-  }
-  return u == 0 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.2f} {}", bytes, units[u]);
-}
-
 ThroughputModel::ThroughputModel(const ModelConfig& cfg, int seq_len, const DeviceInfo& device,
                                  double recompute_flops_per_token)
     : device_(device),

@@ -30,7 +30,6 @@ DeviceInfo describe_device(bool gpu, double peak_override);
 // Device memory in use on the GPU (total minus free, as the driver reports it), else the process's
 // resident set size.
 size_t memory_in_use_bytes(bool gpu);
-std::string format_bytes(double bytes);  // "1.50 GiB"
 
 struct StepMetrics {
   double tokens_per_s = 0;

@@ -8,9 +8,9 @@
 
 #include <fmt/format.h>
 
+#include "core/format.h"
 #include "core/fs.h"
 #include "train/memory_plan.h"
-#include "train/metrics.h"
 
 namespace tk {
 namespace {
@@ -22,10 +22,6 @@ constexpr double kMinPayoffPct = 1.0;
 constexpr double kFilledMatmulShare = 0.5;
 
 double pct(double part, double whole) { return whole > 0 ? 100.0 * part / whole : 0.0; }
-
-std::string rate(double flops_per_s, bool gpu) {
-  return gpu ? fmt::format("{:.1f} TFLOP/s", flops_per_s / 1e12) : fmt::format("{:.2f} GFLOP/s", flops_per_s / 1e9);
-}
 
 struct Sum {
   double ms = 0, flops = 0, bytes = 0;
@@ -77,9 +73,9 @@ std::optional<Advice> small_micro_batch(const AdviceInputs& in) {
       "layers and LM head) run at {}, "
       "{:.1f}% of the measured {} ceiling, and take {:.1f}% of the step; at {:.0f}% of the ceiling they would save "
       "{:.1f}% of it. Raise --batch (fewer accumulation steps keep the global batch: --batch-tokens)",
-      in.micro_batch, in.seq, rows, matmul_fill_rows(in.gpu), in.gpu ? "GPU" : "CPU", rate(mm.flops_per_s(), in.gpu),
-      100 * share, rate(in.ceilings.matmul_flops, in.gpu), pct(mm.ms, in.totals.step_ms), 100 * kFilledMatmulShare,
-      pct(saved, in.totals.step_ms));
+      in.micro_batch, in.seq, rows, matmul_fill_rows(in.gpu), in.gpu ? "GPU" : "CPU",
+      format_flop_rate(mm.flops_per_s(), in.gpu), 100 * share, format_flop_rate(in.ceilings.matmul_flops, in.gpu),
+      pct(mm.ms, in.totals.step_ms), 100 * kFilledMatmulShare, pct(saved, in.totals.step_ms));
   if (in.free_memory_bytes > 0 && in.micro_batch > 0)
     detail += fmt::format("; {} of memory is free, and each row of the micro-batch takes about {} of activations",
                           format_bytes(in.free_memory_bytes), format_bytes(in.activation_bytes / in.micro_batch));
@@ -196,7 +192,7 @@ std::optional<Advice> fp8(const AdviceInputs& in) {
       "would run ~{:.1f}x faster, less ~{:.1f} ms a step to cast their operands: about {:.1f}% of the step saved. "
       "FP8 rounds each operand to 3 (e4m3) or 2 (e5m2) mantissa bits: compare a few hundred steps' loss with the "
       "bf16 run before relying on it.",
-      pct(lin.ms, in.totals.step_ms), rate(lin.flops_per_s(), true), kFp8GemmSpeedup, cast_ms, saved_pct);
+      pct(lin.ms, in.totals.step_ms), format_flop_rate(lin.flops_per_s(), true), kFp8GemmSpeedup, cast_ms, saved_pct);
   return Advice{"FP8 linears (--fp8): this GPU has FP8 tensor cores", saved_pct, detail};
 }
 

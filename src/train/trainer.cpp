@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "core/fs.h"
 #include "core/log.h"
 #include "io/hf.h"
@@ -226,17 +227,9 @@ class RunLog {
   std::FILE* file_;
 };
 
-std::string format_count(double n) {
-  if (n >= 1e9) return fmt::format("{:.2f}B", n / 1e9);
-  if (n >= 1e6) return fmt::format("{:.2f}M", n / 1e6);
-  if (n >= 1e3) return fmt::format("{:.1f}K", n / 1e3);
-  return fmt::format("{:.0f}", n);
-}
-
 std::string format_throughput(const StepMetrics& m, bool gpu) {
   if (m.mfu >= 0) return fmt::format("MFU {:5.1f}% HFU {:5.1f}%", 100 * m.mfu, 100 * m.hfu);
-  if (gpu) return fmt::format("{:.1f} TFLOP/s", m.achieved_flops / 1e12);
-  return fmt::format("{:.2f} GFLOP/s", m.achieved_flops / 1e9);
+  return format_flop_rate(m.achieved_flops, gpu);
 }
 
 // ---- one training run -----------------------------------------------------------------------

@@ -43,16 +43,6 @@ TEST(Progress, ItemsUnitCountsItemsNotBytes) {
   EXPECT_EQ(s.find("B/s"), std::string::npos) << s;
 }
 
-TEST(Progress, HumanUnits) {
-  EXPECT_EQ(human_bytes(999), "999 B");
-  EXPECT_EQ(human_bytes(6.5e6), "6.5 MB");
-  EXPECT_EQ(human_bytes(2.25e9), "2.25 GB");
-  EXPECT_EQ(human_count(950), "950");
-  EXPECT_EQ(human_count(1.234e6), "1.23M");
-  EXPECT_EQ(human_duration(42), "42s");
-  EXPECT_EQ(human_duration(3725), "1:02:05");
-}
-
 TEST(Progress, OutsideATerminalPrintsOneFinalLine) {
   std::FILE* out = std::tmpfile();
   ASSERT_NE(out, nullptr);
