@@ -1,9 +1,7 @@
-// The trainer: sets up a run (directory, backend, data, model, optimizer, resume), prints its plan,
-// then loops over steps: accumulate gradients, clip and update, log, validate, checkpoint, and stop
-// cleanly on SIGINT/SIGTERM.
+// The trainer: sets up a run (backend, data, model, optimizer, resume), prints its plan, then loops over
+// steps: accumulate gradients, clip and update, log, validate, checkpoint, and stop cleanly on SIGINT or
+// SIGTERM. The files it keeps are run_dir.h's, its log run_log.h's.
 #include "train/trainer.h"
-
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -13,13 +11,11 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <sstream>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/format.h"
-#include "core/fs.h"
 #include "core/log.h"
 #include "io/hf.h"
 #include "train/backend.h"
@@ -30,6 +26,9 @@
 #include "train/model_source.h"
 #include "train/memory_plan.h"
 #include "train/optimizer.h"
+#include "train/run_dir.h"
+#include "train/run_log.h"
+#include "train/stop_signals.h"
 
 namespace tk {
 
@@ -113,120 +112,6 @@ void restore_fp8_scaling(Ops& ops, const Model& model, const json& j, const std:
   ops.set_fp8_scaling_state(st);
 }
 
-// ---- stopping on SIGINT / SIGTERM -------------------------------------------------------------
-
-volatile std::sig_atomic_t g_stop_signal = 0;
-
-extern "C" void on_stop_signal(int sig) {
-  if (g_stop_signal != 0) {  // a second signal: the user wants out now
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
-    return;
-  }
-  g_stop_signal = sig;
-  static const char msg[] = "\ntokamak: stopping after this step and saving a checkpoint (signal again to quit at once)\n";
-  ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof msg - 1);
-  (void)ignored;
-}
-
-// Installs the handlers for the run's lifetime and restores the previous ones after it.
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop_signal = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
-  }
-  ~StopSignals() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-    g_stop_signal = 0;
-  }
-  int received() const { return g_stop_signal; }
-
- private:
-  struct sigaction old_int_ {}, old_term_ {};
-};
-
-// ---- the run directory ------------------------------------------------------------------------
-
-bool is_run_entry(const std::string& name) {
-  return name == "config.json" || name == "log.jsonl" || name.rfind("step_", 0) == 0 || name.rfind(".tmp-step_", 0) == 0;
-}
-
-std::vector<stdfs::path> run_entries(const std::string& run_dir) {
-  std::vector<stdfs::path> out;
-  std::error_code ec;
-  for (const auto& e : stdfs::directory_iterator(run_dir, ec))
-    if (is_run_entry(e.path().filename().string())) out.push_back(e.path());
-  return out;
-}
-
-// A fresh run needs a directory holding no other run, unless --overwrite allows replacing it.
-void check_run_dir_free(const std::string& run_dir, bool overwrite) {
-  if (overwrite || run_entries(run_dir).empty()) return;
-  fail("{} already holds a run ({} checkpoint(s), {}): pass --resume to continue it, --overwrite to replace it, "
-       "or choose another --out",
-       run_dir, list_checkpoints(run_dir).size(),
-       stdfs::exists(stdfs::path(run_dir) / "log.jsonl") ? "a log" : "no log");
-}
-
-// Removes the old run's files (only those: other files in the directory stay) and creates the directory.
-void clear_run_dir(const std::string& run_dir) {
-  for (const stdfs::path& p : run_entries(run_dir)) {
-    std::error_code ec;
-    stdfs::remove_all(p, ec);
-    if (ec) fail("cannot remove {} from the old run: {}", p.string(), ec.message());
-  }
-  std::error_code ec;
-  stdfs::create_directories(run_dir, ec);
-  if (ec) fail("cannot create the run directory {}: {}", run_dir, ec.message());
-}
-
-// Drops the log lines of steps after `step`: what a resumed run will log again.
-void truncate_log(const std::string& path, int64_t step) {
-  if (!stdfs::exists(path)) return;
-  std::istringstream in(fs::read_file(path));
-  std::string kept;
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    json j = json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.value("step", int64_t(0)) <= step) kept += line + "\n";
-  }
-  fs::write_file_atomic(path, kept);
-}
-
-// ---- the log --------------------------------------------------------------------------------
-
-double unix_time() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-json number_or_null(double v) { return v >= 0 && std::isfinite(v) ? json(v) : json(nullptr); }
-
-class RunLog {
- public:
-  explicit RunLog(const std::string& path) : path_(path), file_(std::fopen(path.c_str(), "a")) {
-    TK_CHECK(file_, "cannot open {} for writing", path);
-  }
-  ~RunLog() { std::fclose(file_); }
-  RunLog(const RunLog&) = delete;
-  RunLog& operator=(const RunLog&) = delete;
-
-  void write(const nlohmann::ordered_json& j) {
-    std::string line = j.dump() + "\n";
-    TK_CHECK(std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0,
-             "cannot write to {} (is the disk full?)", path_);
-  }
-
- private:
-  std::string path_;
-  std::FILE* file_;
-};
-
 std::string format_throughput(const StepMetrics& m, bool gpu) {
   if (m.mfu >= 0) return fmt::format("MFU {:5.1f}% HFU {:5.1f}%", 100 * m.mfu, 100 * m.hfu);
   return format_flop_rate(m.achieved_flops, gpu);
@@ -264,7 +149,6 @@ class TrainingRun {
   void apply_memory_budget();
   void build_model();
   void resume_from(const std::string& checkpoint);
-  void drop_later_checkpoints(int64_t step) const;
   void warn_recipe_changes(const json& saved) const;
   void write_run_config() const;
   void log_step(const StepRecord& r);
@@ -279,7 +163,7 @@ class TrainingRun {
   TrainConfig cfg_;
   const std::function<void(const StepRecord&)>& on_step_;
   StepHooks hooks_;
-  std::string run_dir_;
+  std::optional<RunDir> dir_;  // from set_up(): TrainingSteps has none
   int accum_steps_ = 1;
   int64_t global_batch_tokens_ = 0;
 
@@ -344,11 +228,10 @@ void TrainingRun::resolve_config() {
     cfg_.out = ckpt.parent_path().string();
   }
   TK_CHECK(!cfg_.out.empty(), "no run directory given: pass --out RUN_DIR");
-  run_dir_ = cfg_.out;
 }
 
 std::string TrainingRun::find_resume_checkpoint() const {
-  const std::string where = cfg_.resume_from.empty() ? run_dir_ : cfg_.resume_from;
+  const std::string where = cfg_.resume_from.empty() ? dir_->path() : cfg_.resume_from;
   TK_CHECK(stdfs::exists(where), "cannot resume: {} does not exist, so there is no checkpoint to continue from", where);
   return resolve_checkpoint(where);
 }
@@ -446,29 +329,10 @@ void TrainingRun::warn_recipe_changes(const json& saved) const {
                 key, now[key].dump(), saved[key].dump());
 }
 
-// Checkpoints of this run directory newer than the one resumed from belong to another history, which
-// the resumed run would mix with its own (and `latest` would point into): --overwrite deletes them.
-void TrainingRun::drop_later_checkpoints(int64_t step) const {
-  std::vector<std::string> later;
-  for (const std::string& c : list_checkpoints(run_dir_))
-    if (read_trainer_state(c).step > step) later.push_back(c);
-  if (later.empty()) return;
-  TK_CHECK(cfg_.overwrite,
-           "{} holds {} checkpoint(s) after step {} (the newest: {}): resuming from step {} would mix two histories; "
-           "pass --overwrite to delete the later ones, or resume into another --out",
-           run_dir_, later.size(), step, later.back(), step);
-  for (const std::string& c : later) {
-    log::warn("deleting {}: it comes after step {}, which the run continues from", c, step);
-    std::error_code ec;
-    stdfs::remove_all(c, ec);
-    if (ec) fail("cannot remove {}: {}", c, ec.message());
-  }
-}
-
 void TrainingRun::resume_from(const std::string& checkpoint) {
   log::info("resuming from {}", checkpoint);
   state_ = load_checkpoint(checkpoint, *model_, *optimizer_);
-  drop_later_checkpoints(state_.step);
+  dir_->drop_checkpoints_after(state_.step, cfg_.overwrite);
   TK_CHECK(state_.tokenizer_fingerprint == train_data_->tokenizer_fingerprint(),
            "{} was trained on data of another tokenizer (fingerprint {:016x}) than {} ({:016x})", checkpoint,
            state_.tokenizer_fingerprint, cfg_.data, train_data_->tokenizer_fingerprint());
@@ -477,7 +341,7 @@ void TrainingRun::resume_from(const std::string& checkpoint) {
   train_data_->restore(state_.loader);
   saved_step_ = state_.step;
   result_.checkpoint = checkpoint;
-  truncate_log((stdfs::path(run_dir_) / "log.jsonl").string(), state_.step);
+  truncate_run_log(dir_->log_path(), state_.step);
 }
 
 void TrainingRun::print_plan() const {
@@ -542,7 +406,7 @@ void TrainingRun::report_memory() const {
   fmt::print("  {:>10}  total on {}\n", format_bytes(double(total)), throughput_->device().name);
   if (const std::string tuning = gemm_tuning_summary(ops); !tuning.empty()) fmt::print("{}\n", tuning);
   std::fflush(stdout);
-  fs::write_file_atomic((stdfs::path(run_dir_) / "memory.json").string(), j.dump(2) + "\n");
+  dir_->write_memory_table(j);
   ops.seal_memory();
 }
 
@@ -560,7 +424,7 @@ void TrainingRun::write_run_config() const {
   j["tokenizer"] = tokenizer_path_;
   j["unigram_entropy_nats"] = unigram_nats_;
   j["memory"] = {{"activation_bytes", model_->activation_bytes()}, {"optimizer_bytes", optimizer_->state_bytes()}};
-  fs::write_file_atomic((stdfs::path(run_dir_) / "config.json").string(), j.dump(2) + "\n");
+  dir_->write_config(j);
 }
 
 StepRecord TrainingRun::train_step(int64_t step) {
@@ -590,23 +454,7 @@ void TrainingRun::log_step(const StepRecord& r) {
              format_count(m.tokens_per_s), format_throughput(m, backend_.gpu), m.data_wait_s,
              format_bytes(double(m.memory_bytes)));
   std::fflush(stdout);
-  nlohmann::ordered_json j;
-  j["step"] = r.step;
-  j["loss"] = r.loss;
-  j["lr"] = r.lr;
-  j["grad_norm"] = r.grad_norm;
-  j["clip_scale"] = r.clip_scale;
-  j["tokens"] = r.tokens_seen;
-  j["step_time_s"] = r.seconds;
-  j["tokens_per_s"] = m.tokens_per_s;
-  j["flops_per_s"] = m.achieved_flops;
-  j["mfu"] = number_or_null(m.mfu);
-  j["hfu"] = number_or_null(m.hfu);
-  j["data_wait_s"] = m.data_wait_s;
-  j["memory_bytes"] = m.memory_bytes;
-  j["time"] = unix_time();
-  j["elapsed_s"] = std::chrono::duration<double>(Clock::now() - started_).count();
-  log_->write(j);
+  log_->step(r, std::chrono::duration<double>(Clock::now() - started_).count());
 }
 
 void TrainingRun::validate(int64_t step) {
@@ -619,20 +467,14 @@ void TrainingRun::validate(int64_t step) {
   fmt::print("step {} | val loss {:.4f} | val ppl {:.2f} | {} tokens in {:.1f}s\n", step, l.mean(),
              std::exp(l.mean()), l.count, seconds);
   std::fflush(stdout);
-  nlohmann::ordered_json j;
-  j["step"] = step;
-  j["val_loss"] = l.mean();
-  j["val_tokens"] = l.count;
-  j["val_time_s"] = seconds;
-  j["time"] = unix_time();
-  log_->write(j);
+  log_->validation(step, l, seconds);
 }
 
 void TrainingRun::save() {
   state_.loader = train_data_->state();
   state_.train_config = cfg_.to_json();
   state_.fp8_scaling = fp8_scaling_to_json(*backend_.ops, *model_);
-  result_.checkpoint = save_checkpoint(run_dir_, *model_, *optimizer_, state_, cfg_.keep_checkpoints);
+  result_.checkpoint = save_checkpoint(dir_->path(), *model_, *optimizer_, state_, cfg_.keep_checkpoints);
   saved_step_ = state_.step;
   fmt::print("saved checkpoint {}\n", result_.checkpoint);
   std::fflush(stdout);
@@ -642,15 +484,17 @@ void TrainingRun::save() {
 void TrainingRun::set_up() {
   started_ = Clock::now();
   resolve_config();
+  dir_.emplace(cfg_.out);
   const std::string resume_checkpoint = cfg_.resume ? find_resume_checkpoint() : "";
   // Resuming into another directory (--out elsewhere) starts a new run directory there.
   std::error_code ec;
-  const bool in_place = cfg_.resume && stdfs::equivalent(stdfs::path(resume_checkpoint).parent_path(), run_dir_, ec);
-  if (!in_place) check_run_dir_free(run_dir_, cfg_.overwrite);
-  result_.run_dir = run_dir_;
+  const bool in_place =
+      cfg_.resume && stdfs::equivalent(stdfs::path(resume_checkpoint).parent_path(), dir_->path(), ec);
+  if (!in_place) dir_->check_free(cfg_.overwrite);
+  result_.run_dir = dir_->path();
 
   build_parts();
-  if (!in_place) clear_run_dir(run_dir_);
+  if (!in_place) dir_->clear();
   state_.rng = {{"init_seed", cfg_.seed}, {"data_seed", cfg_.seed}};
   state_.tokenizer_path = tokenizer_path_;
   state_.tokenizer_fingerprint = train_data_->tokenizer_fingerprint();
@@ -662,7 +506,7 @@ void TrainingRun::set_up() {
   fmt::print("unigram entropy of the training split: {:.4f} nats{}\n", ue.nats,
              ue.whole_split ? "" : fmt::format(" (over its first {} tokens)", format_count(double(ue.tokens))));
   write_run_config();
-  log_ = std::make_unique<RunLog>((stdfs::path(run_dir_) / "log.jsonl").string());
+  log_ = std::make_unique<RunLog>(dir_->log_path());
 }
 
 // The backend (wrapped when a hook asks), the data, the model and its optimizer.
@@ -753,20 +597,21 @@ TrainResult TrainingRun::train_loop() {
     if (int sig = signals.received()) {
       if (saved_step_ != step) save();
       fmt::print("stopped by {} after step {}; continue with: tokamak train --resume {}\n",
-                 sig == SIGINT ? "SIGINT" : "SIGTERM", step, run_dir_);
+                 sig == SIGINT ? "SIGINT" : "SIGTERM", step, dir_->path());
       result_.exit_code = 128 + sig;
       return result_;
     }
   }
   fmt::print("done: {} steps, loss {:.4f}{} (unigram entropy {:.4f}); run directory {}\n", result_.step, result_.loss,
-             result_.val_loss >= 0 ? fmt::format(", val loss {:.4f}", result_.val_loss) : "", unigram_nats_, run_dir_);
+             result_.val_loss >= 0 ? fmt::format(", val loss {:.4f}", result_.val_loss) : "", unigram_nats_,
+             dir_->path());
   return result_;
 }
 
 TrainResult TrainingRun::run() {
   set_up();
   if (state_.step >= cfg_.steps) {
-    fmt::print("{} is already at step {} of {}: nothing to do (raise --steps to train further)\n", run_dir_,
+    fmt::print("{} is already at step {} of {}: nothing to do (raise --steps to train further)\n", dir_->path(),
                state_.step, cfg_.steps);
     result_.step = state_.step;
     return result_;

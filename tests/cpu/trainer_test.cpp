@@ -1,5 +1,6 @@
 // The trainer on a tiny model and a tiny dataset made here (byte-level tokens): bitwise resume, the
-// NaN stop that keeps the last checkpoint, run-directory refusal, checkpoint pruning and validation,
+// NaN stop that keeps the last checkpoint, run-directory refusal and clearing, the log's records and
+// their truncation on resume, checkpoint pruning and validation,
 // the LR schedules, gradient accumulation against a larger micro-batch, and bf16 and int8 AdamW moments
 // (bitwise resume and offload, and training quality against f32 moments).
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -28,6 +30,8 @@
 #include "train/evaluate.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
+#include "train/run_dir.h"
+#include "train/run_log.h"
 #include "train/trainer.h"
 
 namespace tk {
@@ -36,6 +40,16 @@ namespace {
 namespace stdfs = std::filesystem;
 using testing::error_of;
 using testing::TempDir;
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  for (size_t at = 0, end; at < text.size(); at = end + 1) {
+    end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    if (end > at) lines.push_back(text.substr(at, end - at));
+  }
+  return lines;
+}
 
 // A prepared dataset (train and val splits) of byte tokens, vocab 257.
 std::string make_dataset(const TempDir& dir) {
@@ -420,6 +434,59 @@ TEST_F(TrainerTest, RefusesARunDirectoryHoldingAnotherRun) {
   TrainConfig fresh = config("empty");
   fresh.resume = true;
   EXPECT_NE(error_of([&] { train(fresh); }).find("no checkpoint"), std::string::npos);
+}
+
+TEST(RunDir, ClearingRemovesTheRunsFilesAndNothingElse) {
+  TempDir dir;
+  const RunDir run(dir.path("run"));
+  run.clear();  // creates it
+  for (const char* name : {"config.json", "log.jsonl", "memory.json", "report.html"})
+    fs::write_file_atomic(dir.path(std::string("run/") + name), "{}\n");
+  stdfs::create_directories(dir.path("run/step_000002"));
+  stdfs::create_directories(dir.path("run/.tmp-step_000003"));
+  EXPECT_NE(error_of([&] { run.check_free(false); }).find("already holds a run"), std::string::npos);
+  run.check_free(true);
+  run.clear();
+  std::set<std::string> left;
+  for (const auto& e : stdfs::directory_iterator(run.path())) left.insert(e.path().filename().string());
+  EXPECT_EQ(left, (std::set<std::string>{"memory.json", "report.html"}));
+  run.check_free(false);
+}
+
+TEST(RunLog, RecordsStepsAndValidationsAndTruncatesAfterAStep) {
+  TempDir dir;
+  const std::string path = dir.path("log.jsonl");
+  {
+    RunLog log(path);
+    for (int64_t step = 1; step <= 3; step++) {
+      StepRecord r;
+      r.step = step;
+      r.loss = 5.0 - double(step);
+      r.metrics.mfu = -1;  // unknown peak: null
+      log.step(r, 0.5 * double(step));
+    }
+    log.validation(2, LossSum{6.0, 3}, 0.25);
+  }
+  std::vector<nlohmann::ordered_json> records;
+  for (const std::string& line : split_lines(fs::read_file(path)))
+    records.push_back(nlohmann::ordered_json::parse(line));
+  ASSERT_EQ(records.size(), 4u);
+  EXPECT_EQ(records[0]["loss"], 4.0);
+  EXPECT_TRUE(records[0]["mfu"].is_null());
+  EXPECT_EQ(records[2]["elapsed_s"], 1.5);
+  EXPECT_EQ(records[3]["val_loss"], 2.0);
+  EXPECT_EQ(records[3]["val_tokens"], 3);
+  const std::vector<std::string> keys = {"step",        "loss",         "lr",          "grad_norm",    "clip_scale",
+                                         "tokens",      "step_time_s",  "tokens_per_s", "flops_per_s", "mfu",
+                                         "hfu",         "data_wait_s",  "memory_bytes", "time",        "elapsed_s"};
+  std::vector<std::string> got;
+  for (const auto& [k, v] : records[0].items()) got.push_back(k);
+  EXPECT_EQ(got, keys);  // the order `tokamak report` and other readers see
+
+  truncate_run_log(path, 2);
+  const std::vector<std::string> kept = split_lines(fs::read_file(path));
+  ASSERT_EQ(kept.size(), 3u);  // steps 1 and 2, and step 2's validation
+  EXPECT_EQ(nlohmann::json::parse(kept.back())["val_loss"], 2.0);
 }
 
 TEST_F(TrainerTest, KeepsTheNewestCheckpoints) {

@@ -1,0 +1,81 @@
+// The log's records, field by field in the order readers see them, and the file they go to: a
+// record is one write and one flush, and a failed one stops the run with the path in the message.
+#include "train/run_log.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/fs.h"
+
+namespace tk {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+double unix_time() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+json number_or_null(double v) { return v >= 0 && std::isfinite(v) ? json(v) : json(nullptr); }
+
+}  // namespace
+
+RunLog::RunLog(const std::string& path) : path_(path), file_(std::fopen(path.c_str(), "a")) {
+  TK_CHECK(file_, "cannot open {} for writing", path);
+}
+
+RunLog::~RunLog() { std::fclose(file_); }
+
+void RunLog::write(const json& record) {
+  const std::string line = record.dump() + "\n";
+  TK_CHECK(std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0,
+           "cannot write to {} (is the disk full?)", path_);
+}
+
+void RunLog::step(const StepRecord& r, double elapsed_s) {
+  const StepMetrics& m = r.metrics;
+  json j;
+  j["step"] = r.step;
+  j["loss"] = r.loss;
+  j["lr"] = r.lr;
+  j["grad_norm"] = r.grad_norm;
+  j["clip_scale"] = r.clip_scale;
+  j["tokens"] = r.tokens_seen;
+  j["step_time_s"] = r.seconds;
+  j["tokens_per_s"] = m.tokens_per_s;
+  j["flops_per_s"] = m.achieved_flops;
+  j["mfu"] = number_or_null(m.mfu);
+  j["hfu"] = number_or_null(m.hfu);
+  j["data_wait_s"] = m.data_wait_s;
+  j["memory_bytes"] = m.memory_bytes;
+  j["time"] = unix_time();
+  j["elapsed_s"] = elapsed_s;
+  write(j);
+}
+
+void RunLog::validation(int64_t step, const LossSum& loss, double seconds) {
+  json j;
+  j["step"] = step;
+  j["val_loss"] = loss.mean();
+  j["val_tokens"] = loss.count;
+  j["val_time_s"] = seconds;
+  j["time"] = unix_time();
+  write(j);
+}
+
+void truncate_run_log(const std::string& path, int64_t step) {
+  if (!std::filesystem::exists(path)) return;
+  std::istringstream in(fs::read_file(path));
+  std::string kept;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.value("step", int64_t(0)) <= step) kept += line + "\n";
+  }
+  fs::write_file_atomic(path, kept);
+}
+
+}  // namespace tk

@@ -1,0 +1,40 @@
+// RUN_DIR/log.jsonl: one JSON object a line, appended and flushed as each happens, so that `tokamak
+// report` and other readers can follow a live run. A step's record:
+//   step, loss, lr, grad_norm, clip_scale, tokens (seen after it), step_time_s, tokens_per_s, flops_per_s,
+//   mfu, hfu (null when the peak is unknown), data_wait_s, memory_bytes, time (unix seconds), elapsed_s
+// and a validation's: step, val_loss, val_tokens, val_time_s, time.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "model/model.h"
+#include "train/trainer.h"
+
+namespace tk {
+
+class RunLog {
+ public:
+  // Appends to `path`, creating it when missing.
+  explicit RunLog(const std::string& path);
+  ~RunLog();
+  RunLog(const RunLog&) = delete;
+  RunLog& operator=(const RunLog&) = delete;
+
+  // elapsed_s: since the run (this process) started.
+  void step(const StepRecord& r, double elapsed_s);
+  void validation(int64_t step, const LossSum& loss, double seconds);
+
+ private:
+  void write(const nlohmann::ordered_json& record);
+
+  std::string path_;
+  std::FILE* file_;
+};
+
+// Drops the records of steps after `step`: what a run resumed from that step will log again.
+void truncate_run_log(const std::string& path, int64_t step);
+
+}  // namespace tk
