@@ -36,10 +36,10 @@ struct ModelConfig {
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
   int qkv_dim() const { return q_dim() + 2 * kv_dim(); }
-  // Parameters of the matmuls per DESIGN.md (lm head counted once even when tied; embedding lookup not).
+  // Parameters of the matmuls per docs/design.md (lm head counted once even when tied; embedding lookup not).
   int64_t matmul_params() const;
   int64_t total_params() const;     // every stored parameter (tied embeddings once)
-  // Model FLOPs per token at sequence length T (DESIGN.md): 6*N_matmul + 6*L*T*q.
+  // Model FLOPs per token at sequence length T (docs/design.md): 6*N_matmul + 6*L*T*q.
   double flops_per_token(int T) const;
 
   void validate() const;            // throws tk::Error naming the field that is wrong

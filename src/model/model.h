@@ -28,7 +28,7 @@ struct Recompute {
   // "none", or the policies joined by commas, e.g. "norm,swiglu"; parse() reads the same form.
   std::string describe() const;
   static Recompute parse(const std::string& spec);
-  // Matmul and attention FLOPs per token that the recompute repeats (for HFU), DESIGN.md's counting.
+  // Matmul and attention FLOPs per token that the recompute repeats (for HFU), docs/design.md's counting.
   double flops_per_token(const ModelConfig& cfg, int T) const;
 };
 

@@ -1,5 +1,5 @@
 // Throughput metrics of a training step: tokens/s, achieved FLOP/s, MFU and HFU against the GPU's
-// datasheet peak (DESIGN.md's FLOP count), the time spent waiting for data, and memory in use.
+// datasheet peak (the FLOP count of docs/design.md), the time spent waiting for data, and memory in use.
 #pragma once
 #include <cstddef>
 #include <cstdint>

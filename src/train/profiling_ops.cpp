@@ -6,7 +6,7 @@
 //    gather or scatter (the embedding) touches only the N rows of its tokens. What a kernel reads again
 //    (a tiled GEMM's panels, flash attention's K/V per query block) is not counted: this is the least
 //    traffic the op needs, so the GB/s derived from it is a lower bound of what memory delivered.
-//  - FLOPs: a matmul 2*M*N*K (bias adds not counted); attention as DESIGN.md counts it, causal:
+//  - FLOPs: a matmul 2*M*N*K (bias adds not counted); attention as docs/design.md counts it, causal:
 //    forward 2*B*T^2*Hq*hd (QK^T and PV, each half of a full T x T product), backward twice that; the
 //    LM head its GEMMs, 2*N*d*V each (logits, and dx and dw when asked), its softmax not counted. With
 //    these rules the matmul, attention and LM head FLOPs of a step add up to the model FLOPs that MFU

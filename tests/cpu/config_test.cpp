@@ -1,6 +1,6 @@
 // ModelConfig: preset shapes against the real models' parameter counts, Hugging Face config.json
 // parsing for Llama, Qwen2 and Qwen3 (as the Hub ships them), the errors for what the engine cannot
-// train, the config.json round trip, resolve(), and the FLOP count of DESIGN.md.
+// train, the config.json round trip, resolve(), and the FLOP count of docs/design.md.
 #include <unistd.h>
 
 #include <filesystem>

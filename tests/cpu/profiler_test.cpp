@@ -1,5 +1,5 @@
 // The profile: each op's FLOP and byte count against hand arithmetic on small shapes, a model's
-// matmul FLOPs against DESIGN.md's count, the step arithmetic (ops + gaps + data wait + unexplained =
+// matmul FLOPs against docs/design.md's count, the step arithmetic (ops + gaps + data wait + unexplained =
 // step), a tiny CPU profile's profile.json and trace.json read back, and the advice a slow data reader
 // and a one-row micro-batch get.
 #include <gtest/gtest.h>
@@ -227,7 +227,7 @@ TEST(OpCost, RecordsNestTheirMarksInCallOrder) {
   EXPECT_EQ(r0.in.data, nullptr);  // records keep shapes, not pointers
 }
 
-// The matmul, attention and LM head FLOPs of one forward + backward are DESIGN.md's model FLOPs.
+// The matmul, attention and LM head FLOPs of one forward + backward are docs/design.md's model FLOPs.
 TEST(OpCost, AModelsMatmulFlopsAreTheModelFlopsOfMfu) {
   for (bool qk_norm : {false, true}) {
     ModelConfig cfg = testing::tiny_llama_config();
