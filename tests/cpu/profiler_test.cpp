@@ -173,7 +173,7 @@ TEST(OpCost, SwigluLossAndOptimizer) {
 }
 
 // SwiGLU and the linear it feeds, on a backend that does not fuse them (the CPU's): timed as the two ops they
-// are, with those ops' costs (a fusing backend's single row is checked on the GPU: tests/gpu/run.sh profile).
+// are, with those ops' costs (a fusing backend's single row shows in the GPU's profile: bench/gpu.sh profile).
 TEST(OpCost, SwigluLinearIsTimedAsItsTwoOpsWhereTheBackendDoesNotFuseThem) {
   CostCase c;
   EXPECT_FALSE(c.ops.fuses_swiglu_linear());
