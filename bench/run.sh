@@ -1,32 +1,43 @@
 #!/usr/bin/env bash
-# The side-by-side benchmark, one call on a GPU machine: builds tokamak, measures the GEMM and copy
-# ceilings and the PyTorch peer (torch.compile) and tokamak on the same shapes, and prints a table
-# with the ratios. Usage: bench/run.sh [configs] [peer-modes]; needs the peer script in .shared/.
-# TK_BENCH_FLAGS adds flags to tokamak's runs (e.g. "--logits-chunk 1024"); tokamak runs each config in bf16 and
-# again with --fp8 (FP8 linears, delayed scaling) and with --fp8 --fp8-scaling current, unless NO_FP8=1 (PRECS picks
-# among bf16, fp8, fp8c and fp8h: --fp8 --fp8-lm-head). CONFIG_FLAGS adds flags to one config's tokamak runs only, e.g.
-# CONFIG_FLAGS="qwen2.5-0.5b=--logits-chunk 2048;llama3.2-1b=--moments bf16".
+# The side-by-side benchmark, one call on a GPU machine: builds tokamak (unless build-gpu has it), runs tokamak's
+# `bench` and then the PyTorch peer (bench/torch_peer.py: the GEMM and copy ceilings, torch.compile, and torchao's
+# float8 training where torchao imports) on the same shapes, and prints the table with each tokamak row's ratio to
+# the compiled bf16 peer and to the fastest FP8 peer (bench/compare.py). bench/NOTES.md has the settings.
+# Usage: bench/run.sh [configs] [peer-modes]. configs: presets, comma-separated, each at micro-batch 8 x 2048
+# (gpt2-small-llama 16 x 1024), or BATCH and SEQ for all. peer-modes: by default compile, and compile-fp8 and
+# compile-fp8-rowwise when `bench/torch_peer.py --check-torchao` passes (TORCHAO_PATH, default .shared/torchao).
+# tokamak runs each config in bf16, with --fp8 (FP8 linears, delayed scaling) and with --fp8 --fp8-scaling current,
+# unless NO_FP8=1 (PRECS picks among bf16, fp8, fp8c and fp8h: --fp8 --fp8-lm-head). TK_BENCH_FLAGS adds flags to
+# every tokamak run (e.g. "--logits-chunk 1024"), CONFIG_FLAGS to one config's only, e.g.
+# CONFIG_FLAGS="qwen2.5-0.5b=--logits-chunk 2048;llama3.2-1b=--moments bf16". NO_PEER=1 skips the peer; STEPS (10)
+# timed steps each. Results in $OUT: table.md, tokamak.jsonl, peer.jsonl, and the logs in bench-logs.tgz (inside
+# bench/gpu.sh, the logs stay in its folder, which it packs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/bench-out}
 mkdir -p "$OUT"
+LOGS=$OUT
+if [ -z "${TK_GPU_HARNESS:-}" ]; then
+  LOGS=$(mktemp -d)
+  trap 'tar czf "$OUT/bench-logs.tgz" -C "$LOGS" . && rm -rf "$LOGS"' EXIT
+fi
 CONFIGS=${1:-qwen2.5-0.5b,llama3.2-1b,qwen2.5-1.5b}
-MODES=${2:-compile}
 STEPS=${STEPS:-10}
 BUILD=build-gpu
 source tests/gpu/env.sh
 if [ ! -x $BUILD/tokamak ] || [ -n "${REBUILD:-}" ]; then
-  cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release $TK_CMAKE_ARGS > "$OUT/bench-cmake.log" 2>&1
-  ninja -C $BUILD -j16 tokamak > "$OUT/bench-build.log" 2>&1 || { tail -30 "$OUT/bench-build.log"; exit 1; }
+  cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release $TK_CMAKE_ARGS > "$LOGS/bench-cmake.log" 2>&1
+  ninja -C $BUILD -j16 tokamak > "$LOGS/bench-build.log" 2>&1 || { tail -30 "$LOGS/bench-build.log"; exit 1; }
 fi
 : > "$OUT/tokamak.jsonl"
 for c in ${CONFIGS//,/ }; do
-  # Same shapes as the peer: micro-batch 8 x 2048 (16 x 1024 for the GPT-2-sized model).
+  # Same shapes as the peer's (torch_peer.py's MICRO_BATCH).
   B=8; T=2048
+  [ "$c" = gpt2-small-llama ] && { B=16; T=1024; }
+  B=${BATCH:-$B}; T=${SEQ:-$T}
   cflags=()
   IFS=';' read -ra entries <<< "${CONFIG_FLAGS:-}"
   for e in "${entries[@]}"; do [ "${e%%=*}" = "$c" ] && read -ra cflags <<< "${e#*=}"; done
-  [ "$c" = gpt2s-llama ] && { B=16; T=1024; }
   # bf16, then (unless NO_FP8 is set) the same with the linear layers' GEMMs in FP8.
   # fp8c: FP8 with current scaling (--fp8-scaling current); fp8h: the LM head's GEMMs in FP8 too (--fp8-lm-head).
   precs=${PRECS:-"bf16 fp8 fp8c"}; [ -n "${NO_FP8:-}" ] && precs=bf16
@@ -34,11 +45,17 @@ for c in ${CONFIGS//,/ }; do
     flags=(); [ "$prec" = fp8 ] && flags=(--fp8); [ "$prec" = fp8c ] && flags=(--fp8 --fp8-scaling current)
     [ "$prec" = fp8h ] && flags=(--fp8 --fp8-lm-head)
     $BUILD/tokamak bench --model "$c" --batch $B --seq $T --steps "$STEPS" --json "${flags[@]}" "${cflags[@]}" ${TK_BENCH_FLAGS:-} \
-      2> "$OUT/tokamak-$c-$prec.log" | tee -a "$OUT/tokamak.jsonl" \
-      || { echo "{\"config\": \"$c\", \"engine\": \"tokamak $prec\", \"error\": \"tokamak bench failed\"}" >> "$OUT/tokamak.jsonl"; tail -5 "$OUT/tokamak-$c-$prec.log"; }
+      2> "$LOGS/tokamak-$c-$prec.log" | tee -a "$OUT/tokamak.jsonl" \
+      || { echo "{\"config\": \"$c\", \"engine\": \"tokamak $prec\", \"error\": \"tokamak bench failed\"}" >> "$OUT/tokamak.jsonl"; tail -5 "$LOGS/tokamak-$c-$prec.log"; }
   done
 done
 if [ -z "${NO_PEER:-}" ]; then
-  PYTHONUNBUFFERED=1 python3 .shared/torch_peer.py --configs "$CONFIGS" --modes "$MODES" --steps "$STEPS" 2> "$OUT/peer.err" | tee "$OUT/peer.jsonl"
+  MODES=${2:-compile}
+  if [ -z "${2:-}" ] && python3 bench/torch_peer.py --check-torchao > "$LOGS/torchao.log" 2>&1; then
+    MODES=compile,compile-fp8,compile-fp8-rowwise
+  fi
+  echo "peer: $MODES ($(cat "$LOGS/torchao.log" 2>/dev/null | tail -1))"
+  PYTHONUNBUFFERED=1 python3 bench/torch_peer.py --configs "$CONFIGS" --modes "$MODES" --steps "$STEPS" \
+    ${BATCH:+--batch $BATCH} ${SEQ:+--seq $SEQ} 2> "$LOGS/peer.err" | tee "$OUT/peer.jsonl"
 fi
 python3 bench/compare.py "$OUT/peer.jsonl" "$OUT/tokamak.jsonl" | tee "$OUT/table.md"

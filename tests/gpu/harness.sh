@@ -5,6 +5,7 @@
 # build-gpu, and has() to ask whether a step was asked for.
 RESULTS=${OUT:-$PWD/gpu-out}
 export OUT=/tmp/gpu-$PACK
+export TK_GPU_HARNESS=1  # bench/run.sh then leaves its logs in $OUT, packed with the rest
 rm -rf "$OUT"; mkdir -p "$OUT" "$RESULTS"
 pack() {
   # Written aside and renamed, so that a call killed mid-write still brings back the last whole archive.
