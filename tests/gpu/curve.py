@@ -27,7 +27,7 @@ for s in steps:
 # optimizer: there the curves must agree closely (mean |diff| 0.002-0.0054 measured over five runs and three seeds),
 # and a wrong gradient shows at once. The last 50 steps: by then the runs have drifted apart as any two runs
 # differing in rounding do, so the bound is the spread that drift gives (seeds 7, 8 and 9 measured +0.125, -0.001
-# and -0.049 on the H200; bench/NOTES.md, the curve over seeds); a run that learns wrongly falls far outside it.
+# and -0.049 on the H200; bench/history/2026-11-30-day7.md, the curve over seeds); a run that learns wrongly falls far outside it.
 early = [s for s in steps if s <= 25]
 early_diff = sum(abs(gpu[s] - cpu[s]) for s in early) / len(early)
 window = [s for s in steps if s > steps[-1] - 50]

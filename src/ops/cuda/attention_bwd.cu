@@ -24,7 +24,7 @@
 // waits, and a CTA waits only on CTAs of its own (b, g), adjacent in the grid: no deadlock. A small kernel before
 // sets D and the counters to 0.
 //
-// bench/NOTES.md ("Sixth day") has the counts, the predictions and the measurements.
+// bench/history/2026-11-30-day6.md (and days 5, 7, 8) has the counts, the predictions and the measurements.
 #include <cuda_bf16.h>
 
 #include <cmath>

@@ -12,7 +12,7 @@
 namespace tk::cuda {
 
 // What the logits chunk may take by default. Larger chunks mean fewer passes of the f32 dW read-modify-write
-// that each chunk's weight-gradient GEMM makes (bench/NOTES.md has the numbers).
+// that each chunk's weight-gradient GEMM makes (bench/history/lm-head.md has the numbers).
 constexpr size_t kLogitsChunkBudgetBytes = size_t(512) << 20;
 
 // Tokens per chunk: a multiple of 128 rows (so that chunk offsets keep 256-byte alignment for any d),

@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(32 * kSortWarps)
 // placing pass. The per-(warp, id) counts are 16-bit, two to a word (128 KB of dynamic shared memory): a
 // warp's count of one id and every running offset read in the placing pass are below N <= 65,536 (an offset
 // that reaches 65,536 wraps only after its last read). Bit for bit the output of sort_ids_kernel; 10.6 against
-// 15.7 us at N = 16,384, V = 151,936 on an H200 (bench/NOTES.md).
+// 15.7 us at N = 16,384, V = 151,936 on an H200 (bench/history/2026-11-30-day4.md).
 constexpr int kWideIds = 2048;
 constexpr int kWideWarps = kWideIds / 64;  // a thread per two ids in the scan: one 32-bit word of counts a warp
 constexpr int kWideBatch = (16384 + 32 * kWideWarps - 1) / (32 * kWideWarps);

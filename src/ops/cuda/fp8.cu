@@ -84,7 +84,7 @@ __device__ __forceinline__ __nv_fp8x2_storage_t to_fp8x2(float a, float b) {
 // of blocks' atomics on one address would serialise, and after the first blocks few have a larger maximum.
 // (Measured against a 64 x 128 tile with the transpose through 4-byte words and byte permutes, a block a run of
 // tiles: that was slower in every mode, 80% / 66% / 68% of the copy as is / transposed / both against this
-// kernel's 96% / 72% / 77%; bench/NOTES.md.)
+// kernel's 96% / 72% / 77%; bench/history/kernels.md.)
 constexpr int kTile = 64;
 constexpr int kPitch = kTile + 4;  // bytes per shared row (a multiple of 4); spreads the column reads over banks
 
@@ -346,7 +346,7 @@ void launch_cast(uint8_t* x8, uint8_t* xt8, float* dequant, const Src& src, cons
 
 // A guard's blocks, whatever the operands: four an SM (at most one a tile). Exiting at once then costs one short
 // wave, and a recast (every step early in training, while the amax grows past its history) runs near the cast's
-// rate; one block an SM halved that rate (bench/NOTES.md).
+// rate; one block an SM halved that rate (bench/history/fp8-first-days.md).
 unsigned guard_blocks(int64_t n_tiles) { return unsigned(std::min<int64_t>(n_tiles, 4 * int64_t(sm_count()))); }
 
 template <class Src>

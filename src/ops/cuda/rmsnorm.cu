@@ -154,8 +154,8 @@ bool launch_forward_warp(__nv_bfloat16* h_out, __nv_bfloat16* y, float* rstd, co
 // no shared memory until the end. There the block adds its warps' dw rows in warp order into dw_partial[b, :]
 // (laid out element-major so that the lanes' stores and the sums hit distinct banks). The partial sums depend
 // on N, d and the grid (the device's SM count), never on timing. Measured at N = 16,384, d = 896 on an H200:
-// 42.2 us against 47.6 us for the staged kernel below (bench/NOTES.md); at 1,536 and 2,048 its registers spill
-// and the staged kernel is faster.
+// 42.2 us against 47.6 us for the staged kernel below (bench/history/2026-11-30-day4.md); at 1,536 and 2,048
+// its registers spill and the staged kernel is faster.
 constexpr int kRegsWarps = 8;
 constexpr int kRegsMaxChunks = 4;
 
