@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <exception>
 #include <map>
+#include <string>
 
 #include "cli/command.h"
 #include "core/error.h"
@@ -14,6 +15,7 @@
 #include "dist/communicator.h"
 #include "dist/launch.h"
 #include "dist/session.h"
+#include "ops/cpu/openblas_core.h"
 #include "train/backend.h"
 
 namespace tk::cli {
@@ -29,13 +31,31 @@ Command::Command(std::string name, std::string help, Setup setup) {
 
 }  // namespace tk::cli
 
-// OpenMP threads that spin after a parallel region steal the cores OpenBLAS's threads need next: on
-// 2 cores the CPU backend runs 1.6x faster with passive waiting. libgomp reads the policy when it is
-// loaded, before main, so it is set here and the program started again, once.
-static void prefer_passive_openmp_waits(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  setenv("OMP_WAIT_POLICY", "passive", 1);
-  execv("/proc/self/exe", argv);  // returns only on failure: then carry on with the default policy
+// Settings that the libraries read once, when they are loaded (before main): they are set here and the
+// program started again, once, with the same arguments and environment plus these.
+//  - OpenMP threads that spin after a parallel region steal the cores OpenBLAS's threads need next: on
+//    2 cores the CPU backend runs 1.6x faster with passive waiting (OMP_WAIT_POLICY).
+//  - OpenBLAS falls back to generic kernels on CPUs it does not know (ops/cpu/openblas_core.h): on a CPU with
+//    AVX2 or AVX-512 that it has not matched, OPENBLAS_CORETYPE names the kernels the CPU can run.
+// A user's own setting of either is kept.
+static void restart_with_library_settings(char** argv) {
+  bool restart = false;
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    restart = true;
+  }
+  if (std::getenv("OPENBLAS_CORETYPE") == nullptr && tk::openblas_chooses_core()) {
+    const tk::CpuFeatures cpu = tk::detect_cpu_features();
+    const std::string picked = tk::openblas_core(), core = tk::better_openblas_core(cpu, picked);
+    if (!core.empty()) {
+      setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+      tk::log::info("OpenBLAS chose its generic {} kernels for this CPU ({}): using its {} kernels "
+                    "(OPENBLAS_CORETYPE={}; set OPENBLAS_CORETYPE to choose others)",
+                    picked, tk::describe(cpu), core, core);
+      restart = true;
+    }
+  }
+  if (restart) execv("/proc/self/exe", argv);  // returns only on failure: then carry on as loaded
 }
 
 // The commands that run on many ranks: `--gpus N` starts N of them on this host; mpirun and srun start them anywhere.
@@ -60,7 +80,7 @@ static int stop_before_data_parallel(const tk::dist::Session& session, const CLI
 }
 
 int main(int argc, char** argv) {
-  prefer_passive_openmp_waits(argv);
+  restart_with_library_settings(argv);
   CLI::App app{"tokamak: trains Llama-family language models at the speed the hardware allows, and says what bounds them"};
   app.set_version_flag("--version", std::string("tokamak ") + TOKAMAK_VERSION);
   app.require_subcommand(1);

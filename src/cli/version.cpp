@@ -1,10 +1,14 @@
-// `tokamak info`: what this build contains (backends, CUDA devices, MPI and NCCL for many ranks) and how this process
-// was launched — the first thing to ask in a bug report.
+// `tokamak info`: what this build contains (backends, CUDA devices, MPI and NCCL for many ranks), how this process
+// was launched, and the CPU settings it runs with (the CPU, OpenBLAS's kernels, OpenMP's wait policy) — the first
+// thing to ask in a bug report.
 #include <fmt/format.h>
+
+#include <cstdlib>
 
 #include "cli/command.h"
 #include "dist/session.h"
 #include "dist/world.h"
+#include "ops/cpu/openblas_core.h"
 
 #ifdef TK_HAVE_NCCL
 #include "dist/nccl/nccl_communicator.h"
@@ -26,6 +30,13 @@ tk::cli::Command info_cmd("info", "Print the build's backends and version", [](C
     fmt::print("NCCL: none (multi-GPU runs need a CUDA build with NCCL)\n");
 #endif
     fmt::print("launch: {}\n", tk::dist::read_world().describe());
+    // The CPU backend's speed depends on these (main.cpp sets both unless the user did).
+    const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+    fmt::print("cpu: {}\n", tk::describe(tk::detect_cpu_features()));
+    fmt::print("openblas: {} kernels ({})\n", tk::openblas_core(),
+               coretype ? fmt::format("OPENBLAS_CORETYPE={}", coretype) : std::string("OpenBLAS's own choice"));
+    const char* wait = std::getenv("OMP_WAIT_POLICY");
+    fmt::print("openmp: OMP_WAIT_POLICY={}\n", wait ? wait : "unset");
     return 0;
   };
 });
