@@ -72,7 +72,8 @@ int main(int argc, char** argv) {
   std::vector<int32_t> ids(static_cast<size_t>(N)), pos(static_cast<size_t>(N));
   for (int64_t n = 0; n < N; n++) ids[size_t(n)] = int32_t(rng() % uint32_t(V)), pos[size_t(n)] = int32_t(n % T);
   const Tensor tokens(ids.data(), DType::I32, {N}), positions(pos.data(), DType::I32, {N});
-  const float theta = float(c.rope_theta), eps = float(c.norm_eps);
+  const tk::RopeSpec rope = c.rope();
+  const float eps = float(c.norm_eps);
   auto gflop = [&](int64_t out, int64_t in) { return 2.0 * double(N * out * in) / 1e9; };
 
   std::vector<Row> rows;
@@ -85,7 +86,7 @@ int main(int argc, char** argv) {
        [&] { ops.residual_rmsnorm_forward(h.t, y.t, rstd.t, h.t, x.t, w_norm.t, eps); });
   time("linear_forward qkv", int(L), gflop(W, d), [&] { ops.linear_forward(qkv.t, y.t, w_qkv.t, Tensor()); });
   time("qk_norm_rope_forward", int(L), 0, [&] {
-    ops.qk_norm_rope_forward(qkv.t, Tensor(), qkv.t, Tensor(), Tensor(), positions, s, theta, eps);
+    ops.qk_norm_rope_forward(qkv.t, Tensor(), qkv.t, Tensor(), Tensor(), positions, s, rope, eps);
   });
   const double attn_gflop = 2.0 * 2.0 * B * c.n_heads * (double(T) * (T + 1) / 2) * hd / 1e9;
   time("attention_forward", int(L), attn_gflop, [&] { ops.attention_forward(att.t, lse.t, qkv.t, Tensor(), s); });
@@ -109,7 +110,7 @@ int main(int argc, char** argv) {
        [&] { ops.attention_backward(dqkv.t, datt.t, qkv.t, att.t, lse.t, Tensor(), s); });
   time("qk_norm_rope_backward", int(L), 0, [&] {
     ops.qk_norm_rope_backward(dqkv.t, Tensor(), Tensor(), dqkv.t, qkv.t, Tensor(), Tensor(), Tensor(), positions, s,
-                              theta, eps);
+                              rope, eps);
   });
   time("linear_backward qkv", int(L), 2 * gflop(W, d),
        [&] { ops.linear_backward(dx.t, dw_qkv.t, Tensor(), dqkv.t, y.t, w_qkv.t); });

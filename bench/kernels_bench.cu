@@ -227,8 +227,10 @@ void bench_rope() {
       rstd.push_back(pool.random_f32(N * n_rot, 1.f, true));
     }
     int32_t* positions = pool.random_ids(N, T);
-    float2* table = pool.alloc<float2>(int64_t(rope_table_bytes(T, r.hd) / sizeof(float2)));
-    rope_table_fill(table, T, r.hd, 1e6f, nullptr);
+    std::vector<double> inv_freq;  // plain RoPE, theta 1e6
+    for (int i = 0; i < r.hd / 2; i++) inv_freq.push_back(std::pow(1e6, -2.0 * i / r.hd));
+    const RopeTable table = rope_table_fill(pool.alloc<char>(int64_t(rope_table_bytes(T, r.hd))), T, r.hd,
+                                            inv_freq.data(), nullptr);
     bf16* qw = r.norm ? pool.random_bf16(r.hd) : nullptr;
     bf16* kw = r.norm ? pool.random_bf16(r.hd) : nullptr;
     float* dqw = r.norm ? pool.random_f32(r.hd) : nullptr;
@@ -241,13 +243,13 @@ void bench_rope() {
     const double rstd_bytes = r.norm ? 4.0 * double(N * n_rot) : 0.0;
     record("qk_norm_rope_forward", label, 2 * qkv + 4.0 * N + rstd_bytes, [&](int k) {
       const int s = k % sets;
-      qk_norm_rope_forward(out[s], r.norm ? rstd[s] : nullptr, in[s], qw, kw, positions, table, T, N, shape, 1e6f,
-                           1e-6f, nullptr);
+      qk_norm_rope_forward(out[s], r.norm ? rstd[s] : nullptr, in[s], qw, kw, positions, table, N, shape, 1e-6f,
+                           nullptr);
     });
     record("qk_norm_rope_backward", label, (r.norm ? 3 : 2) * qkv + 4.0 * N + rstd_bytes, [&](int k) {
       const int s = k % sets;
       qk_norm_rope_backward(din[s], dqw, dkw, dout[s], r.norm ? in[s] : nullptr, r.norm ? rstd[s] : nullptr, qw, kw,
-                            positions, table, T, N, shape, 1e6f, scratch, scratch_bytes, nullptr);
+                            positions, table, N, shape, scratch, scratch_bytes, nullptr);
     });
   }
 }

@@ -1,7 +1,7 @@
 // ModelConfig: the presets, Hugging Face config.json parsing and writing, validation, and the
 // parameter and FLOP counts every report uses. Parsing refuses whatever the engine would not train
-// exactly (rope_scaling, sliding windows, MLP biases, ...), naming the field, so that a model is never
-// silently different from the one its config.json describes.
+// exactly (RoPE scalings other than linear and llama3, sliding windows, MLP biases, ...), naming the field, so
+// that a model is never silently different from the one its config.json describes.
 #include "model/config.h"
 
 #include <filesystem>
@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "ops/ops.h"
 
 namespace tk {
 
@@ -48,6 +49,8 @@ int64_t ModelConfig::total_params() const {
   int64_t embeddings = int64_t(vocab_size) * d * (tied_embeddings ? 1 : 2);
   return embeddings + int64_t(n_layers) * per_layer + d;
 }
+
+RopeSpec ModelConfig::rope() const { return {rope_inv_freq(rope_theta, head_dim, rope_scaling)}; }
 
 double ModelConfig::flops_per_token(int T) const {
   return 6.0 * double(matmul_params()) + 6.0 * n_layers * double(T) * q_dim();
@@ -105,20 +108,28 @@ struct Preset {
   double rope_theta, eps;
   bool tied;
   int bos, eos;
+  RopeScaling rope_scaling = {};
 };
 
-// The real Hugging Face shapes (without Llama 3.x's rope_scaling: presets are shapes to train from
-// scratch). "tiny" is the CPU demo (~16M parameters, most of them the GPT-2 vocabulary's embedding);
+// Llama 3.2's and Llama 3.1's rope_scaling, as their config.json files give it.
+constexpr RopeScaling kLlama32Rope{RopeScaling::Type::Llama3, 32.0, 1.0, 4.0, 8192};
+constexpr RopeScaling kLlama31Rope{RopeScaling::Type::Llama3, 8.0, 1.0, 4.0, 8192};
+
+// The real Hugging Face shapes, with Llama 3.x's RoPE scaling, so that the released weights load into
+// them. "tiny" is the CPU demo (~16M parameters, most of them the GPT-2 vocabulary's embedding);
 // "gpt2-small-llama" is GPT-2 small's size as a Llama, the shape of the PyTorch peer benchmark.
 constexpr Preset kPresets[] = {
     {"tiny", Arch::Llama, 50257, 256, 4, 4, 2, 64, 704, 256, 10000.0, 1e-5, true, 50256, 50256},
     {"gpt2-small-llama", Arch::Llama, 50304, 768, 12, 12, 12, 64, 2048, 1024, 10000.0, 1e-5, true, 50256, 50256},
     {"qwen2.5-0.5b", Arch::Qwen2, 151936, 896, 24, 14, 2, 64, 4864, 32768, 1e6, 1e-6, true, 151643, 151643},
-    {"llama3.2-1b", Arch::Llama, 128256, 2048, 16, 32, 8, 64, 8192, 131072, 500000.0, 1e-5, true, 128000, 128001},
+    {"llama3.2-1b", Arch::Llama, 128256, 2048, 16, 32, 8, 64, 8192, 131072, 500000.0, 1e-5, true, 128000, 128001,
+     kLlama32Rope},
     {"qwen2.5-1.5b", Arch::Qwen2, 151936, 1536, 28, 12, 2, 128, 8960, 131072, 1e6, 1e-6, true, 151643, 151643},
-    {"llama3.2-3b", Arch::Llama, 128256, 3072, 28, 24, 8, 128, 8192, 131072, 500000.0, 1e-5, true, 128000, 128001},
+    {"llama3.2-3b", Arch::Llama, 128256, 3072, 28, 24, 8, 128, 8192, 131072, 500000.0, 1e-5, true, 128000, 128001,
+     kLlama32Rope},
     {"qwen2.5-7b", Arch::Qwen2, 152064, 3584, 28, 28, 4, 128, 18944, 131072, 1e6, 1e-6, false, 151643, 151643},
-    {"llama3.1-8b", Arch::Llama, 128256, 4096, 32, 32, 8, 128, 14336, 131072, 500000.0, 1e-5, false, 128000, 128001},
+    {"llama3.1-8b", Arch::Llama, 128256, 4096, 32, 32, 8, 128, 14336, 131072, 500000.0, 1e-5, false, 128000, 128001,
+     kLlama31Rope},
 };
 
 ModelConfig from_preset(const Preset& p) {
@@ -134,6 +145,7 @@ ModelConfig from_preset(const Preset& p) {
   c.ffn_dim = p.ffn;
   c.max_seq = p.max_seq;
   c.rope_theta = p.rope_theta;
+  c.rope_scaling = p.rope_scaling;
   c.norm_eps = p.eps;
   c.tied_embeddings = p.tied;
   c.qkv_bias = p.arch == Arch::Qwen2;
@@ -205,28 +217,17 @@ Arch parse_arch(const json& j, const std::string& src) {
        src, cls);
 }
 
-// Plain RoPE only: rope_scaling (transformers 4.x) or rope_parameters (5.x) of any type but "default"
-// would change the position encoding of every token.
-double parse_rope_theta(const json& j, const std::string& src) {
-  double theta = optional<double>(j, "rope_theta", 10000.0, src);
-  if (has(j, "rope_scaling")) {
-    const json& s = j.at("rope_scaling");
-    std::string type = s.is_object() ? s.value("rope_type", s.value("type", std::string("?"))) : s.dump();
-    TK_CHECK(type == "default",
-             "{}: rope_scaling of type '{}' is not implemented; tokamak trains with plain RoPE (rope_theta) only. "
-             "Remove the rope_scaling field to train this shape with plain RoPE",
-             src, type);
-  }
+// rope_theta and the scaling: rope_scaling (transformers 4.x) or rope_parameters (5.x, which holds
+// rope_theta too); a scaling the engine does not implement is refused by RopeScaling::from_hf_json.
+void parse_rope(const json& j, const std::string& src, ModelConfig& c) {
+  c.rope_theta = optional<double>(j, "rope_theta", 10000.0, src);
+  if (has(j, "rope_scaling")) c.rope_scaling = RopeScaling::from_hf_json(j.at("rope_scaling"), src);
   if (has(j, "rope_parameters")) {
     const json& p = j.at("rope_parameters");
     TK_CHECK(p.is_object(), "{}: rope_parameters should be an object, got {}", src, p.dump());
-    std::string type = p.value("rope_type", std::string("default"));
-    TK_CHECK(type == "default",
-             "{}: rope_parameters.rope_type '{}' is not implemented; tokamak trains with plain RoPE (rope_theta) only",
-             src, type);
-    theta = optional<double>(p, "rope_theta", theta, src + " rope_parameters");
+    c.rope_scaling = RopeScaling::from_hf_json(p, src + " rope_parameters");
+    c.rope_theta = optional<double>(p, "rope_theta", c.rope_theta, src + " rope_parameters");
   }
-  return theta;
 }
 
 // Sliding-window attention (Qwen2/Qwen3 options) and per-layer attention types: full causal only.
@@ -276,7 +277,7 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
   int derived_head_dim = c.n_heads > 0 ? c.d_model / c.n_heads : 0;
   c.head_dim = optional<int>(j, "head_dim", c.arch == Arch::Qwen3 ? 128 : derived_head_dim, source);
   c.max_seq = optional<int>(j, "max_position_embeddings", c.arch == Arch::Llama ? 2048 : 32768, source);
-  c.rope_theta = parse_rope_theta(j, source);
+  parse_rope(j, source, c);
   c.norm_eps = optional<double>(j, "rms_norm_eps", 1e-6, source);
   c.tied_embeddings = optional<bool>(j, "tie_word_embeddings", false, source);
   bool attention_bias = optional<bool>(j, "attention_bias", false, source);
@@ -317,6 +318,7 @@ nlohmann::json ModelConfig::to_hf_json() const {
       {"bos_token_id", bos_id >= 0 ? json(bos_id) : json(nullptr)},
       {"eos_token_id", eos_id >= 0 ? json(eos_id) : json(nullptr)},
   };
+  if (rope_scaling.type != RopeScaling::Type::None) j["rope_scaling"] = rope_scaling.to_hf_json();
   if (arch == Arch::Qwen2) {
     j["use_sliding_window"] = false;
     j["sliding_window"] = nullptr;

@@ -7,7 +7,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/rope_scaling.h"
+
 namespace tk {
+
+struct RopeSpec;  // ops/ops.h
 
 enum class Arch { Llama, Qwen2, Qwen3 };
 const char* arch_name(Arch a);              // "llama", "qwen2", "qwen3"
@@ -25,6 +29,7 @@ struct ModelConfig {
   int ffn_dim = 0;                  // intermediate_size
   int max_seq = 2048;               // max_position_embeddings
   double rope_theta = 10000.0;
+  RopeScaling rope_scaling;         // rope_scaling (Llama 3.1/3.2: "llama3"); none by default
   double norm_eps = 1e-5;           // rms_norm_eps
   bool tied_embeddings = true;      // tie_word_embeddings
   bool qkv_bias = false;            // Qwen2 (always); Llama and Qwen3 when attention_bias
@@ -42,11 +47,14 @@ struct ModelConfig {
   // Model FLOPs per token at sequence length T (docs/design.md): 6*N_matmul + 6*L*T*q.
   double flops_per_token(int T) const;
 
+  // The rotary frequencies of rope_theta and rope_scaling, computed once for the ops (ops.h RopeSpec).
+  RopeSpec rope() const;
+
   void validate() const;            // throws tk::Error naming the field that is wrong
   nlohmann::json to_hf_json() const;
   // Parses a Hugging Face config.json. Anything the engine cannot train exactly (an unknown
-  // architecture, rope_scaling, sliding windows, a hidden_act other than silu, ...) is a tk::Error
-  // naming the field: never a silently different model.
+  // architecture, a rope_scaling other than linear and llama3, sliding windows, a hidden_act other than
+  // silu, ...) is a tk::Error naming the field: never a silently different model.
   static ModelConfig from_hf_json(const nlohmann::json& j, const std::string& source = "config.json");
   static ModelConfig preset(const std::string& name);
   static std::vector<std::string> preset_names();

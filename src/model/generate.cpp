@@ -161,7 +161,7 @@ std::vector<float> Generator::Impl::run(const std::vector<int32_t>& ids, int pos
     }
     ops.linear_forward(qkvn, xn, lw.qkv_w, lw.qkv_b);
     ops.qk_norm_rope_forward(qkvn, shaped(qk_rstd, {n, cfg.n_heads + cfg.n_kv_heads}), qkvn, lw.q_norm, lw.k_norm,
-                             shaped(positions, {n}), s, float(cfg.rope_theta), eps);
+                             shaped(positions, {n}), s, cfg.rope(), eps);
     attention(l, n, pos, cached);
     ops.linear_forward(bn, shaped(att, {n, cfg.q_dim()}), lw.o_w, lw.o_b);
     ops.residual_rmsnorm_forward(hn, xn, rn, hn, bn, lw.mlp_norm, eps);

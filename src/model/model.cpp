@@ -370,7 +370,7 @@ void Model::Impl::layer_forward(const Step& s, int l) {
                                     lw.qkv_b, eps);
   }
   ops.qk_norm_rope_forward(qkv, shaped(a.qk_rstd, {N, cfg.n_heads + cfg.n_kv_heads}), qkv_pre, lw.q_norm, lw.k_norm,
-                           shaped(buf.positions, {N}), s.attn, float(cfg.rope_theta), eps);
+                           shaped(buf.positions, {N}), s.attn, cfg.rope(), eps);
   const Tensor segments = opt.doc_mask ? shaped(buf.segments, {s.B, s.T}) : Tensor();
   ops.attention_forward(shaped(a.att, {s.B, s.T, cfg.n_heads, cfg.head_dim}), shaped(a.lse, {s.B, cfg.n_heads, s.T}),
                         shaped(a.qkv, {s.B, s.T, H3, cfg.head_dim}), segments, s.attn);
@@ -503,7 +503,7 @@ void Model::Impl::recompute_layer(const Step& s, int l) {
     const Tensor qkv_pre = cfg.qk_norm ? shaped(a.qkv_pre, {N, cfg.qkv_dim()}) : qkv;
     ops.linear_forward(qkv_pre, x_attn, lw.qkv_w, lw.qkv_b);
     ops.qk_norm_rope_forward(qkv, shaped(a.qk_rstd, {N, cfg.n_heads + cfg.n_kv_heads}), qkv_pre, lw.q_norm,
-                             lw.k_norm, shaped(buf.positions, {N}), s.attn, float(cfg.rope_theta), eps);
+                             lw.k_norm, shaped(buf.positions, {N}), s.attn, cfg.rope(), eps);
   }
   if (rc.att) {
     const Tensor segments = opt.doc_mask ? shaped(buf.segments, {s.B, s.T}) : Tensor();
@@ -550,7 +550,7 @@ void Model::Impl::layer_backward(const Step& s, int l) {
                          att, shaped(a.lse, {s.B, cfg.n_heads, s.T}), segments, s.attn);
   ops.qk_norm_rope_backward(dqkv, lg.q_norm, lg.k_norm, dqkv, shaped(a.qkv_pre, {N, cfg.qkv_dim()}),
                             shaped(a.qk_rstd, {N, cfg.n_heads + cfg.n_kv_heads}), lw.q_norm, lw.k_norm,
-                            shaped(buf.positions, {N}), s.attn, float(cfg.rope_theta), eps);
+                            shaped(buf.positions, {N}), s.attn, cfg.rope(), eps);
   ops.linear_backward(dx, lg.qkv_w, lg.qkv_b, dqkv, shaped(a.x_attn, {N, d}), lw.qkv_w);
   ops.rmsnorm_backward(dh, lg.attn_norm, dx, dh, shaped(a.h, {N, d}), shaped(a.rstd_attn, {N}), lw.attn_norm);
 }

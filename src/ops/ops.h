@@ -13,6 +13,7 @@
 //  - Ops are asynchronous on devices with queues (CUDA); ops that return a host value synchronise.
 #pragma once
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -31,6 +32,19 @@ struct AttnShape {
   int n_kv_heads = 0;      // key/value heads Hkv; Hq % Hkv == 0, query head h reads kv head h / (Hq/Hkv)
   int head_dim = 0;        // hd
   int qkv_width() const { return (n_heads + 2 * n_kv_heads) * head_dim; }
+};
+
+// RoPE's frequencies: pair i of a head vector (elements i and i + hd/2, i < hd/2) turns by the angle
+// p * inv_freq[i] at position p. Plain RoPE has inv_freq[i] = theta^(-2i/hd); scaled RoPE (config.json's
+// rope_scaling "linear" or "llama3") changes them. The model computes them once, in double, from its config
+// (ModelConfig::rope()); the backends take them as they are.
+struct RopeSpec {
+  std::vector<double> inv_freq;  // hd/2 values
+  static RopeSpec plain(double theta, int head_dim) {
+    RopeSpec r;
+    for (int i = 0; i < head_dim / 2; i++) r.inv_freq.push_back(std::pow(theta, -2.0 * i / head_dim));
+    return r;
+  }
 };
 
 // One contiguous run of parameters in the flat parameter buffer, updated alike by AdamW.
@@ -143,18 +157,18 @@ class Ops {
   // Forward: for each q and k head vector u (hd values): if q_norm_w/k_norm_w are given (Qwen3),
   //   r = 1/sqrt(mean(u^2) + eps), u = u * r * w (qk_rstd f32[N, Hq+Hkv] records r: q heads then k heads);
   //   then RoPE with position p = positions[n] (i32[N]) in the "rotate half" convention of Hugging Face:
-  //   for i < hd/2, f = p * theta^(-2i/hd): out[i] = u[i]*cos f - u[i+hd/2]*sin f,
+  //   for i < hd/2, f = p * rope.inv_freq[i]: out[i] = u[i]*cos f - u[i+hd/2]*sin f,
   //   out[i+hd/2] = u[i+hd/2]*cos f + u[i]*sin f. Value heads are copied unchanged.
   // qkv_out may alias qkv_in. Without norm weights qk_rstd may be empty.
   virtual void qk_norm_rope_forward(const Tensor& qkv_out, const Tensor& qk_rstd, const Tensor& qkv_in,
                                     const Tensor& q_norm_w, const Tensor& k_norm_w, const Tensor& positions,
-                                    const AttnShape& s, float theta, float eps) = 0;
+                                    const AttnShape& s, const RopeSpec& rope, float eps) = 0;
   // dqkv_in (=) from dqkv_out; dq_norm_w/dk_norm_w[hd] (+=) when norms are present. qkv_in is the forward's
   // input (needed only with norms). dqkv_in may alias dqkv_out.
   virtual void qk_norm_rope_backward(const Tensor& dqkv_in, const Tensor& dq_norm_w, const Tensor& dk_norm_w,
                                      const Tensor& dqkv_out, const Tensor& qkv_in, const Tensor& qk_rstd,
                                      const Tensor& q_norm_w, const Tensor& k_norm_w, const Tensor& positions,
-                                     const AttnShape& s, float theta, float eps) = 0;
+                                     const AttnShape& s, const RopeSpec& rope, float eps) = 0;
 
   // ---- attention ------------------------------------------------------------------------------
   // Causal softmax attention with GQA over qkv[B,T,Hq+2Hkv,hd] (the layout above):

@@ -233,6 +233,7 @@ void check_same_model(const ModelConfig& built, const ModelConfig& saved, const 
   same("o_proj bias", built.o_bias, saved.o_bias);
   same("q/k norm", built.qk_norm, saved.qk_norm);
   same("rope_theta", built.rope_theta, saved.rope_theta);
+  same("rope_scaling", built.rope_scaling.describe(), saved.rope_scaling.describe());
   same("rms_norm_eps", built.norm_eps, saved.norm_eps);
 }
 

@@ -199,20 +199,20 @@ void ProfilingOps::linear_backward(const Tensor& dx, const Tensor& dw, const Ten
 
 void ProfilingOps::qk_norm_rope_forward(const Tensor& qkv_out, const Tensor& qk_rstd, const Tensor& qkv_in,
                                         const Tensor& q_norm_w, const Tensor& k_norm_w, const Tensor& positions,
-                                        const AttnShape& s, float theta, float eps) {
+                                        const AttnShape& s, const RopeSpec& rope, float eps) {
   const bool norms = !q_norm_w.empty();
   const double values = qk_values(qkv_in, s);
   OpCost c{(norms ? 7.0 : 3.0) * values, bytes_of(qkv_in) + bytes_of(qkv_out) + bytes_of(positions)};
   if (norms) c.bytes += bytes_of(q_norm_w) + bytes_of(k_norm_w) + bytes_of(qk_rstd);
   timed("qk_norm_rope_forward", OpCategory::Rope, c, qkv_in, qkv_out, [&] {
-    inner_->qk_norm_rope_forward(qkv_out, qk_rstd, qkv_in, q_norm_w, k_norm_w, positions, s, theta, eps);
+    inner_->qk_norm_rope_forward(qkv_out, qk_rstd, qkv_in, q_norm_w, k_norm_w, positions, s, rope, eps);
   });
 }
 
 void ProfilingOps::qk_norm_rope_backward(const Tensor& dqkv_in, const Tensor& dq_norm_w, const Tensor& dk_norm_w,
                                          const Tensor& dqkv_out, const Tensor& qkv_in, const Tensor& qk_rstd,
                                          const Tensor& q_norm_w, const Tensor& k_norm_w, const Tensor& positions,
-                                         const AttnShape& s, float theta, float eps) {
+                                         const AttnShape& s, const RopeSpec& rope, float eps) {
   const bool norms = !q_norm_w.empty();
   const double values = qk_values(dqkv_out, s);
   OpCost c{(norms ? 13.0 : 3.0) * values, bytes_of(dqkv_out) + bytes_of(dqkv_in) + bytes_of(positions)};
@@ -221,7 +221,7 @@ void ProfilingOps::qk_norm_rope_backward(const Tensor& dqkv_in, const Tensor& dq
                2.0 * (bytes_of(dq_norm_w) + bytes_of(dk_norm_w));
   timed("qk_norm_rope_backward", OpCategory::Rope, c, dqkv_out, dqkv_in, [&] {
     inner_->qk_norm_rope_backward(dqkv_in, dq_norm_w, dk_norm_w, dqkv_out, qkv_in, qk_rstd, q_norm_w, k_norm_w,
-                                  positions, s, theta, eps);
+                                  positions, s, rope, eps);
   });
 }
 

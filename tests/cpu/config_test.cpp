@@ -205,8 +205,60 @@ TEST(HfConfig, TransformersV5RopeParameters) {
   j.erase("rope_theta");
   j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 250000.0}};
   EXPECT_EQ(ModelConfig::from_hf_json(j).rope_theta, 250000.0);
+  EXPECT_EQ(ModelConfig::from_hf_json(j).rope_scaling, RopeScaling());
+  j["rope_parameters"] = json::parse(kLlama32_1B)["rope_scaling"];
+  j["rope_parameters"]["rope_theta"] = 500000.0;
+  const ModelConfig v5 = ModelConfig::from_hf_json(j);
+  EXPECT_EQ(v5.rope_theta, 500000.0);
+  EXPECT_EQ(v5.rope_scaling, RopeScaling::llama3(32.0, 1.0, 4.0, 8192));
   j["rope_parameters"]["rope_type"] = "yarn";
   EXPECT_NE(parse_error(j).find("rope_parameters"), std::string::npos);
+}
+
+TEST(HfConfig, ParsesLlama3RopeScalingAsThePresetsHaveIt) {
+  const ModelConfig c = ModelConfig::from_hf_json(json::parse(kLlama32_1B));
+  EXPECT_EQ(c.rope_scaling, RopeScaling::llama3(32.0, 1.0, 4.0, 8192));
+  EXPECT_EQ(ModelConfig::preset("llama3.2-1b").rope_scaling, c.rope_scaling);
+  EXPECT_EQ(ModelConfig::preset("llama3.2-3b").rope_scaling, c.rope_scaling);
+  EXPECT_EQ(ModelConfig::preset("llama3.1-8b").rope_scaling, RopeScaling::llama3(8.0, 1.0, 4.0, 8192));
+  for (const char* name : {"tiny", "gpt2-small-llama", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b"})
+    EXPECT_EQ(ModelConfig::preset(name).rope_scaling.type, RopeScaling::Type::None) << name;
+  // The block written is the one Llama 3.2's config.json holds.
+  EXPECT_EQ(ModelConfig::preset("llama3.2-1b").to_hf_json()["rope_scaling"], json::parse(kLlama32_1B)["rope_scaling"]);
+  EXPECT_FALSE(ModelConfig::preset("tiny").to_hf_json().contains("rope_scaling"));
+}
+
+TEST(HfConfig, RopeScalingTypesAndTheirFields) {
+  json j = json::parse(kLlama32_1B);
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 4}};  // "type": the field's older name
+  EXPECT_EQ(ModelConfig::from_hf_json(j).rope_scaling, RopeScaling::linear(4.0));
+  j["rope_scaling"] = {{"rope_type", "default"}};
+  EXPECT_EQ(ModelConfig::from_hf_json(j).rope_scaling, RopeScaling());
+  j["rope_scaling"] = nullptr;
+  EXPECT_EQ(ModelConfig::from_hf_json(j).rope_scaling, RopeScaling());
+  for (const char* type : {"dynamic", "yarn", "longrope", "ntk", "mrope"}) {
+    j["rope_scaling"] = {{"rope_type", type}, {"factor", 4.0}};
+    const std::string msg = parse_error(j);
+    EXPECT_NE(msg.find(fmt::format("rope_scaling of type '{}' is not implemented", type)), std::string::npos) << msg;
+  }
+  struct Bad {
+    json block;
+    const char* says;
+  };
+  const json llama3 = json::parse(kLlama32_1B)["rope_scaling"];
+  json no_factor = llama3, swapped = llama3, fractional = llama3, negative = llama3;
+  no_factor.erase("factor");
+  swapped["low_freq_factor"] = 4.0, swapped["high_freq_factor"] = 1.0;
+  fractional["original_max_position_embeddings"] = 8192.5;
+  negative["factor"] = -32.0;
+  for (const Bad& b : {Bad{no_factor, "needs the field 'factor'"}, Bad{swapped, "must be greater than its low_freq"},
+                       Bad{fractional, "original_max_position_embeddings must be a positive integer"},
+                       Bad{negative, "factor must be a positive number"},
+                       Bad{json{{"rope_type", "linear"}}, "needs the field 'factor'"}, Bad{json(8.0), "an object"}}) {
+    j["rope_scaling"] = b.block;
+    const std::string msg = parse_error(j);
+    EXPECT_NE(msg.find(b.says), std::string::npos) << "expected '" << b.says << "', got: " << msg;
+  }
 }
 
 TEST(HfConfig, RefusesWhatItCannotTrainNamingTheField) {
@@ -231,8 +283,10 @@ TEST(HfConfig, RefusesWhatItCannotTrainNamingTheField) {
   missing.erase("hidden_size");
   json dropout = json::parse(kQwen25_05B);
   dropout["attention_dropout"] = 0.1;
+  json yarn = json::parse(kLlama32_1B);
+  yarn["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
   const Case cases[] = {
-      {json::parse(kLlama32_1B), "rope_scaling"},
+      {yarn, "rope_scaling of type 'yarn'"},
       {unknown, "MistralForCausalLM"},
       {mlp_bias, "mlp_bias"},
       {sliding, "use_sliding_window"},
@@ -255,6 +309,9 @@ TEST(HfConfig, RoundTripThroughConfigJson) {
   qwen3_bias["attention_bias"] = true;
   qwen3_bias["tie_word_embeddings"] = false;
   configs.push_back(ModelConfig::from_hf_json(qwen3_bias));
+  json linear = json::parse(kQwen25_05B);
+  linear["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.5}};
+  configs.push_back(ModelConfig::from_hf_json(linear));
   for (const ModelConfig& c : configs) {
     json j = c.to_hf_json();
     EXPECT_EQ(j["architectures"][0], arch_hf_class(c.arch));
@@ -270,6 +327,7 @@ TEST(HfConfig, RoundTripThroughConfigJson) {
     EXPECT_EQ(r.ffn_dim, c.ffn_dim) << c.name;
     EXPECT_EQ(r.max_seq, c.max_seq) << c.name;
     EXPECT_EQ(r.rope_theta, c.rope_theta) << c.name;
+    EXPECT_EQ(r.rope_scaling, c.rope_scaling) << c.name;
     EXPECT_EQ(r.norm_eps, c.norm_eps) << c.name;
     EXPECT_EQ(r.tied_embeddings, c.tied_embeddings) << c.name;
     EXPECT_EQ(r.qkv_bias, c.qkv_bias) << c.name;

@@ -102,8 +102,9 @@ Outputs run_qk_norm_rope(uint64_t seed) {
   fill(dout, rng);
   fill_documents(seg, pos);
   for (auto& p : pos.v) p += 500;  // angles well away from zero
-  ops.qk_norm_rope_forward(out.t, rstd.t, qkv.t, qw.t, kw.t, pos.t, kShape, 1e6f, 1e-6f);
-  ops.qk_norm_rope_backward(din.t, dqw.t, dkw.t, dout.t, qkv.t, rstd.t, qw.t, kw.t, pos.t, kShape, 1e6f, 1e-6f);
+  const RopeSpec rope = RopeSpec::plain(1e6, HD);
+  ops.qk_norm_rope_forward(out.t, rstd.t, qkv.t, qw.t, kw.t, pos.t, kShape, rope, 1e-6f);
+  ops.qk_norm_rope_backward(din.t, dqw.t, dkw.t, dout.t, qkv.t, rstd.t, qw.t, kw.t, pos.t, kShape, rope, 1e-6f);
   return {{"qkv_out", widen(out)}, {"qk_rstd", widen(rstd)}, {"dqkv_in", widen(din)},
           {"dq_norm_w", widen(dqw)}, {"dk_norm_w", widen(dkw)}};
 }

@@ -9,6 +9,7 @@
 #include <limits>
 #include <string>
 
+#include "model/rope_scaling.h"
 #include "op_test_support.h"
 #include "ops/cpu/cpu_ops.h"
 
@@ -227,9 +228,10 @@ TEST(CpuOpsGrad, Linear) {
 
 // ---- q/k norm and RoPE --------------------------------------------------------------------------
 
-// ops.h's formula, transcribed: optional per-head RMSNorm of q and k, then rotate-half RoPE.
+// ops.h's formula, transcribed: optional per-head RMSNorm of q and k, then rotate-half RoPE with the
+// frequencies given.
 void qk_norm_rope_formula(Vec& out, const Vec& in, const Vec* qw, const Vec* kw, const std::vector<int32_t>& pos,
-                          const AttnShape& s, double theta, double eps) {
+                          const AttnShape& s, const std::vector<double>& inv_freq, double eps) {
   const int hd = s.head_dim, W = s.qkv_width(), half = hd / 2;
   out = in;
   for (size_t n = 0; n < pos.size(); n++)
@@ -242,7 +244,7 @@ void qk_norm_rope_formula(Vec& out, const Vec& in, const Vec* qw, const Vec* kw,
         for (int i = 0; i < hd; i++) u[size_t(i)] *= w[size_t(i)] / std::sqrt(ms + eps);
       }
       for (int i = 0; i < half; i++) {
-        const double f = pos[n] * std::pow(theta, -2.0 * i / hd);
+        const double f = pos[n] * inv_freq[size_t(i)];
         out[n * W + j * hd + i] = u[size_t(i)] * std::cos(f) - u[size_t(i + half)] * std::sin(f);
         out[n * W + j * hd + i + half] = u[size_t(i + half)] * std::cos(f) + u[size_t(i)] * std::sin(f);
       }
@@ -252,18 +254,27 @@ void qk_norm_rope_formula(Vec& out, const Vec& in, const Vec* qw, const Vec* kw,
 struct QkCase {
   int B, T, n_heads, n_kv_heads, head_dim;
   bool norm;
+  RopeScaling scaling = {};
 };
 
+// Plain RoPE, then Llama 3's scaling at hd 8 and theta 500000, where each of its three bands holds a frequency
+// (wavelengths 6.3 and 167 are kept, 4443 blended, 118,000 divided by the factor), and linear scaling.
 TEST(CpuOpsGrad, QkNormRope) {
+  const RopeScaling llama3 = RopeScaling::llama3(32.0, 1.0, 4.0, 8192), linear = RopeScaling::linear(4.0);
   for (const QkCase& c : {QkCase{2, 5, 6, 2, 8, true}, QkCase{1, 7, 4, 4, 6, false}, QkCase{2, 3, 4, 4, 6, true},
-                          QkCase{1, 5, 6, 2, 8, false}}) {
+                          QkCase{1, 5, 6, 2, 8, false}, QkCase{2, 5, 6, 2, 8, true, llama3},
+                          QkCase{1, 7, 4, 2, 8, false, llama3}, QkCase{1, 5, 4, 4, 6, true, linear}}) {
     SCOPED_TRACE(::testing::Message() << "Hq=" << c.n_heads << " Hkv=" << c.n_kv_heads << " hd=" << c.head_dim
-                                      << " norm=" << c.norm);
+                                      << " norm=" << c.norm << " scaling=" << c.scaling.describe());
     CpuOps<double> ops;
     Rng rng(5);
     const AttnShape s{c.B, c.T, c.n_heads, c.n_kv_heads, c.head_dim};
     const int N = c.B * c.T, W = s.qkv_width(), hd = c.head_dim;
-    const float theta = 10000.0f, eps = 1e-6f;
+    const double theta = c.scaling.type == RopeScaling::Type::None ? 10000.0 : 500000.0;
+    const float eps = 1e-6f;
+    const RopeSpec rope{rope_inv_freq(theta, hd, c.scaling)};
+    std::vector<double> plain_freq;  // plain RoPE's frequencies, written out here rather than taken from the spec
+    for (int i = 0; i < hd / 2; i++) plain_freq.push_back(std::pow(theta, -2.0 * i / hd));
     Array<double> qkv_in({N, W}), qkv_out({N, W}), rstd({N, c.n_heads + c.n_kv_heads}), r({N, W});
     Array<double> qw({hd}), kw({hd}), dqkv({N, W}), dqw({hd}), dkw({hd});
     Array<int32_t> pos({N});
@@ -275,10 +286,11 @@ TEST(CpuOpsGrad, QkNormRope) {
     const Tensor q_w = c.norm ? qw.t : Tensor(), k_w = c.norm ? kw.t : Tensor();
     const Tensor dq_w = c.norm ? dqw.t : Tensor(), dk_w = c.norm ? dkw.t : Tensor();
 
-    auto forward = [&] { ops.qk_norm_rope_forward(qkv_out.t, rstd.t, qkv_in.t, q_w, k_w, pos.t, s, theta, eps); };
+    auto forward = [&] { ops.qk_norm_rope_forward(qkv_out.t, rstd.t, qkv_in.t, q_w, k_w, pos.t, s, rope, eps); };
     forward();
     Vec ref;
-    qk_norm_rope_formula(ref, qkv_in.v, c.norm ? &qw.v : nullptr, c.norm ? &kw.v : nullptr, pos.v, s, theta, eps);
+    const std::vector<double>& freq = c.scaling.type == RopeScaling::Type::None ? plain_freq : rope.inv_freq;
+    qk_norm_rope_formula(ref, qkv_in.v, c.norm ? &qw.v : nullptr, c.norm ? &kw.v : nullptr, pos.v, s, freq, eps);
     EXPECT_LT(rel_error(qkv_out.v, ref), kFormulaTolerance);
 
     std::vector<GradInput> inputs = {{"qkv_in", &qkv_in.v, &dqkv.v, false}};
@@ -290,7 +302,7 @@ TEST(CpuOpsGrad, QkNormRope) {
                     [&] {
                       forward();
                       ops.qk_norm_rope_backward(dqkv.t, dq_w, dk_w, r.t, qkv_in.t, rstd.t, q_w, k_w, pos.t, s,
-                                                theta, eps);
+                                                rope, eps);
                     },
                     inputs, rng);
   }
@@ -308,8 +320,9 @@ TEST(CpuOpsGrad, RopeDependsOnRelativePosition) {
   rng.fill_normal(qkv.v);
   pos_a.v = {7, 3};
   pos_b.v = {1007, 1003};
-  ops.qk_norm_rope_forward(a.t, Tensor(), qkv.t, Tensor(), Tensor(), pos_a.t, s, 500000.0f, 1e-6f);
-  ops.qk_norm_rope_forward(b.t, Tensor(), qkv.t, Tensor(), Tensor(), pos_b.t, s, 500000.0f, 1e-6f);
+  const RopeSpec rope = RopeSpec::plain(500000.0, 8);
+  ops.qk_norm_rope_forward(a.t, Tensor(), qkv.t, Tensor(), Tensor(), pos_a.t, s, rope, 1e-6f);
+  ops.qk_norm_rope_forward(b.t, Tensor(), qkv.t, Tensor(), Tensor(), pos_b.t, s, rope, 1e-6f);
   auto q_dot_k = [&](const Vec& x) {  // q of token 0 with k of token 1
     double acc = 0;
     for (int i = 0; i < 8; i++) acc += x[size_t(i)] * x[size_t(W + 8 + i)];
@@ -579,16 +592,16 @@ TEST(CpuOpsGrad, InPlaceVariantsMatch) {
   rng.fill_normal(qw.v);
   rng.fill_normal(kw.v);
   for (int n = 0; n < N; n++) pos[n] = 3 * n + 1;
-  ops.qk_norm_rope_forward(out.t, qk_rstd.t, qkv.t, qw.t, kw.t, pos.t, s, 1e4f, 1e-6f);
+  ops.qk_norm_rope_forward(out.t, qk_rstd.t, qkv.t, qw.t, kw.t, pos.t, s, RopeSpec::plain(1e4, 6), 1e-6f);
   Array<double> copy({N, W});
   copy.v = qkv.v;
-  ops.qk_norm_rope_forward(copy.t, qk_rstd.t, copy.t, qw.t, kw.t, pos.t, s, 1e4f, 1e-6f);
+  ops.qk_norm_rope_forward(copy.t, qk_rstd.t, copy.t, qw.t, kw.t, pos.t, s, RopeSpec::plain(1e4, 6), 1e-6f);
   EXPECT_EQ(copy.v, out.v);
 
   Array<double> dout({N, W}), din({N, W});
   rng.fill_normal(dout.v);
-  ops.qk_norm_rope_backward(din.t, dq.t, dk.t, dout.t, qkv.t, qk_rstd.t, qw.t, kw.t, pos.t, s, 1e4f, 1e-6f);
-  ops.qk_norm_rope_backward(dout.t, dq.t, dk.t, dout.t, qkv.t, qk_rstd.t, qw.t, kw.t, pos.t, s, 1e4f, 1e-6f);
+  ops.qk_norm_rope_backward(din.t, dq.t, dk.t, dout.t, qkv.t, qk_rstd.t, qw.t, kw.t, pos.t, s, RopeSpec::plain(1e4, 6), 1e-6f);
+  ops.qk_norm_rope_backward(dout.t, dq.t, dk.t, dout.t, qkv.t, qk_rstd.t, qw.t, kw.t, pos.t, s, RopeSpec::plain(1e4, 6), 1e-6f);
   EXPECT_EQ(dout.v, din.v);
 }
 

@@ -116,11 +116,11 @@ TEST(OpCost, RopeAndAttention) {
   CostCase c;
   const AttnShape s{2, 3, 2, 1, 4};
   Tensor qkv = c.t.f32({6, 16}), pos = c.t.i32({6});
-  c.ops.qk_norm_rope_forward(qkv, Tensor(), qkv, Tensor(), Tensor(), pos, s, 10000.f, 1e-6f);
+  c.ops.qk_norm_rope_forward(qkv, Tensor(), qkv, Tensor(), Tensor(), pos, s, RopeSpec::plain(1e4, 4), 1e-6f);
   EXPECT_DOUBLE_EQ(c.last().cost.flops, 3.0 * 72);
   EXPECT_DOUBLE_EQ(c.last().cost.bytes, 4.0 * (96 + 96 + 6));
   Tensor qn = c.t.f32({4}), kn = c.t.f32({4}), rstd = c.t.f32({6, 3}), out = c.t.f32({6, 16});
-  c.ops.qk_norm_rope_forward(out, rstd, qkv, qn, kn, pos, s, 10000.f, 1e-6f);
+  c.ops.qk_norm_rope_forward(out, rstd, qkv, qn, kn, pos, s, RopeSpec::plain(1e4, 4), 1e-6f);
   EXPECT_DOUBLE_EQ(c.last().cost.flops, 7.0 * 72);
   EXPECT_DOUBLE_EQ(c.last().cost.bytes, 4.0 * (96 + 96 + 6 + 4 + 4 + 18));
   EXPECT_EQ(c.last().category, OpCategory::Rope);

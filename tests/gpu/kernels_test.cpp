@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "model/rope_scaling.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
@@ -454,20 +455,24 @@ TEST_F(KernelsTest, RmsNormBackwardMatchesReferenceDeterministically) {
 struct RopeCase {
   int B, T, Hq, Hkv, hd;
   bool norm;
-  int table_rows;  // rows of the cos/sin table: T (all positions), fewer (the rest computed), 0 (no table)
+  int table_rows;  // rows of the cos/sin table: T (all positions), fewer (the rest computed), 0 (all computed)
+  bool llama3 = false;  // Llama 3.2's RoPE scaling (factor 32) rather than plain RoPE
 };
 std::string label(const RopeCase& c) {
   return "B=" + std::to_string(c.B) + " T=" + std::to_string(c.T) + " heads " + std::to_string(c.Hq) + ":" +
          std::to_string(c.Hkv) + " hd=" + std::to_string(c.hd) + (c.norm ? " norm" : "") +
-         " table=" + std::to_string(c.table_rows);
+         " table=" + std::to_string(c.table_rows) + (c.llama3 ? " llama3" : "");
 }
 // Qwen2.5-0.5B at training size, Llama-3.2-1B / Qwen3 (32:8, hd 128, norm), and the scalar layouts; then
-// small rows without norms (the pipelined kernel) with part of the table, none, and hd 128 and 256.
-const RopeCase kRopeCases[] = {{8, 2048, 14, 2, 64, false, 2048}, {2, 1000, 32, 8, 128, true, 500},
-                               {3, 333, 14, 2, 64, true, 0},      {1, 37, 4, 2, 96, true, 37},
-                               {1, 37, 2, 1, 256, true, 37},      {1, 37, 3, 1, 10, false, 37},
-                               {2, 300, 14, 2, 64, false, 100},   {1, 77, 4, 2, 128, false, 0},
-                               {1, 45, 2, 1, 256, false, 45}};
+// small rows without norms (the pipelined kernel) with part of the table, none, and hd 128 and 256; then
+// Llama 3.2's scaled RoPE over positions past the scaling's low-frequency wavelength (8192), through the
+// batched kernel with the table, the pipelined one with part of it, and the norms without one.
+const RopeCase kRopeCases[] = {{8, 2048, 14, 2, 64, false, 2048},      {2, 1000, 32, 8, 128, true, 500},
+                               {3, 333, 14, 2, 64, true, 0},           {1, 37, 4, 2, 96, true, 37},
+                               {1, 37, 2, 1, 256, true, 37},           {1, 37, 3, 1, 10, false, 37},
+                               {2, 300, 14, 2, 64, false, 100},        {1, 77, 4, 2, 128, false, 0},
+                               {1, 45, 2, 1, 256, false, 45},          {1, 10000, 32, 8, 64, false, 10000, true},
+                               {2, 9000, 14, 2, 64, false, 3000, true}, {1, 9000, 8, 2, 128, true, 0, true}};
 
 struct RopeSetup {
   const RopeCase& c;
@@ -476,8 +481,10 @@ struct RopeSetup {
   cuda::QkvShape qkv_shape;
   std::vector<int32_t> positions;
   std::unique_ptr<DeviceBuffer<int32_t>> d_positions;
-  std::unique_ptr<DeviceBuffer<float2>> d_table;
-  static constexpr float kTheta = 1e6f, kEps = 1e-6f;
+  RopeSpec rope;
+  std::unique_ptr<DeviceBuffer<char>> d_table;
+  cuda::RopeTable table;
+  static constexpr float kEps = 1e-6f;
 
   RopeSetup(const RopeCase& rc, Random& rng) : c(rc), N(int64_t(rc.B) * rc.T) {
     shape.B = c.B, shape.T = c.T, shape.n_heads = c.Hq, shape.n_kv_heads = c.Hkv, shape.head_dim = c.hd;
@@ -485,12 +492,11 @@ struct RopeSetup {
     W = shape.qkv_width();
     positions = rng.ints(size_t(N), 0, c.T - 1);  // documents restart positions anywhere
     d_positions = device_from(positions);
-    if (c.table_rows > 0) {
-      d_table = std::make_unique<DeviceBuffer<float2>>(cuda::rope_table_bytes(c.table_rows, c.hd) / sizeof(float2));
-      cuda::rope_table_fill(d_table->get(), c.table_rows, c.hd, kTheta, nullptr);
-    }
+    rope = c.llama3 ? RopeSpec{rope_inv_freq(500000.0, c.hd, RopeScaling::llama3(32.0, 1.0, 4.0, 8192))}
+                    : RopeSpec::plain(1e6, c.hd);
+    d_table = std::make_unique<DeviceBuffer<char>>(cuda::rope_table_bytes(c.table_rows, c.hd));
+    table = cuda::rope_table_fill(d_table->get(), c.table_rows, c.hd, rope.inv_freq.data(), nullptr);
   }
-  const float2* table() const { return d_table ? d_table->get() : nullptr; }
 };
 
 TEST_F(KernelsTest, QkNormRopeForwardMatchesReference) {
@@ -503,7 +509,7 @@ TEST_F(KernelsTest, QkNormRopeForwardMatchesReference) {
     std::vector<float> kw = rng.bf16_normal(size_t(c.hd)), out(qkv.size()), rstd(size_t(s.N * n_rot));
     cpu().qk_norm_rope_forward(host(out, {s.N, s.W}), c.norm ? host(rstd, {s.N, n_rot}) : Tensor(),
                                host(qkv, {s.N, s.W}), c.norm ? host(qw, {c.hd}) : Tensor(),
-                               c.norm ? host(kw, {c.hd}) : Tensor(), host(s.positions, {s.N}), s.shape, s.kTheta,
+                               c.norm ? host(kw, {c.hd}) : Tensor(), host(s.positions, {s.N}), s.shape, s.rope,
                                s.kEps);
     auto d_qkv = device_bf16(qkv), d_qw = device_bf16(qw), d_kw = device_bf16(kw);
     DeviceBuffer<bf16> d_out(qkv.size());
@@ -511,14 +517,14 @@ TEST_F(KernelsTest, QkNormRopeForwardMatchesReference) {
     d_out.poison(), d_rstd.poison();
     cuda::qk_norm_rope_forward(d_out.get(), c.norm ? d_rstd.get() : nullptr, d_qkv->get(),
                                c.norm ? d_qw->get() : nullptr, c.norm ? d_kw->get() : nullptr, s.d_positions->get(),
-                               s.table(), c.table_rows, s.N, s.qkv_shape, s.kTheta, s.kEps, nullptr);
+                               s.table, s.N, s.qkv_shape, s.kEps, nullptr);
     EXPECT_LE(rel_error(to_host(d_out), out), kBf16Tol) << worst(to_host(d_out), out);
     if (c.norm) {
       EXPECT_LE(rel_error(to_host(d_rstd), rstd), kF32Tol) << worst(to_host(d_rstd), rstd);
     }
     if (!c.norm) {  // in place: the same bits
       cuda::qk_norm_rope_forward(d_qkv->get(), nullptr, d_qkv->get(), nullptr, nullptr, s.d_positions->get(),
-                                 s.table(), c.table_rows, s.N, s.qkv_shape, s.kTheta, s.kEps, nullptr);
+                                 s.table, s.N, s.qkv_shape, s.kEps, nullptr);
       EXPECT_TRUE(bitwise_equal(*d_qkv, d_out));
     }
   }
@@ -539,11 +545,11 @@ TEST_F(KernelsTest, QkNormRopeBackwardMatchesReferenceDeterministically) {
       return c.norm ? host(v, dims) : Tensor();
     };
     cpu().qk_norm_rope_forward(host(fwd, {s.N, s.W}), opt(rstd, {s.N, n_rot}), host(qkv, {s.N, s.W}),
-                               opt(qw, {c.hd}), opt(kw, {c.hd}), host(s.positions, {s.N}), s.shape, s.kTheta, s.kEps);
+                               opt(qw, {c.hd}), opt(kw, {c.hd}), host(s.positions, {s.N}), s.shape, s.rope, s.kEps);
     std::vector<float> din(size), dq = dq_before, dk = dk_before;
     cpu().qk_norm_rope_backward(host(din, {s.N, s.W}), opt(dq, {c.hd}), opt(dk, {c.hd}), host(dout, {s.N, s.W}),
                                 host(qkv, {s.N, s.W}), opt(rstd, {s.N, n_rot}), opt(qw, {c.hd}), opt(kw, {c.hd}),
-                                host(s.positions, {s.N}), s.shape, s.kTheta, s.kEps);
+                                host(s.positions, {s.N}), s.shape, s.rope, s.kEps);
 
     auto d_qkv = device_bf16(qkv), d_dout = device_bf16(dout), d_qw = device_bf16(qw), d_kw = device_bf16(kw);
     auto d_rstd = device_from(rstd);
@@ -557,8 +563,8 @@ TEST_F(KernelsTest, QkNormRopeBackwardMatchesReferenceDeterministically) {
       cuda::qk_norm_rope_backward(din_ptr, c.norm ? ddq.get() : nullptr, c.norm ? ddk.get() : nullptr, dout_ptr,
                                   c.norm ? d_qkv->get() : nullptr, c.norm ? d_rstd->get() : nullptr,
                                   c.norm ? d_qw->get() : nullptr, c.norm ? d_kw->get() : nullptr,
-                                  s.d_positions->get(), s.table(), c.table_rows, s.N, s.qkv_shape, s.kTheta,
-                                  scratch.get(), scratch_bytes, nullptr);
+                                  s.d_positions->get(), s.table, s.N, s.qkv_shape, scratch.get(), scratch_bytes,
+                                  nullptr);
     };
     d_din.poison();
     run(d_din.get(), d_dout->get(), *d_dq, *d_dk);

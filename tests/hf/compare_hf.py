@@ -3,7 +3,10 @@
 
 For each model: transformers saves it, tokamak loads it (`tokamak grads`) and both compute, on the
 same batch, the mean next-token loss, the gradient of every parameter and the logits at every
-position (tokamak's through its KV-cache generation path); they must agree to --tol (relative). With
+position (tokamak's through its KV-cache generation path); they must agree to --tol (relative). One
+model, llama3.2-rope, has Llama 3.2's RoPE (rope_theta 500000 and its "llama3" rope_scaling block) over
+2048 positions and is saved in shards with a model.safetensors.index.json, as the Hub ships it; its
+frequencies in transformers are checked against the formula in float64 too. With
 --device cuda each error is printed beside the error of transformers itself run in bf16 on the GPU, and
 passes when under --tol or at most 1.5x transformers' own bf16 error. Then the reverse: `tokamak export` of the saved model, loaded by transformers, must hold
 the same weights and give the same loss. Needs python3 with torch, transformers and safetensors;
@@ -15,6 +18,7 @@ no network.
 import argparse
 import copy
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -47,28 +51,89 @@ MODELS = {
                                        rms_norm_eps=1e-6, head_dim=32)),
 }
 
+# Llama-3.2-1B's rope_scaling block, as its config.json gives it.
+LLAMA32_ROPE_SCALING = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                        "original_max_position_embeddings": 8192}
+# Llama-3.2-1B's attention (head_dim 64, 4 query heads a key/value head) and RoPE, on a small model. Over 2048
+# positions the three bands of the scaling all turn far enough to matter: the low frequencies' angles, divided
+# by 32, part from plain RoPE's by radians at the last positions; the blended band's by a fraction of that.
+MODELS["llama3.2-rope"] = (LlamaConfig, dict(num_hidden_layers=2, tie_word_embeddings=True, rope_theta=500000.0,
+                                             rms_norm_eps=1e-5, hidden_size=256, num_attention_heads=4,
+                                             num_key_value_heads=1, head_dim=64, max_position_embeddings=131072,
+                                             rope_scaling=LLAMA32_ROPE_SCALING))
+# Models with a batch, a save and a tolerance of their own. transformers computes RoPE's angles p * f in
+# float32 (an error up to p * 2^-24 radians: 1.2e-4 at p = 2047) where tokamak computes them in double, so
+# over 2048 positions the fp32 comparison allows 1e-3; plain RoPE would move the logits by far more (checked).
+SPECIAL = {"llama3.2-rope": dict(batch=(1, 2048), max_shard_size="400KB", tol=1e-3)}
+
 B, T = 2, 33
 BF16_EXPORT_TOL = 1e-2  # a bf16 export rounds every weight (2^-9 relative): the loss moves a little
 
 
-def rope_theta_of(config):
+def rope_of(config):
+    """(rope_theta, the scaling block or None) where this transformers version keeps them (5.x: rope_parameters)."""
     params = getattr(config, "rope_parameters", None)
     if isinstance(params, dict) and "rope_theta" in params:
-        return params["rope_theta"]
-    return getattr(config, "rope_theta", None)
+        theta, scaling = params["rope_theta"], params
+    else:
+        theta, scaling = getattr(config, "rope_theta", None), getattr(config, "rope_scaling", None)
+    if isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type", "default")) == "default":
+        scaling = None
+    return theta, scaling
 
 
 def make_config(cls, fields):
-    """The config, with rope_theta where this transformers version keeps it (5.x: rope_parameters)."""
+    """The config, with rope_theta and rope_scaling where this transformers version keeps them."""
     fields = {**SHAPE, **fields}
-    theta = fields["rope_theta"]
+    theta, scaling = fields["rope_theta"], fields.get("rope_scaling")
+
+    def as_asked(config):
+        got_theta, got = rope_of(config)
+        if got_theta != theta or (got is None) != (scaling is None):
+            return False
+        return scaling is None or all(got.get(k) == v for k, v in scaling.items())
+
     config = cls(**fields)
-    if rope_theta_of(config) != theta:
-        del fields["rope_theta"]
-        config = cls(**fields, rope_parameters={"rope_type": "default", "rope_theta": theta})
-    if rope_theta_of(config) != theta:
-        raise RuntimeError(f"cannot set rope_theta {theta} in this version's {cls.__name__}")
+    if not as_asked(config):
+        rest = {k: v for k, v in fields.items() if k not in ("rope_theta", "rope_scaling")}
+        config = cls(**rest, rope_parameters={"rope_type": "default", **(scaling or {}), "rope_theta": theta})
+    if not as_asked(config):
+        raise RuntimeError(f"cannot set rope_theta {theta} and rope_scaling {scaling} in this version's {cls.__name__}")
     return config
+
+
+def llama3_inv_freq(theta, head_dim, s):
+    """transformers' _compute_llama3_parameters, in float64: the frequencies tokamak computes (rope_scaling.cpp)."""
+    out = []
+    for i in range(head_dim // 2):
+        f = theta ** (-2.0 * i / head_dim)
+        wavelen = 2 * math.pi / f
+        original = s["original_max_position_embeddings"]
+        if wavelen > original / s["low_freq_factor"]:
+            f = f / s["factor"]
+        elif not wavelen < original / s["high_freq_factor"]:
+            smooth = (original / wavelen - s["low_freq_factor"]) / (s["high_freq_factor"] - s["low_freq_factor"])
+            f = (1 - smooth) * f / s["factor"] + smooth * f
+        out.append(f)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def check_rope(name, model, fields, tokens, tol, report):
+    """transformers' scaled frequencies against the formula, and that the scaling matters at these positions:
+    the same weights with plain RoPE must give logits far outside the tolerance."""
+    head_dim = fields["head_dim"]
+    inv_freq = model.model.rotary_emb.inv_freq.double()
+    report.check(name, "transformers' inv_freq against llama3 formula (f64)",
+                 rel(inv_freq, llama3_inv_freq(fields["rope_theta"], head_dim, fields["rope_scaling"])), 1e-6)
+    plain = load_model(make_config(LlamaConfig, {k: v for k, v in fields.items() if k != "rope_scaling"}))
+    plain.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        _, scaled_logits = hf_loss(model, tokens, backward=False)
+        _, plain_logits = hf_loss(plain, tokens, backward=False)
+    moved = rel(plain_logits, scaled_logits)
+    print(f"  plain RoPE instead of llama3 scaling moves the logits by {moved:.3e} (must exceed 10x {tol:g})")
+    if not moved > 10 * tol:
+        report.failures.append(f"{name}: the scaling moves the logits by only {moved:.3e}: the comparison cannot see it")
 
 
 def load_model(source):
@@ -92,7 +157,7 @@ def randomise_norms_and_biases(model, gen):
 
 def hf_loss(model, tokens, backward):
     """The mean loss over targets tokens[:, 1:] and the logits [B, T, V]."""
-    logits = model(input_ids=tokens[:, :T]).logits.float()
+    logits = model(input_ids=tokens[:, :-1]).logits.float()
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
     if backward:
         loss.backward()
@@ -178,14 +243,26 @@ def compare_export(name, args, hf_dir, work, tokens, loss_hf, report):
 
 def compare_model(name, args, work, report):
     cls, fields = MODELS[name]
+    special = SPECIAL.get(name, {})
     gen = torch.Generator().manual_seed(args.seed)
     torch.manual_seed(args.seed)
     model = load_model(make_config(cls, fields))
     randomise_norms_and_biases(model, gen)
     hf_dir = os.path.join(work, "hf")
-    model.save_pretrained(hf_dir)
+    if "max_shard_size" in special:
+        model.save_pretrained(hf_dir, max_shard_size=special["max_shard_size"])
+        shards = [f for f in os.listdir(hf_dir) if f.endswith(".safetensors")]
+        if not os.path.exists(os.path.join(hf_dir, "model.safetensors.index.json")) or len(shards) < 2:
+            raise RuntimeError(f"save_pretrained wrote {shards}, not shards with an index")
+        print(f"  saved in {len(shards)} shards with model.safetensors.index.json")
+    else:
+        model.save_pretrained(hf_dir)
 
-    tokens = torch.randint(0, SHAPE["vocab_size"], (B, T + 1), generator=gen)
+    batch, length = special.get("batch", (B, T))
+    tol = max(args.tol, special.get("tol", 0.0))
+    tokens = torch.randint(0, SHAPE["vocab_size"], (batch, length + 1), generator=gen)
+    if "rope_scaling" in fields:
+        check_rope(name, model, {**SHAPE, **fields}, tokens, tol, report)
     tokens_json = os.path.join(work, "tokens.json")
     with open(tokens_json, "w") as f:
         json.dump({"tokens": tokens.tolist()}, f)
@@ -193,7 +270,7 @@ def compare_model(name, args, work, report):
     run([args.tokamak, "grads", "--model", hf_dir, "--tokens", tokens_json, "--out", tk_out, "--device", args.device])
 
     bf16_peer = args.device == "cuda" and torch.cuda.is_available()
-    loss_hf = compare_gradients(name, model, tokens, tk_out, args.tol, report, bf16_peer)
+    loss_hf = compare_gradients(name, model, tokens, tk_out, tol, report, bf16_peer)
     compare_export(name, args, hf_dir, work, tokens, loss_hf, report)
 
 
@@ -220,7 +297,7 @@ def main():
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     print(f"torch {torch.__version__}, transformers {transformers.__version__}; tokamak {args.tokamak} "
-          f"--device {args.device}; tolerance {args.tol:g}; batch [{B}, {T}+1]")
+          f"--device {args.device}; tolerance {args.tol:g}; batch [{B}, {T}+1] unless the model says otherwise")
     root = args.keep or tempfile.mkdtemp(prefix="tk_compare_hf_")
     report = Report()
     try:

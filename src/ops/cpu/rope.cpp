@@ -1,6 +1,7 @@
 // Per-head RMSNorm of q and k (Qwen3) followed by rotary position embedding in Hugging Face's
 // "rotate half" convention, and the backward of both. RoPE is a rotation, so its backward is the
-// rotation by the opposite angle; angles are computed in double from the integer position.
+// rotation by the opposite angle; angles are computed in double from the integer position and the
+// frequencies (plain or scaled, ops.h RopeSpec).
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -13,16 +14,18 @@ namespace tk {
 
 namespace {
 
-void check_rope_shape(const AttnShape& s, const char* op) {
+void check_rope_shape(const AttnShape& s, const RopeSpec& rope, const char* op) {
   check_attn_shape(s, op);
   TK_CHECK(s.head_dim % 2 == 0, "{}: RoPE needs an even head_dim, not {}", op, s.head_dim);
+  TK_CHECK(rope.inv_freq.size() == size_t(s.head_dim / 2), "{}: {} RoPE frequencies for head_dim {} (needs {})", op,
+           rope.inv_freq.size(), s.head_dim, s.head_dim / 2);
 }
 
-// The rotation of token n: cos and sin of p * theta^(-2i/hd) for i < hd/2.
-void rope_angles(std::vector<double>& cos_f, std::vector<double>& sin_f, int32_t position, int hd, float theta) {
-  const int half = hd / 2;
-  for (int i = 0; i < half; i++) {
-    const double f = double(position) * std::pow(double(theta), -2.0 * i / hd);
+// The rotation of token n: cos and sin of p * inv_freq[i] for i < hd/2.
+void rope_angles(std::vector<double>& cos_f, std::vector<double>& sin_f, int32_t position, const RopeSpec& rope) {
+  const size_t half = rope.inv_freq.size();
+  for (size_t i = 0; i < half; i++) {
+    const double f = double(position) * rope.inv_freq[i];
     cos_f[i] = std::cos(f);
     sin_f[i] = std::sin(f);
   }
@@ -51,9 +54,9 @@ void unrotate(double* u, int hd, const double* c, const double* s) {
 // Shared checks of the forward and backward; returns N.
 template <class T>
 int64_t check_qk_inputs(const Tensor& qk_rstd, const Tensor& q_norm_w, const Tensor& k_norm_w,
-                        const Tensor& positions, const AttnShape& s, const char* op) {
+                        const Tensor& positions, const AttnShape& s, const RopeSpec& rope, const char* op) {
   constexpr DType dt = CpuOps<T>::kDType;
-  check_rope_shape(s, op);
+  check_rope_shape(s, rope, op);
   const int64_t N = int64_t(s.B) * s.T;
   TK_CHECK(q_norm_w.empty() == k_norm_w.empty(), "{}: q_norm_w and k_norm_w must be given together", op);
   expect(positions, DType::I32, {N}, op, "positions");
@@ -70,9 +73,9 @@ int64_t check_qk_inputs(const Tensor& qk_rstd, const Tensor& q_norm_w, const Ten
 template <class T>
 void CpuOps<T>::qk_norm_rope_forward(const Tensor& qkv_out, const Tensor& qk_rstd, const Tensor& qkv_in,
                                      const Tensor& q_norm_w, const Tensor& k_norm_w, const Tensor& positions,
-                                     const AttnShape& s, float theta, float eps) {
+                                     const AttnShape& s, const RopeSpec& rope, float eps) {
   const char* op = "qk_norm_rope_forward";
-  const int64_t N = check_qk_inputs<T>(qk_rstd, q_norm_w, k_norm_w, positions, s, op);
+  const int64_t N = check_qk_inputs<T>(qk_rstd, q_norm_w, k_norm_w, positions, s, rope, op);
   const int64_t W = s.qkv_width();
   expect(qkv_in, kDType, {N, W}, op, "qkv_in");
   expect(qkv_out, kDType, {N, W}, op, "qkv_out");
@@ -87,7 +90,7 @@ void CpuOps<T>::qk_norm_rope_forward(const Tensor& qkv_out, const Tensor& qk_rst
     std::vector<double> u(hd), cos_f(hd / 2), sin_f(hd / 2);
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; n++) {
-      rope_angles(cos_f, sin_f, pos[n], hd, theta);
+      rope_angles(cos_f, sin_f, pos[n], rope);
       for (int j = 0; j < n_rot_heads; j++) {  // q heads, then k heads
         const T* src = in + n * W + int64_t(j) * hd;
         for (int i = 0; i < hd; i++) u[i] = src[i];
@@ -113,9 +116,9 @@ template <class T>
 void CpuOps<T>::qk_norm_rope_backward(const Tensor& dqkv_in, const Tensor& dq_norm_w, const Tensor& dk_norm_w,
                                       const Tensor& dqkv_out, const Tensor& qkv_in, const Tensor& qk_rstd,
                                       const Tensor& q_norm_w, const Tensor& k_norm_w, const Tensor& positions,
-                                      const AttnShape& s, float theta, float eps) {
+                                      const AttnShape& s, const RopeSpec& rope, float eps) {
   const char* op = "qk_norm_rope_backward";
-  const int64_t N = check_qk_inputs<T>(qk_rstd, q_norm_w, k_norm_w, positions, s, op);
+  const int64_t N = check_qk_inputs<T>(qk_rstd, q_norm_w, k_norm_w, positions, s, rope, op);
   const int64_t W = s.qkv_width();
   expect(dqkv_out, kDType, {N, W}, op, "dqkv_out");
   expect(dqkv_in, kDType, {N, W}, op, "dqkv_in");
@@ -142,7 +145,7 @@ void CpuOps<T>::qk_norm_rope_backward(const Tensor& dqkv_in, const Tensor& dq_no
       const int k = i % half;  // frequency index of element i
       double acc_q = 0, acc_k = 0;
       for (int64_t n = 0; n < N; n++) {
-        const double f = double(pos[n]) * std::pow(double(theta), -2.0 * k / hd);
+        const double f = double(pos[n]) * rope.inv_freq[size_t(k)];
         const double c = std::cos(f), sn = std::sin(f);
         for (int j = 0; j < n_rot_heads; j++) {
           const T* g = dout + n * W + int64_t(j) * hd;
@@ -162,7 +165,7 @@ void CpuOps<T>::qk_norm_rope_backward(const Tensor& dqkv_in, const Tensor& dq_no
     std::vector<double> du(hd), cos_f(hd / 2), sin_f(hd / 2);
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; n++) {
-      rope_angles(cos_f, sin_f, pos[n], hd, theta);
+      rope_angles(cos_f, sin_f, pos[n], rope);
       for (int j = 0; j < n_rot_heads; j++) {
         const int64_t at = n * W + int64_t(j) * hd;
         for (int i = 0; i < hd; i++) du[i] = dout[at + i];
@@ -183,12 +186,13 @@ void CpuOps<T>::qk_norm_rope_backward(const Tensor& dqkv_in, const Tensor& dq_no
   }
 }
 
-#define TK_INSTANTIATE_ROPE(T)                                                                                 \
-  template void CpuOps<T>::qk_norm_rope_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,    \
-                                                const Tensor&, const Tensor&, const AttnShape&, float, float); \
-  template void CpuOps<T>::qk_norm_rope_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,   \
-                                                 const Tensor&, const Tensor&, const Tensor&, const Tensor&,   \
-                                                 const Tensor&, const AttnShape&, float, float);
+#define TK_INSTANTIATE_ROPE(T)                                                                                   \
+  template void CpuOps<T>::qk_norm_rope_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,      \
+                                                const Tensor&, const Tensor&, const AttnShape&, const RopeSpec&, \
+                                                float);                                                          \
+  template void CpuOps<T>::qk_norm_rope_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,     \
+                                                 const Tensor&, const Tensor&, const Tensor&, const Tensor&,     \
+                                                 const Tensor&, const AttnShape&, const RopeSpec&, float);
 TK_INSTANTIATE_ROPE(float)
 TK_INSTANTIATE_ROPE(double)
 

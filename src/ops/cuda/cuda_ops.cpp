@@ -83,8 +83,8 @@ struct CudaOps::Impl {
   // linear op: never both at once, so one buffer of the larger size serves both.
   cuda::GrowingBuffer staging, embedding_scratch, rmsnorm_scratch, rope_scratch, rope_table, transient,
       grad_norm_scratch, moment_book, attention_scratch;
-  int rope_table_pos = 0, rope_table_hd = 0;
-  float rope_table_theta = 0;
+  cuda::RopeTable rope_table_view;      // what rope_table holds: the angles for positions below max_pos
+  std::vector<double> rope_table_freq;  // of these frequencies
   size_t logits_budget = cuda::kLogitsChunkBudgetBytes;
   std::vector<AdamWTable> adamw_tables;
 
@@ -208,18 +208,17 @@ struct CudaOps::Impl {
     return s;
   }
 
-  const float2* rope_table_for(int max_pos, int hd, float theta);
+  const cuda::RopeTable& rope_table_for(int max_pos, const std::vector<double>& inv_freq);
 };
 
-const float2* CudaOps::Impl::rope_table_for(int max_pos, int hd, float theta) {
-  if (max_pos != rope_table_pos || hd != rope_table_hd || theta != rope_table_theta) {
+const cuda::RopeTable& CudaOps::Impl::rope_table_for(int max_pos, const std::vector<double>& inv_freq) {
+  if (max_pos != rope_table_view.max_pos || inv_freq != rope_table_freq) {
+    const int hd = int(inv_freq.size()) * 2;
     void* p = rope_table.ensure(alloc, cuda::rope_table_bytes(max_pos, hd), "RoPE cos/sin table");
-    cuda::rope_table_fill(static_cast<float2*>(p), max_pos, hd, theta, stream);
-    rope_table_pos = max_pos;
-    rope_table_hd = hd;
-    rope_table_theta = theta;
+    rope_table_view = cuda::rope_table_fill(p, max_pos, hd, inv_freq.data(), stream);
+    rope_table_freq = inv_freq;
   }
-  return static_cast<const float2*>(rope_table.data());
+  return rope_table_view;
 }
 
 CudaOps::CudaOps(int device) : impl_(std::make_unique<Impl>()) {
@@ -673,9 +672,16 @@ void CudaOps::linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& 
 
 // ---- q/k norm and RoPE ----------------------------------------------------------------------------
 
+namespace {
+void check_rope_frequencies(const RopeSpec& rope, const AttnShape& s, const char* op) {
+  TK_CHECK(rope.inv_freq.size() == size_t(s.head_dim / 2), "{}: {} RoPE frequencies for head_dim {} (needs {})", op,
+           rope.inv_freq.size(), s.head_dim, s.head_dim / 2);
+}
+}  // namespace
+
 void CudaOps::qk_norm_rope_forward(const Tensor& qkv_out, const Tensor& qk_rstd, const Tensor& qkv_in,
                                    const Tensor& q_norm_w, const Tensor& k_norm_w, const Tensor& positions,
-                                   const AttnShape& s, float theta, float eps) {
+                                   const AttnShape& s, const RopeSpec& rope, float eps) {
   const char* op = "qk_norm_rope_forward";
   check_attn_shape(s, op);
   int64_t N = int64_t(s.B) * s.T, W = s.qkv_width(), hd = s.head_dim;
@@ -687,16 +693,18 @@ void CudaOps::qk_norm_rope_forward(const Tensor& qkv_out, const Tensor& qk_rstd,
   expect_optional(q_norm_w, DType::BF16, {hd}, op, "q_norm_w");
   expect_optional(k_norm_w, DType::BF16, {hd}, op, "k_norm_w");
   if (norms) expect(qk_rstd, DType::F32, {N, s.n_heads + s.n_kv_heads}, op, "qk_rstd");
-  const float2* table = impl_->rope_table_for(s.T, int(hd), theta);
+  check_rope_frequencies(rope, s, op);
+  const cuda::RopeTable& table = impl_->rope_table_for(s.T, rope.inv_freq);
   cuda::qk_norm_rope_forward(ptr<bf16>(qkv_out), ptr<float>(qk_rstd), ptr<bf16>(qkv_in), ptr<bf16>(q_norm_w),
-                             ptr<bf16>(k_norm_w), ptr<int32_t>(positions), table, s.T, N,
-                             {s.n_heads, s.n_kv_heads, s.head_dim}, theta, eps, impl_->stream);
+                             ptr<bf16>(k_norm_w), ptr<int32_t>(positions), table, N,
+                             {s.n_heads, s.n_kv_heads, s.head_dim}, eps, impl_->stream);
 }
 
 void CudaOps::qk_norm_rope_backward(const Tensor& dqkv_in, const Tensor& dq_norm_w, const Tensor& dk_norm_w,
                                     const Tensor& dqkv_out, const Tensor& qkv_in, const Tensor& qk_rstd,
                                     const Tensor& q_norm_w, const Tensor& k_norm_w, const Tensor& positions,
-                                    const AttnShape& s, float theta, float /*eps: enters only through qk_rstd*/) {
+                                    const AttnShape& s, const RopeSpec& rope,
+                                    float /*eps: enters only through qk_rstd*/) {
   const char* op = "qk_norm_rope_backward";
   check_attn_shape(s, op);
   int64_t N = int64_t(s.B) * s.T, W = s.qkv_width(), hd = s.head_dim;
@@ -716,10 +724,11 @@ void CudaOps::qk_norm_rope_backward(const Tensor& dqkv_in, const Tensor& dq_norm
   cuda::QkvShape shape{s.n_heads, s.n_kv_heads, s.head_dim};
   size_t bytes = cuda::qk_norm_rope_backward_scratch_bytes(N, shape);
   void* scratch = bytes ? impl_->rope_scratch.ensure(impl_->alloc, bytes, "q/k norm backward partials") : nullptr;
-  const float2* table = impl_->rope_table_for(s.T, int(hd), theta);
+  check_rope_frequencies(rope, s, op);
+  const cuda::RopeTable& table = impl_->rope_table_for(s.T, rope.inv_freq);
   cuda::qk_norm_rope_backward(ptr<bf16>(dqkv_in), ptr<float>(dq_norm_w), ptr<float>(dk_norm_w), ptr<bf16>(dqkv_out),
                               ptr<bf16>(qkv_in), ptr<float>(qk_rstd), ptr<bf16>(q_norm_w), ptr<bf16>(k_norm_w),
-                              ptr<int32_t>(positions), table, s.T, N, shape, theta, scratch, bytes, impl_->stream);
+                              ptr<int32_t>(positions), table, N, shape, scratch, bytes, impl_->stream);
 }
 
 // ---- attention ------------------------------------------------------------------------------------

@@ -119,11 +119,11 @@ class CudaOps final : public Ops {
                               const Tensor& gate_up, const Tensor& x, const Tensor& w) override;
   void qk_norm_rope_forward(const Tensor& qkv_out, const Tensor& qk_rstd, const Tensor& qkv_in,
                             const Tensor& q_norm_w, const Tensor& k_norm_w, const Tensor& positions,
-                            const AttnShape& s, float theta, float eps) override;
+                            const AttnShape& s, const RopeSpec& rope, float eps) override;
   void qk_norm_rope_backward(const Tensor& dqkv_in, const Tensor& dq_norm_w, const Tensor& dk_norm_w,
                              const Tensor& dqkv_out, const Tensor& qkv_in, const Tensor& qk_rstd,
                              const Tensor& q_norm_w, const Tensor& k_norm_w, const Tensor& positions,
-                             const AttnShape& s, float theta, float eps) override;
+                             const AttnShape& s, const RopeSpec& rope, float eps) override;
   void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, const Tensor& segment_ids,
                          const AttnShape& s) override;
   void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,

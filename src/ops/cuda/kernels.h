@@ -139,26 +139,34 @@ struct QkvShape {
   int n_kv_heads = 0;  // Hkv
   int head_dim = 0;    // hd
 };
-// The RoPE angles cos/sin(p * theta^(-2i/hd)) for p < max_pos, i < hd/2, computed in double and rounded
-// to f32, stored as float2 {cos, sin} [max_pos, hd/2]. Fill once at start; the kernels read it for
-// positions below max_pos and compute the same values themselves for any position past it
-// (a null table means: always compute, slower).
+// The RoPE table, one device buffer: the hd/2 frequencies (ops.h RopeSpec::inv_freq, double), then the angles
+// cos/sin(p * inv_freq[i]) for p < max_pos, i < hd/2, computed in double and rounded to f32, stored as float2
+// {cos, sin} [max_pos, hd/2]. Fill once at start; the kernels read the angles for positions below max_pos and
+// compute the same values themselves, from the frequencies, for any position past it (max_pos 0: always compute,
+// slower).
+struct RopeTable {
+  const double* inv_freq = nullptr;  // [hd/2]
+  const float2* angles = nullptr;    // [max_pos, hd/2]
+  int max_pos = 0;
+};
 size_t rope_table_bytes(int max_pos, int head_dim);
-void rope_table_fill(float2* table, int max_pos, int head_dim, float theta, cudaStream_t s);
+// Copies inv_freq (host memory, hd/2 values) into `buffer` (rope_table_bytes, 256-byte aligned) and computes the
+// angles, on stream s; returns the table's views of the buffer.
+RopeTable rope_table_fill(void* buffer, int max_pos, int head_dim, const double* inv_freq, cudaStream_t s);
 // Forward of ops.h qk_norm_rope_forward. q_norm_w/k_norm_w bf16[hd] both given (Qwen3) or both null;
 // with norms qk_rstd f32[N, Hq+Hkv] is written (q heads then k heads), else it may be null.
 // qkv_out may alias qkv_in (value heads are then left in place rather than copied).
 void qk_norm_rope_forward(bf16* qkv_out, float* qk_rstd, const bf16* qkv_in, const bf16* q_norm_w,
-                          const bf16* k_norm_w, const int32_t* positions, const float2* rope_table, int max_pos,
-                          int64_t N, QkvShape shape, float theta, float eps, cudaStream_t s);
+                          const bf16* k_norm_w, const int32_t* positions, const RopeTable& rope, int64_t N,
+                          QkvShape shape, float eps, cudaStream_t s);
 // Backward: dqkv_in (=) from dqkv_out (may alias). With norms: qkv_in and qk_rstd from the forward are read
 // and dq_norm_w/dk_norm_w f32[hd] (+=, either may be null) get sum over tokens and heads, deterministic
 // through scratch [blocks, 2, hd] f32 (qk_norm_rope_backward_scratch_bytes; 0 without norms).
 size_t qk_norm_rope_backward_scratch_bytes(int64_t N, QkvShape shape);
 void qk_norm_rope_backward(bf16* dqkv_in, float* dq_norm_w, float* dk_norm_w, const bf16* dqkv_out,
                            const bf16* qkv_in, const float* qk_rstd, const bf16* q_norm_w, const bf16* k_norm_w,
-                           const int32_t* positions, const float2* rope_table, int max_pos, int64_t N,
-                           QkvShape shape, float theta, void* scratch, size_t scratch_bytes, cudaStream_t s);
+                           const int32_t* positions, const RopeTable& rope, int64_t N, QkvShape shape,
+                           void* scratch, size_t scratch_bytes, cudaStream_t s);
 
 // ---- SwiGLU (swiglu.cu) ---------------------------------------------------------------------------
 // gate_up[N, 2f]: gate columns [0,f), up columns [f,2f). out[N,f] = silu(g) * u.

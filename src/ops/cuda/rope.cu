@@ -44,10 +44,10 @@ struct LaneMap {
   __device__ int pair(int k) const { return (sub + k * L) * V; }
 };
 
-// cos/sin(p * theta^(-2i/hd)) in double, rounded to f32: the table's values, and the fallback past it
+// cos/sin(p * inv_freq[i]) in double, rounded to f32: the table's values, and the fallback past it
 // (not inlined: the double-precision code would cost the kernels registers).
-__device__ __noinline__ float2 rope_angle(int64_t p, int i, int hd, float theta) {
-  const double f = double(p) * pow(double(theta), -2.0 * i / hd);
+__device__ __noinline__ float2 rope_angle(int64_t p, int i, const double* inv_freq) {
+  const double f = double(p) * inv_freq[i];
   return make_float2(float(cos(f)), float(sin(f)));
 }
 
@@ -80,13 +80,13 @@ __device__ __forceinline__ void lookup_angles(float (&c)[C][V], float (&s)[C][V]
 
 template <int V, int C, class Lanes>
 __device__ __forceinline__ void compute_angles(float (&c)[C][V], float (&s)[C][V], int64_t p, const Lanes& lm,
-                                               int hd, float theta) {
+                                               int hd, const double* inv_freq) {
 #pragma unroll
   for (int k = 0; k < C; k++) {
     if (lm.pair(k) >= hd / 2) continue;
 #pragma unroll
     for (int e = 0; e < V; e++) {
-      float2 q = rope_angle(p, lm.pair(k) + e, hd, theta);
+      float2 q = rope_angle(p, lm.pair(k) + e, inv_freq);
       c[k][e] = q.x, s[k][e] = q.y;
     }
   }
@@ -98,7 +98,8 @@ struct RopeArgs {
   int max_pos;
   int64_t N;
   int n_q, n_rot, n_kv, hd;  // q heads, q + k heads, value heads, head dim
-  float theta, eps;
+  const double* inv_freq;    // [hd / 2]
+  float eps;
 };
 
 // The q and k norm weights in shared memory (registers are what bounds the heads in flight): the block
@@ -158,7 +159,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     __nv_bfloat16* out_row = qkv_out + n * width;
     const bool from_table = table_covers(a.table, a.max_pos, p);
     float cs[C][V], sn[C][V];
-    if (!from_table) compute_angles(cs, sn, p, lm, hd, a.theta);
+    if (!from_table) compute_angles(cs, sn, p, lm, hd, a.inv_freq);
     PackedBf16<V> x[U][C][2];
     auto load_batch = [&](int h0) {
 #pragma unroll
@@ -302,7 +303,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     __nv_bfloat16* din_row = dqkv_in + n * width;
     const bool from_table = table_covers(a.table, a.max_pos, p);
     float cs[C][V], sn[C][V];
-    if (!from_table) compute_angles(cs, sn, p, lm, hd, a.theta);
+    if (!from_table) compute_angles(cs, sn, p, lm, hd, a.inv_freq);
     PackedBf16<V> dx[U][C][2], x[kNorm ? U : 1][C][2];
     float rr[U];
     auto load_batch = [&](int h0) {
@@ -458,7 +459,7 @@ __global__ void __launch_bounds__(32 * kPipeWarps)
 #pragma unroll
         for (int i = lane; i < kTableChunks; i += 32) __pipeline_memcpy_async(tab + i, row + i, 16);
       } else {
-        for (int i = lane; i < kHalf; i += 32) reinterpret_cast<float2*>(tab)[i] = rope_angle(p, i, HD, a.theta);
+        for (int i = lane; i < kHalf; i += 32) reinterpret_cast<float2*>(tab)[i] = rope_angle(p, i, a.inv_freq);
       }
     }
     __pipeline_commit();
@@ -555,20 +556,24 @@ __global__ void __launch_bounds__(1024)
   if (out) out[col < hd ? col : col - hd] += total;
 }
 
-__global__ void rope_table_kernel(float2* table, int max_pos, int hd, float theta) {
+__global__ void rope_table_kernel(float2* angles, int max_pos, int hd, const double* inv_freq) {
   const int half = hd / 2;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= int64_t(max_pos) * half) return;
-  table[idx] = rope_angle(idx / half, int(idx % half), hd, theta);
+  angles[idx] = rope_angle(idx / half, int(idx % half), inv_freq);
 }
 
-RopeArgs rope_args(const int32_t* positions, const float2* table, int max_pos, int64_t N, QkvShape s, float theta,
-                   float eps) {
+// The frequencies' part of a table, padded so that the angles after it stay 256-byte aligned.
+size_t rope_freq_bytes(int head_dim) { return (size_t(head_dim / 2) * sizeof(double) + 255) / 256 * 256; }
+
+RopeArgs rope_args(const int32_t* positions, const RopeTable& rope, int64_t N, QkvShape s, float eps) {
   TK_CUDA_REQUIRE(s.head_dim >= 2 && s.head_dim % 2 == 0 && s.head_dim <= kMaxHeadDim,
                   "qk_norm_rope: head_dim must be even and at most %d, got %d", kMaxHeadDim, s.head_dim);
   TK_CUDA_REQUIRE(s.n_heads > 0 && s.n_kv_heads > 0, "qk_norm_rope: %d query heads and %d key/value heads",
                   s.n_heads, s.n_kv_heads);
-  return {positions, table, max_pos, N, s.n_heads, s.n_heads + s.n_kv_heads, s.n_kv_heads, s.head_dim, theta, eps};
+  TK_CUDA_REQUIRE(rope.inv_freq != nullptr, "qk_norm_rope: the RoPE table holds no frequencies (rope_table_fill)");
+  return {positions, rope.angles, rope.max_pos, N, s.n_heads, s.n_heads + s.n_kv_heads, s.n_kv_heads, s.head_dim,
+          rope.inv_freq, eps};
 }
 
 // Warp steps a batch loads at once, at most (what 128 registers hold without spilling): 8 registers a step
@@ -617,23 +622,30 @@ int norm_backward_blocks(int64_t N) { return int(std::min<int64_t>(kMaxNormBackw
 
 }  // namespace
 
-size_t rope_table_bytes(int max_pos, int head_dim) { return size_t(max_pos) * size_t(head_dim / 2) * sizeof(float2); }
+size_t rope_table_bytes(int max_pos, int head_dim) {
+  return rope_freq_bytes(head_dim) + size_t(max_pos) * size_t(head_dim / 2) * sizeof(float2);
+}
 
-void rope_table_fill(float2* table, int max_pos, int head_dim, float theta, cudaStream_t s) {
+RopeTable rope_table_fill(void* buffer, int max_pos, int head_dim, const double* inv_freq, cudaStream_t s) {
+  auto* freq = static_cast<double*>(buffer);
+  auto* angles = reinterpret_cast<float2*>(static_cast<char*>(buffer) + rope_freq_bytes(head_dim));
+  TK_CUDA_CHECK(cudaMemcpyAsync(freq, inv_freq, size_t(head_dim / 2) * sizeof(double), cudaMemcpyHostToDevice, s));
   const int64_t n = int64_t(max_pos) * (head_dim / 2);
-  if (n == 0) return;
-  rope_table_kernel<<<ceil_div(n, 256), 256, 0, s>>>(table, max_pos, head_dim, theta);
-  TK_CUDA_CHECK_LAUNCH();
+  if (n > 0) {
+    rope_table_kernel<<<ceil_div(n, 256), 256, 0, s>>>(angles, max_pos, head_dim, freq);
+    TK_CUDA_CHECK_LAUNCH();
+  }
+  return {freq, angles, max_pos};
 }
 
 void qk_norm_rope_forward(bf16* qkv_out, float* qk_rstd, const bf16* qkv_in, const bf16* q_norm_w,
-                          const bf16* k_norm_w, const int32_t* positions, const float2* rope_table, int max_pos,
-                          int64_t N, QkvShape shape, float theta, float eps, cudaStream_t s) {
-  const RopeArgs a = rope_args(positions, rope_table, max_pos, N, shape, theta, eps);
+                          const bf16* k_norm_w, const int32_t* positions, const RopeTable& rope, int64_t N,
+                          QkvShape shape, float eps, cudaStream_t s) {
+  const RopeArgs a = rope_args(positions, rope, N, shape, eps);
   TK_CUDA_REQUIRE((q_norm_w == nullptr) == (k_norm_w == nullptr) && (!q_norm_w || qk_rstd),
                   "qk_norm_rope_forward: q and k norm weights come together, with a qk_rstd output");
   if (N == 0) return;
-  const bool aligned = all_aligned({qkv_out, qkv_in, rope_table});  // the norm weights are staged
+  const bool aligned = all_aligned({qkv_out, qkv_in, rope.angles});  // the norm weights are staged
   if (!q_norm_w && try_pipelined<false>(qkv_out, qkv_in, a, aligned, s)) return;
   const int n_heads = qkv_out == qkv_in ? a.n_rot : a.n_rot + a.n_kv;
   const int64_t blocks = std::min<int64_t>(ceil_div(N, kWarps), int64_t(1) << 30);
@@ -655,9 +667,9 @@ size_t qk_norm_rope_backward_scratch_bytes(int64_t N, QkvShape shape) {
 
 void qk_norm_rope_backward(bf16* dqkv_in, float* dq_norm_w, float* dk_norm_w, const bf16* dqkv_out,
                            const bf16* qkv_in, const float* qk_rstd, const bf16* q_norm_w, const bf16* k_norm_w,
-                           const int32_t* positions, const float2* rope_table, int max_pos, int64_t N,
-                           QkvShape shape, float theta, void* scratch, size_t scratch_bytes, cudaStream_t s) {
-  const RopeArgs a = rope_args(positions, rope_table, max_pos, N, shape, theta, 0.f);
+                           const int32_t* positions, const RopeTable& rope, int64_t N, QkvShape shape,
+                           void* scratch, size_t scratch_bytes, cudaStream_t s) {
+  const RopeArgs a = rope_args(positions, rope, N, shape, 0.f);
   const bool norm = q_norm_w != nullptr;
   TK_CUDA_REQUIRE((q_norm_w == nullptr) == (k_norm_w == nullptr) && (!norm || (qkv_in && qk_rstd)),
                   "qk_norm_rope_backward: q and k norm weights come together, with the forward's input and rstd");
@@ -668,7 +680,7 @@ void qk_norm_rope_backward(bf16* dqkv_in, float* dq_norm_w, float* dk_norm_w, co
   TK_CUDA_REQUIRE(!want_dw || scratch_bytes >= qk_norm_rope_backward_scratch_bytes(N, shape),
                   "qk_norm_rope_backward: the scratch buffer holds %zu bytes, %zu are needed", scratch_bytes,
                   qk_norm_rope_backward_scratch_bytes(N, shape));
-  const bool aligned = all_aligned({dqkv_in, dqkv_out, qkv_in, rope_table});  // the norm weights are staged
+  const bool aligned = all_aligned({dqkv_in, dqkv_out, qkv_in, rope.angles});  // the norm weights are staged
   if (!norm && try_pipelined<true>(dqkv_in, dqkv_out, a, aligned, s)) return;
   const int n_heads = dqkv_in == dqkv_out ? a.n_rot : a.n_rot + a.n_kv;
   auto launch = [&](auto layout, auto norm_kernel) {
