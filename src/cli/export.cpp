@@ -1,6 +1,6 @@
 // `tokamak export`: a checkpoint (or a run directory's latest one, or any HF model directory) to a
-// Hugging Face model directory that transformers' AutoModelForCausalLM loads: config.json,
-// model.safetensors in bf16 or f32, and the tokenizer the model was trained with.
+// Hugging Face model directory that transformers' AutoModelForCausalLM and AutoTokenizer load: config.json,
+// generation_config.json, model.safetensors in bf16 or f32, and the tokenizer the model was trained with.
 #include <filesystem>
 #include <memory>
 
@@ -27,10 +27,24 @@ bool has_tokenizer_files(const std::string& dir) {
   return false;
 }
 
-// A directory with config.json as given; otherwise a run directory, whose latest checkpoint is taken.
-std::string source_dir(const std::string& path) {
-  if (stdfs::exists(stdfs::path(path) / "config.json")) return path;
-  return tk::resolve_checkpoint(path);
+// The directory whose model is exported, and what it is. A run directory also holds a config.json (the
+// run's), so checkpoints and runs are recognised first, and a Hugging Face model directory last.
+struct Source {
+  std::string dir, what;
+};
+Source find_source(const std::string& path) {
+  if (tk::is_checkpoint(path)) return {path, "checkpoint " + path};
+  const bool latest = stdfs::path(path).filename() == "latest";
+  if (latest || !tk::list_checkpoints(path).empty()) {
+    const std::string dir = tk::resolve_checkpoint(path);
+    const std::string run = latest ? stdfs::path(path).parent_path().string() : path;
+    return {dir, fmt::format("the latest checkpoint of run {}: {}", run, dir)};
+  }
+  TK_CHECK(stdfs::exists(stdfs::path(path) / "config.json"),
+           "--checkpoint {} is neither a checkpoint, a run directory (step_* checkpoints), RUN/latest, nor a Hugging "
+           "Face model directory (config.json)",
+           path);
+  return {path, "the Hugging Face model directory " + path};
 }
 
 // --tokenizer, else the tokenizer the checkpoint's run recorded, else the files of an HF model dir.
@@ -52,13 +66,15 @@ std::string tokenizer_source(const ExportOptions& o, const std::string& dir) {
 
 int run_export(const ExportOptions& o) {
   TK_CHECK(o.dtype == "bf16" || o.dtype == "f32", "--dtype must be bf16 or f32, not \"{}\"", o.dtype);
-  tk::check_export_dir(o.out, o.overwrite);
-  std::string dir = source_dir(o.checkpoint);
+  const Source source = find_source(o.checkpoint);
+  const std::string& dir = source.dir;
+  tk::check_export_dir(o.out, o.overwrite, dir);
+  tk::log::info("exporting {}", source.what);
   tk::ModelConfig cfg = tk::load_hf_config(dir);
   tk::ParamLayout layout = tk::ParamLayout::build(cfg);
   std::vector<float> params = tk::load_params(cfg, layout, dir);
   std::string tokenizer = tokenizer_source(o, dir);
-  tk::export_hf(cfg, layout, params, o.out, o.dtype, tokenizer, o.overwrite);
+  tk::export_hf(cfg, layout, params, o.out, o.dtype, tokenizer, o.overwrite, dir);
   tk::log::info("exported {} to {}: {} with {} layers, {:.2f}M parameters as {}{}", dir, o.out,
                 tk::arch_hf_class(cfg.arch), cfg.n_layers, double(layout.total) / 1e6, o.dtype,
                 tokenizer.empty() ? "" : ", and its tokenizer");
@@ -69,7 +85,8 @@ tk::cli::Command export_cmd("export", "Write a checkpoint as a Hugging Face mode
                             [](CLI::App& app) -> tk::cli::Runner {
                               auto o = std::make_shared<ExportOptions>();
                               app.add_option("--checkpoint", o->checkpoint,
-                                             "Checkpoint, run directory (its latest checkpoint) or HF model directory")
+                                             "Checkpoint, run directory (its latest checkpoint), RUN/latest, or HF "
+                                             "model directory")
                                   ->required();
                               app.add_option("--out", o->out, "Directory to write the Hugging Face model into")
                                   ->required();
@@ -78,7 +95,8 @@ tk::cli::Command export_cmd("export", "Write a checkpoint as a Hugging Face mode
                                   ->capture_default_str();
                               app.add_option("--tokenizer", o->tokenizer,
                                              "Tokenizer directory or file to copy (default: the one the run used)");
-                              app.add_flag("--overwrite", o->overwrite, "Replace a non-empty --out directory");
+                              app.add_flag("--overwrite", o->overwrite,
+                                           "Replace an earlier export at --out (never any other directory)");
                               return [o] { return run_export(*o); };
                             });
 

@@ -1,12 +1,15 @@
 // Hugging Face interop: weights found by their HF names in one safetensors file or a sharded index,
 // checked against the config's shapes, into the flat parameter layout; and the reverse, an export
-// directory (config.json, model.safetensors, tokenizer files) that appears whole or not at all.
+// directory (config.json, generation_config.json, model.safetensors, tokenizer files) that appears whole or not
+// at all, and that replaces only what an earlier export wrote.
 #include "io/hf.h"
 
-#include <unistd.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -26,6 +29,9 @@ namespace {
 
 namespace stdfs = std::filesystem;
 using json = nlohmann::json;
+
+// Written into every export, last: the one kind of directory that --overwrite may replace.
+constexpr const char* kExportMarker = ".tokamak-export";
 
 const char* const kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                                        "vocab.json",     "merges.txt",            "encoder.json",
@@ -150,16 +156,48 @@ std::string safetensors_dtype(const std::string& dtype) {
   fail("cannot export weights as \"{}\": choose bf16 or f32", dtype);
 }
 
-// An absolute path without a trailing slash, so that "<dir>.tmp.<pid>" is a sibling of dir.
+// An absolute path without a trailing slash, so that "<dir>.tmp-XXXXXX" is a sibling of dir.
 stdfs::path directory_path(const std::string& dir) {
   stdfs::path p = stdfs::absolute(dir).lexically_normal();
   return p.has_filename() ? p : p.parent_path();
 }
 
+// Whether `outer` is `inner` or one of the directories above it (symbolic links, "." and ".." resolved).
+bool contains(const stdfs::path& outer, const stdfs::path& inner) {
+  auto resolved = [](const stdfs::path& p) {
+    stdfs::path r = stdfs::weakly_canonical(stdfs::absolute(p));
+    return r.has_filename() ? r : r.parent_path();  // no empty last element from a trailing slash
+  };
+  const stdfs::path o = resolved(outer), i = resolved(inner);
+  return std::mismatch(o.begin(), o.end(), i.begin(), i.end()).first == o.end();
+}
+
+// A new, empty directory beside `path`, named after it: the export is written there and renamed into place.
+stdfs::path make_sibling_directory(const stdfs::path& path, const char* what) {
+  std::string pattern = path.string() + "." + what + "-XXXXXX";
+  TK_CHECK(::mkdtemp(pattern.data()) != nullptr, "cannot create a directory beside {}: {}", path.string(),
+           std::strerror(errno));
+  // mkdtemp makes it private (0700); an export is read like any directory the user makes.
+  using stdfs::perms;
+  std::error_code ignored;
+  stdfs::permissions(pattern, perms::owner_all | perms::group_read | perms::group_exec | perms::others_read |
+                                  perms::others_exec, ignored);
+  return pattern;
+}
+
+// config.json says the weights' dtype twice: transformers 4.x reads torch_dtype, 5.x reads dtype.
 void write_config(const ModelConfig& cfg, const std::string& st_dtype, const stdfs::path& dir) {
   json j = cfg.to_hf_json();
-  j["torch_dtype"] = st_dtype == "BF16" ? "bfloat16" : "float32";
+  j["torch_dtype"] = j["dtype"] = st_dtype == "BF16" ? "bfloat16" : "float32";
   fs::write_file_atomic((dir / "config.json").string(), j.dump(2) + "\n");
+}
+
+// What GenerationConfig.from_pretrained reads: the ids that start and end a sequence.
+void write_generation_config(const ModelConfig& cfg, const stdfs::path& dir) {
+  json j = json::object();
+  if (cfg.bos_id >= 0) j["bos_token_id"] = cfg.bos_id;
+  if (cfg.eos_id >= 0) j["eos_token_id"] = cfg.eos_id;
+  fs::write_file_atomic((dir / "generation_config.json").string(), j.dump(2) + "\n");
 }
 
 // HF names and shapes; no lm_head.weight when tied (save_pretrained leaves it out too).
@@ -177,9 +215,34 @@ void write_weights(const ParamLayout& layout, const std::vector<float>& params, 
   w.write((dir / "model.safetensors").string());
 }
 
+// tokenizer_config.json's model_max_length is the longest input transformers' tokenizer lets through without a
+// warning: the model's max_position_embeddings, not what the tokenizer was written with. A tokenizer.json
+// without a tokenizer_config.json gets one, so that AutoTokenizer loads it as it is (PreTrainedTokenizerFast).
+void set_model_max_length(const ModelConfig& cfg, const stdfs::path& dir) {
+  const stdfs::path path = dir / "tokenizer_config.json";
+  json j;
+  if (stdfs::exists(path)) {
+    j = read_json(path.string());
+    TK_CHECK(j.is_object(), "{} does not hold a JSON object", path.string());
+  } else if (stdfs::exists(dir / "tokenizer.json")) {
+    j = {{"tokenizer_class", "PreTrainedTokenizerFast"}};
+  } else {
+    return;
+  }
+  j["model_max_length"] = cfg.max_seq;
+  fs::write_file_atomic(path.string(), j.dump(2) + "\n");
+}
+
+// A tokenizer.json named alone comes with the files Hugging Face keeps beside it (tokenizer_config.json: its
+// class and special tokens), as train-tokenizer writes them; any other file is copied alone.
 void copy_tokenizer(const std::string& tokenizer, const stdfs::path& dir) {
   if (stdfs::is_regular_file(tokenizer)) {
     fs::write_file_atomic((dir / stdfs::path(tokenizer).filename()).string(), fs::read_file(tokenizer));
+    if (stdfs::path(tokenizer).filename() != "tokenizer.json") return;
+    for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"}) {
+      const stdfs::path beside = stdfs::path(tokenizer).parent_path() / name;
+      if (stdfs::exists(beside)) fs::write_file_atomic((dir / name).string(), fs::read_file(beside.string()));
+    }
     return;
   }
   TK_CHECK(stdfs::is_directory(tokenizer), "tokenizer path {} does not exist", tokenizer);
@@ -198,8 +261,7 @@ void copy_tokenizer(const std::string& tokenizer, const stdfs::path& dir) {
 void replace_dir(const stdfs::path& tmp, const stdfs::path& out) {
   stdfs::path old;
   if (stdfs::exists(out)) {
-    old = out;
-    old += ".old." + std::to_string(::getpid());
+    old = make_sibling_directory(out, "old");
     stdfs::rename(out, old);
   }
   try {
@@ -228,12 +290,23 @@ std::vector<float> load_params(const ModelConfig& cfg, const ParamLayout& layout
   return params;
 }
 
-void check_export_dir(const std::string& out_dir, bool overwrite) {
-  stdfs::path out = directory_path(out_dir);
+void check_export_dir(const std::string& out_dir, bool overwrite, const std::string& source_dir) {
+  const stdfs::path out = directory_path(out_dir);
+  if (!source_dir.empty())
+    TK_CHECK(!contains(out, source_dir), "refusing to export to {}: it holds the model being exported ({})",
+             out.string(), source_dir);
   if (!stdfs::exists(out)) return;
   TK_CHECK(stdfs::is_directory(out), "cannot export to {}: it exists and is not a directory", out.string());
-  TK_CHECK(overwrite || stdfs::is_empty(out),
-           "refusing to export to {}: the directory is not empty (--overwrite replaces its contents)", out.string());
+  TK_CHECK(!contains(out, stdfs::current_path()),
+           "refusing to export to {}: it holds the current directory ({})", out.string(),
+           stdfs::current_path().string());
+  if (stdfs::is_empty(out)) return;
+  TK_CHECK(overwrite, "refusing to export to {}: the directory is not empty (--overwrite replaces an earlier export)",
+           out.string());
+  TK_CHECK(stdfs::exists(out / kExportMarker),
+           "refusing to overwrite {}: it is not an earlier export (it has no {}, which tokamak export writes); "
+           "name a new or empty directory",
+           out.string(), kExportMarker);
 }
 
 ModelConfig load_hf_config(const std::string& dir) {
@@ -245,20 +318,26 @@ ModelConfig load_hf_config(const std::string& dir) {
 
 void export_hf(const ModelConfig& cfg, const ParamLayout& layout, const std::vector<float>& params,
                const std::string& out_dir, const std::string& dtype, const std::string& tokenizer_dir,
-               bool overwrite) {
+               bool overwrite, const std::string& source_dir) {
   TK_CHECK(int64_t(params.size()) == layout.total, "export: {} parameter values given, the layout holds {}",
            params.size(), layout.total);
   std::string st_dtype = safetensors_dtype(dtype);
-  check_export_dir(out_dir, overwrite);
+  check_export_dir(out_dir, overwrite, source_dir);
   stdfs::path out = directory_path(out_dir);
-  stdfs::path tmp = out;
-  tmp += ".tmp." + std::to_string(::getpid());
+  std::error_code ec;
+  stdfs::create_directories(out.parent_path(), ec);
+  TK_CHECK(!ec, "cannot export to {}: cannot create {}: {}", out.string(), out.parent_path().string(), ec.message());
+  stdfs::path tmp = make_sibling_directory(out, "tmp");
   try {
-    stdfs::remove_all(tmp);
-    stdfs::create_directories(tmp);
     write_config(cfg, st_dtype, tmp);
+    write_generation_config(cfg, tmp);
     write_weights(layout, params, st_dtype, tmp);
-    if (!tokenizer_dir.empty()) copy_tokenizer(tokenizer_dir, tmp);
+    if (!tokenizer_dir.empty()) {
+      copy_tokenizer(tokenizer_dir, tmp);
+      set_model_max_length(cfg, tmp);
+    }
+    const json marker = {{"written_by", "tokamak export"}, {"source", source_dir}};
+    fs::write_file_atomic((tmp / kExportMarker).string(), marker.dump(2) + "\n");
     replace_dir(tmp, out);
   } catch (const stdfs::filesystem_error& e) {
     std::error_code ignored;

@@ -19,18 +19,21 @@ std::vector<float> load_params(const ModelConfig& cfg, const ParamLayout& layout
 // ModelConfig::from_hf_json. A missing or malformed file is a tk::Error naming it.
 ModelConfig load_hf_config(const std::string& dir);
 
-// config.json (ModelConfig::to_hf_json, torch_dtype set) + model.safetensors (dtype "BF16" or "F32",
-// HF names, metadata format "pt"; no lm_head.weight when tied) into out_dir, written atomically
-// (a temporary sibling directory, then rename), plus the tokenizer files found in tokenizer_dir
-// (tokenizer.json, tokenizer_config.json, special_tokens_map.json, vocab.json, merges.txt, encoder.json,
-// vocab.bpe; or tokenizer_dir is itself one file) if given. A non-empty out_dir is replaced only
-// when `overwrite`, else it is a tk::Error and left untouched.
+// config.json (ModelConfig::to_hf_json, with torch_dtype and dtype), generation_config.json (bos and eos ids)
+// and model.safetensors (dtype "BF16" or "F32", HF names, metadata format "pt"; no lm_head.weight when tied)
+// into out_dir, plus the tokenizer files found in tokenizer_dir (tokenizer.json, tokenizer_config.json,
+// special_tokens_map.json, vocab.json, merges.txt, encoder.json, vocab.bpe; or tokenizer_dir is itself one
+// file, a tokenizer.json with the tokenizer_config.json beside it) if given, with tokenizer_config.json's
+// model_max_length set to the model's max_position_embeddings.
+// Written into a new sibling directory that is renamed into place whole, with a marker file (.tokamak-export)
+// that says an export wrote it. See check_export_dir for what may be at out_dir already.
 void export_hf(const ModelConfig& cfg, const ParamLayout& layout, const std::vector<float>& params,
                const std::string& out_dir, const std::string& dtype, const std::string& tokenizer_dir,
-               bool overwrite = false);
+               bool overwrite = false, const std::string& source_dir = "");
 
-// The tk::Error export_hf would give for out_dir (not a directory; not empty without `overwrite`),
-// so that a caller can refuse before loading a large model.
-void check_export_dir(const std::string& out_dir, bool overwrite);
+// The tk::Error export_hf gives for out_dir, so that a caller can refuse before loading a large model. out_dir
+// may be absent or empty; with `overwrite`, it may be an earlier export (it holds the marker). It is never a
+// file, nor a directory that holds source_dir (the model being exported) or the current directory.
+void check_export_dir(const std::string& out_dir, bool overwrite, const std::string& source_dir = "");
 
 }  // namespace tk

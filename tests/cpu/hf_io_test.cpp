@@ -263,13 +263,77 @@ TEST_P(HfExportDirTest, RefusesANonEmptyDirectoryUnlessOverwriting) {
   std::string msg = error_of([&] { tk::export_hf(cfg_, layout_, params_, out, "f32", ""); });
   EXPECT_NE(msg.find("not empty"), std::string::npos) << msg;
   EXPECT_EQ(tk::fs::read_file(out + "/notes.txt"), "precious");
+}
 
-  tk::export_hf(cfg_, layout_, params_, out + "/", "f32", "", /*overwrite=*/true);
-  EXPECT_FALSE(stdfs::exists(out + "/notes.txt"));
-  EXPECT_EQ(tk::load_params(cfg_, layout_, out), params_);
+// --overwrite replaces an earlier export, and nothing else: not a directory of the user's, not one that holds
+// the model being exported, not one that holds the current directory.
+TEST_P(HfExportDirTest, OverwritesOnlyAnEarlierExport) {
+  const std::string out = (dir_ / "export").string();
+  tk::export_hf(cfg_, layout_, params_, out, "f32", "");
+  EXPECT_TRUE(stdfs::exists(out + "/.tokamak-export"));
+  std::vector<float> changed = params_;
+  changed[0] += 1.f;
+  tk::export_hf(cfg_, layout_, changed, out + "/", "f32", "", /*overwrite=*/true);
+  EXPECT_EQ(tk::load_params(cfg_, layout_, out), changed);
   int entries = 0;  // the model dir and the export: no temporary or old directory left beside them
   for ([[maybe_unused]] const auto& e : stdfs::directory_iterator(dir_)) entries++;
   EXPECT_EQ(entries, 2);
+
+  const std::string mine = (dir_ / "mine").string();
+  stdfs::create_directories(mine);
+  tk::fs::write_file_atomic(mine + "/notes.txt", "precious");
+  std::string msg = error_of([&] { tk::export_hf(cfg_, layout_, params_, mine, "f32", "", true); });
+  EXPECT_NE(msg.find("it is not an earlier export"), std::string::npos) << msg;
+  EXPECT_EQ(tk::fs::read_file(mine + "/notes.txt"), "precious");
+
+  // The model's own directory, and a directory above it, are never the output.
+  writer_for(params_).write(model_dir() + "/model.safetensors");
+  for (const std::string& target : {model_dir(), dir_.string(), model_dir() + "/.."}) {
+    msg = error_of([&] { tk::export_hf(cfg_, layout_, params_, target, "f32", "", true, model_dir()); });
+    EXPECT_NE(msg.find("it holds the model being exported"), std::string::npos) << target << ": " << msg;
+  }
+  // An earlier export that holds the current directory stays too.
+  const stdfs::path cwd = stdfs::current_path();
+  stdfs::create_directories(out + "/inside");
+  stdfs::current_path(out + "/inside");
+  msg = error_of([&] { tk::export_hf(cfg_, layout_, params_, out, "f32", "", true); });
+  stdfs::current_path(cwd);
+  EXPECT_NE(msg.find("it holds the current directory"), std::string::npos) << msg;
+  EXPECT_TRUE(stdfs::exists(out + "/inside"));
+  EXPECT_EQ(tk::load_params(cfg_, layout_, model_dir()), params_) << "the model directory is intact";
+}
+
+TEST_P(HfExportDirTest, WritesWhatTransformersReads) {
+  stdfs::create_directories(dir_ / "tok");
+  tk::fs::write_file_atomic((dir_ / "tok/tokenizer.json").string(), R"({"model": {"type": "BPE"}})");
+  tk::fs::write_file_atomic((dir_ / "tok/tokenizer_config.json").string(),
+                            R"({"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 2048})");
+  cfg_.bos_id = 3, cfg_.eos_id = 5;
+  const std::string out = (dir_ / "export").string();
+  tk::export_hf(cfg_, layout_, params_, out, "bf16", (dir_ / "tok").string());
+  const json config = json::parse(tk::fs::read_file(out + "/config.json"));
+  EXPECT_EQ(config["torch_dtype"], "bfloat16");
+  EXPECT_EQ(config["dtype"], "bfloat16");
+  const json generation = json::parse(tk::fs::read_file(out + "/generation_config.json"));
+  EXPECT_EQ(generation["bos_token_id"], 3);
+  EXPECT_EQ(generation["eos_token_id"], 5);
+  const json tokenizer = json::parse(tk::fs::read_file(out + "/tokenizer_config.json"));
+  EXPECT_EQ(tokenizer["model_max_length"], cfg_.max_seq);
+  EXPECT_EQ(tokenizer["tokenizer_class"], "PreTrainedTokenizerFast");
+  EXPECT_EQ(json::parse(tk::fs::read_file((dir_ / "tok/tokenizer_config.json").string()))["model_max_length"], 2048)
+      << "the source tokenizer is left as it was";
+
+  // Named as a file (as prepare records it), a tokenizer.json brings the tokenizer_config.json beside it.
+  tk::export_hf(cfg_, layout_, params_, out, "f32", (dir_ / "tok/tokenizer.json").string(), true);
+  EXPECT_EQ(json::parse(tk::fs::read_file(out + "/tokenizer_config.json"))["model_max_length"], cfg_.max_seq);
+
+  // A tokenizer.json alone gets a tokenizer_config.json that says how to load it, and how long inputs may be.
+  stdfs::remove(dir_ / "tok/tokenizer_config.json");
+  tk::export_hf(cfg_, layout_, params_, out, "f32", (dir_ / "tok").string(), true);
+  const json made = json::parse(tk::fs::read_file(out + "/tokenizer_config.json"));
+  EXPECT_EQ(made["tokenizer_class"], "PreTrainedTokenizerFast");
+  EXPECT_EQ(made["model_max_length"], cfg_.max_seq);
+  EXPECT_EQ(json::parse(tk::fs::read_file(out + "/config.json"))["dtype"], "float32");
 }
 
 TEST_P(HfExportDirTest, RejectsAnUnknownDtype) {

@@ -24,6 +24,8 @@ if has hf; then
   PYTHONUNBUFFERED=1 python3 tests/hf/compare_hf.py --tokamak $BUILD/tokamak --device cuda --tol 2e-2 \
     > "$OUT/hf-cuda.log" 2>&1
   grep -E "FAIL|PASS" "$OUT/hf-cuda.log" | tail -8
+  PYTHONUNBUFFERED=1 python3 tests/hf/export_check.py --tokamak $BUILD/tokamak --device cuda > "$OUT/hf-export.log" 2>&1
+  tail -6 "$OUT/hf-export.log"
   echo "hf: $(( $(date +%s) - start ))s"; pack
 fi
 if has curve && [ -f data/brown/meta.json ]; then
