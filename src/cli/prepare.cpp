@@ -48,8 +48,10 @@ tk::cli::Command prepare_cmd(
       app.add_option("--out", opts->out_dir, "Output directory for the shards and meta.json")->required();
       app.add_option("--text-field", opts->text_field, "The JSON Lines field that holds a document's text")
           ->capture_default_str();
-      app.add_option("--val-fraction", opts->val_fraction, "Share of documents in the validation split, in [0, 1)")
-          ->capture_default_str();
+      app.add_option_function<double>(
+          "--val-fraction", [opts](double fraction) { opts->val_fraction = fraction; },
+          "Share of documents in the validation split, in [0, 1) (default: about 0.5% of the tokens, at least "
+          "20,000 tokens and 10 documents; docs/data.md)");
       app.add_option("--shard-tokens", opts->shard_tokens, "Tokens per shard (shards end at a document boundary)")
           ->capture_default_str();
       app.add_option("--threads", opts->threads, "Tokenizing threads (0: one per core)")->capture_default_str();

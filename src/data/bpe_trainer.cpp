@@ -1,29 +1,22 @@
-// BPE training (see bpe_trainer.h): counting pieces on worker threads, then the merge loop of Hugging
-// Face tokenizers' BpeTrainer, step for step: pair counts kept up to date as words change, a max-heap of
+// BPE training (see bpe_trainer.h): counting pieces on the document pipeline's workers, then the merge loop
+// of Hugging Face tokenizers' BpeTrainer, step for step: pair counts kept up to date as words change, a max-heap of
 // (count, pair) whose stale entries are re-pushed with their current count when they surface, and for
 // each entry the set of words it was pushed for, so that a merge visits only the words that can hold it.
 #include "data/bpe_trainer.h"
 
 #include <algorithm>
-#include <condition_variable>
-#include <deque>
-#include <exception>
-#include <memory>
-#include <mutex>
 #include <set>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "data/byte_level.h"
+#include "data/document_pipeline.h"
 #include "data/pretokenize.h"
 #include "data/tokenizer_spec.h"
 
 namespace tk {
 namespace {
-
-constexpr uint64_t kChunkBytes = 1 << 20;  // text per unit of counting work, as prepare cuts it
 
 const Pretokenizer& gpt2_pretokenizer() {
   static const Pretokenizer p({kGpt2Pattern});
@@ -223,91 +216,6 @@ class Merger {
   std::vector<std::vector<int32_t>> where_;
 };
 
-// Counting work: a run of records of one file, counted by whichever worker takes it.
-struct CountChunk {
-  const InputFile* file = nullptr;
-  std::vector<Record> records;
-  uint64_t text_bytes = 0, disk_bytes = 0;
-  size_t seq = 0;  // position in input order: the first failing chunk's error is the one reported
-};
-
-class CountPool {
- public:
-  CountPool(int threads, const std::string& text_field, ProgressBar* progress)
-      : counts_(threads), text_field_(text_field), progress_(progress) {
-    for (int i = 0; i < threads; i++) workers_.emplace_back([this, i] { work(counts_[i]); });
-  }
-  ~CountPool() { close(); }
-
-  // Blocks while enough work is queued; false once a worker has failed (reading can stop).
-  bool submit(std::unique_ptr<CountChunk> c) {
-    std::unique_lock<std::mutex> lock(mu_);
-    space_cv_.wait(lock, [&] { return queue_.size() < 2 * workers_.size() || error_; });
-    if (error_) return false;
-    queue_.push_back(std::move(c));
-    work_cv_.notify_one();
-    return true;
-  }
-
-  // Waits for the workers, rethrows the first error in input order, and returns the summed counts.
-  PieceCounts finish() {
-    close();
-    if (error_) std::rethrow_exception(error_);
-    std::sort(counts_.begin(), counts_.end(), [](auto& x, auto& y) { return x.counts().size() > y.counts().size(); });
-    PieceCounts all = std::move(counts_[0]);
-    for (size_t i = 1; i < counts_.size(); i++) all.add(std::move(counts_[i]));
-    return all;
-  }
-
- private:
-  void close() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      closed_ = true;
-    }
-    work_cv_.notify_all();
-    for (auto& t : workers_)
-      if (t.joinable()) t.join();
-  }
-
-  void work(PieceCounts& counts) {
-    for (;;) {
-      std::unique_ptr<CountChunk> c;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        work_cv_.wait(lock, [&] { return closed_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        c = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      space_cv_.notify_one();
-      try {
-        const uint64_t before = counts.pieces();
-        for (Record& r : c->records)
-          counts.add_text(c->file->format == InputFormat::Text
-                              ? r.data
-                              : json_document_text(r.data, text_field_, c->file->path, r.line));
-        if (progress_) progress_->add(c->disk_bytes, counts.pieces() - before);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!error_ || c->seq < error_seq_) error_ = std::current_exception(), error_seq_ = c->seq;
-        space_cv_.notify_all();
-      }
-    }
-  }
-
-  std::vector<PieceCounts> counts_;  // one per worker
-  const std::string text_field_;
-  ProgressBar* progress_;
-  std::mutex mu_;
-  std::condition_variable work_cv_, space_cv_;
-  std::deque<std::unique_ptr<CountChunk>> queue_;
-  bool closed_ = false;
-  std::exception_ptr error_;
-  size_t error_seq_ = 0;
-  std::vector<std::thread> workers_;
-};
-
 }  // namespace
 
 void check_bpe_trainer_options(const BpeTrainerOptions& o) {
@@ -352,30 +260,24 @@ void PieceCounts::add(PieceCounts&& other) {
 
 PieceCounts count_input_pieces(const std::vector<InputFile>& inputs, const std::string& text_field, int threads,
                                ProgressBar* progress) {
-  TK_CHECK(threads >= 0, "--threads must be positive (or 0 for one per core), not {}", threads);
-  if (threads == 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
-  CountPool pool(threads, text_field, progress);
-  size_t seq = 0;
-  for (const InputFile& file : inputs) {
-    RecordReader reader(file);
-    uint64_t accounted = 0;  // disk bytes already given to earlier chunks of this file
-    auto chunk = std::make_unique<CountChunk>();
-    auto submit = [&](bool last) {
-      chunk->file = &file;
-      chunk->seq = seq++;
-      chunk->disk_bytes = last ? file.bytes - std::min(accounted, file.bytes) : reader.bytes_consumed() - accounted;
-      accounted += chunk->disk_bytes;
-      return pool.submit(std::exchange(chunk, std::make_unique<CountChunk>()));
-    };
-    bool ok = true;
-    for (Record r; ok && reader.next(r);) {
-      chunk->text_bytes += r.data.size();
-      chunk->records.push_back(std::move(r));
-      if (chunk->text_bytes >= kChunkBytes) ok = submit(false);
-    }
-    if (!ok || !submit(true)) break;
-  }
-  return pool.finish();
+  // Each worker counts into counts of its own; their sum does not depend on which worker counted what.
+  const DocumentPipelineOptions opts{text_field, threads};
+  std::vector<PieceCounts> counts(size_t(document_pipeline_threads(opts)));
+  run_document_pipeline<uint64_t>(
+      inputs, opts,
+      [&](Documents& documents, int worker) {
+        PieceCounts& mine = counts[size_t(worker)];
+        const uint64_t before = mine.pieces();
+        for (const std::string& text : documents) mine.add_text(text);
+        return mine.pieces() - before;
+      },
+      [&](uint64_t& pieces, uint64_t disk_bytes) {
+        if (progress) progress->add(disk_bytes, pieces);
+      });
+  std::sort(counts.begin(), counts.end(), [](auto& x, auto& y) { return x.counts().size() > y.counts().size(); });
+  PieceCounts all = std::move(counts[0]);
+  for (size_t i = 1; i < counts.size(); i++) all.add(std::move(counts[i]));
+  return all;
 }
 
 TrainedBpe train_bpe(const PieceCounts& pieces, const BpeTrainerOptions& opts, ProgressBar* progress) {

@@ -47,7 +47,7 @@ class PieceCounts {
   std::vector<std::string_view> split_;  // reused between calls
 };
 
-// Reads the input files as `prepare` does (find_inputs, RecordReader; a JSON line's document is its
+// Reads the input files as `prepare` does (through the document pipeline: a JSON line's document is its
 // `text_field`) and counts their pieces on `threads` threads (0: one per core). The counts do not
 // depend on the thread count. `progress`, when given, advances by the bytes of input read.
 PieceCounts count_input_pieces(const std::vector<InputFile>& inputs, const std::string& text_field, int threads,

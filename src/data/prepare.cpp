@@ -1,18 +1,13 @@
-// prepare: the input files are read in order on the calling thread, cut into chunks, tokenized on a
-// pool of workers, and taken back in submission order to be split and written, so the shards are the
-// same for any thread count. Shards and meta.json are written atomically; meta.json goes last.
+// prepare: the input files are read through the document pipeline (tokenized on a pool of workers, taken
+// back in input order), split into train and validation, and written, so the shards are the same for any
+// thread count. Shards and meta.json are written atomically; meta.json goes last.
 #include "data/prepare.h"
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
-#include <exception>
 #include <filesystem>
-#include <mutex>
 #include <optional>
 #include <span>
-#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -23,6 +18,7 @@
 #include "core/hash.h"
 #include "core/log.h"
 #include "core/progress.h"
+#include "data/document_pipeline.h"
 #include "data/shard.h"
 #include "data/text_input.h"
 
@@ -30,111 +26,6 @@ namespace tk {
 namespace stdfs = std::filesystem;
 
 namespace {
-
-// Text per unit of work: large enough that hand-offs cost nothing next to tokenizing, small enough
-// to keep every core busy and memory bounded (a few chunks per thread are in flight).
-constexpr uint64_t kChunkBytes = 1 << 20;
-constexpr size_t kChunksInFlightPerThread = 4;
-
-// A run of records from one input file: the unit the pool tokenizes.
-struct Chunk {
-  const InputFile* file = nullptr;
-  std::vector<Record> records;
-  uint64_t text_bytes = 0;
-  uint64_t disk_bytes = 0;  // input bytes on disk this chunk accounts for, for the progress bar
-  // Filled by a worker: record i's tokens are tokens[ends[i-1] .. ends[i]).
-  std::vector<int32_t> tokens;
-  std::vector<size_t> ends;
-  std::exception_ptr error;
-  bool done = false;
-};
-
-// Tokenizes chunks on worker threads and hands them back in submission order.
-class TokenizePool {
- public:
-  TokenizePool(const Tokenizer& tokenizer, std::string text_field, int threads)
-      : tokenizer_(tokenizer), text_field_(std::move(text_field)) {
-    for (int i = 0; i < threads; i++) workers_.emplace_back([this] { work(); });
-  }
-
-  ~TokenizePool() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    work_cv_.notify_all();
-    for (auto& t : workers_) t.join();
-  }
-
-  void submit(std::unique_ptr<Chunk> chunk) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(chunk.get());
-      order_.push_back(std::move(chunk));
-    }
-    work_cv_.notify_one();
-  }
-
-  size_t in_flight() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return order_.size();
-  }
-
-  // The oldest submitted chunk once tokenized; rethrows its error (so the first error in input order wins).
-  std::unique_ptr<Chunk> take_oldest() {
-    std::unique_lock<std::mutex> lock(mu_);
-    done_cv_.wait(lock, [&] { return order_.front()->done; });
-    std::unique_ptr<Chunk> c = std::move(order_.front());
-    order_.pop_front();
-    if (c->error) std::rethrow_exception(c->error);
-    return c;
-  }
-
- private:
-  void work() {
-    for (;;) {
-      Chunk* c = nullptr;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-        if (stop_) return;
-        c = queue_.front();
-        queue_.pop_front();
-      }
-      try {
-        tokenize(*c);
-      } catch (...) {
-        c->error = std::current_exception();
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        c->done = true;
-      }
-      done_cv_.notify_all();
-    }
-  }
-
-  void tokenize(Chunk& c) const {
-    for (Record& r : c.records) {
-      std::string text = c.file->format == InputFormat::Text
-                             ? std::move(r.data)
-                             : json_document_text(r.data, text_field_, c.file->path, r.line);
-      std::vector<int32_t> ids = tokenizer_.encode(text);
-      c.tokens.insert(c.tokens.end(), ids.begin(), ids.end());
-      c.ends.push_back(c.tokens.size());
-      r.data = std::string();  // the text is no longer needed: free it while the chunk waits its turn
-    }
-  }
-
-  const Tokenizer& tokenizer_;
-  const std::string text_field_;
-  std::mutex mu_;
-  std::condition_variable work_cv_, done_cv_;
-  std::deque<Chunk*> queue_;                   // submitted, not yet picked up by a worker
-  std::deque<std::unique_ptr<Chunk>> order_;   // submitted, not yet taken back, in submission order
-  bool stop_ = false;
-  std::vector<std::thread> workers_;
-};
 
 struct ShardEntry {
   std::string file;
@@ -197,68 +88,145 @@ class SplitWriter {
   SplitSummary summary_;
 };
 
-// Routes documents, in input order, to the train or validation split.
-struct SplitRouter {
-  SplitWriter& train;
-  SplitWriter& val;
-  const PrepareOptions& opts;
-  uint64_t next_index = 0, empty = 0;
+// The default validation split (docs/data.md): about kValShare of the tokens, at least kValMinTokens tokens
+// and kValMinDocuments documents, and never, for the sake of those minimums, more than kValMaxShare of them.
+constexpr double kValShare = 0.005;
+constexpr uint64_t kValMinTokens = 20'000;
+constexpr uint64_t kValMinDocuments = 10;
+constexpr double kValMaxShare = 0.1;
 
-  void add(const Chunk& c) {
-    size_t begin = 0;
-    for (size_t end : c.ends) {
-      std::span<const int32_t> doc(c.tokens.data() + begin, end - begin);
-      begin = end;
-      if (doc.empty()) {
-        empty++;
-        continue;
-      }
-      (is_validation_document(next_index++, opts.seed, opts.val_fraction) ? val : train).add(doc);
+// Routes documents, in input order, to the train or validation split. With --val-fraction, each document by
+// is_validation_document. By default, document 0 goes to train, and a document whose hash is below kValShare
+// to validation at once; the others with the smallest hashes are held back while validation may still need
+// them to reach its minimums, and finish() adds the fewest of them that reach them, in hash order; every
+// other document goes to train, a held one when it is known not to be needed.
+class SplitRouter {
+ public:
+  SplitRouter(SplitWriter& train, SplitWriter& val, const PrepareOptions& opts)
+      : train_(train), val_(val), opts_(opts) {}
+
+  void add(std::span<const int32_t> doc) {
+    if (doc.empty()) {
+      empty_++;
+      return;
+    }
+    const uint64_t index = documents_++;
+    tokens_ += doc.size();
+    if (opts_.val_fraction) {
+      (is_validation_document(index, opts_.seed, *opts_.val_fraction) ? val_ : train_).add(doc);
+      return;
+    }
+    if (index == 0) {  // train is never empty; finish() sees that validation is not either, given two documents
+      train_.add(doc);
+      return;
+    }
+    const double u = document_hash(index, opts_.seed);
+    if (u < kValShare) {
+      val_.add(doc);
+      val_tokens_ += doc.size(), val_documents_++;
+      return;
+    }
+    held_.push_back({u, index, std::vector<int32_t>(doc.begin(), doc.end())});
+    std::push_heap(held_.begin(), held_.end());
+    held_tokens_ += doc.size();
+    release_unneeded();
+  }
+
+  // The held documents in hash order: validation takes them while it is short of a minimum and the next one
+  // keeps it within kValMaxShare of all tokens (and takes the first if it has none); the rest go to train.
+  void finish() {
+    std::sort(held_.begin(), held_.end());
+    const double max_tokens = kValMaxShare * double(tokens_);
+    size_t taken = 0;
+    for (; taken < held_.size(); taken++) {
+      const uint64_t next = held_[taken].tokens.size();
+      const bool short_of_minimum = val_tokens_ < kValMinTokens || val_documents_ < kValMinDocuments;
+      const bool fits = double(val_tokens_ + next) <= max_tokens;
+      if (!(short_of_minimum && fits) && val_documents_ > 0) break;
+      val_tokens_ += next, val_documents_++;
+    }
+    // Each split's share of them in input order.
+    auto by_index = [](const Held& a, const Held& b) { return a.index < b.index; };
+    std::sort(held_.begin(), held_.begin() + ptrdiff_t(taken), by_index);
+    std::sort(held_.begin() + ptrdiff_t(taken), held_.end(), by_index);
+    for (size_t i = 0; i < held_.size(); i++) (i < taken ? val_ : train_).add(held_[i].tokens);
+    held_.clear();
+  }
+
+  uint64_t documents() const { return documents_; }
+  uint64_t empty() const { return empty_; }
+
+ private:
+  // A document held back, ordered by (hash, index): the heap's top is the one validation would take last.
+  struct Held {
+    double u;
+    uint64_t index;
+    std::vector<int32_t> tokens;
+    bool operator<(const Held& o) const { return u != o.u ? u < o.u : index < o.index; }
+  };
+
+  // The held document with the largest hash goes to train once the others and validation already reach the
+  // minimums without it: documents still to come can only make it less needed.
+  void release_unneeded() {
+    while (!held_.empty()) {
+      const Held& last = held_.front();
+      const uint64_t tokens_without = val_tokens_ + held_tokens_ - last.tokens.size();
+      const uint64_t documents_without = val_documents_ + held_.size() - 1;
+      if (tokens_without < kValMinTokens || documents_without < kValMinDocuments) return;
+      std::pop_heap(held_.begin(), held_.end());
+      held_tokens_ -= held_.back().tokens.size();
+      train_.add(held_.back().tokens);
+      held_.pop_back();
     }
   }
+
+  SplitWriter& train_;
+  SplitWriter& val_;
+  const PrepareOptions& opts_;
+  uint64_t documents_ = 0, empty_ = 0, tokens_ = 0;
+  uint64_t val_tokens_ = 0, val_documents_ = 0, held_tokens_ = 0;
+  std::vector<Held> held_;  // a max-heap
 };
 
 void check_options(const PrepareOptions& o) {
   TK_CHECK(!o.out_dir.empty(), "no output directory given (--out)");
-  TK_CHECK(o.val_fraction >= 0 && o.val_fraction < 1, "--val-fraction must be in [0, 1), not {}", o.val_fraction);
+  if (o.val_fraction)
+    TK_CHECK(*o.val_fraction >= 0 && *o.val_fraction < 1, "--val-fraction must be in [0, 1), not {}",
+             *o.val_fraction);
   TK_CHECK(o.shard_tokens > 0, "--shard-tokens must be positive");
   TK_CHECK(o.threads >= 0, "--threads must be positive (or 0 for one per core), not {}", o.threads);
   TK_CHECK(!o.text_field.empty(), "--text-field must name a JSON field");
 }
 
-// Reads every input in order, cutting it into chunks for the pool, and passes the tokenized chunks,
-// in the same order, to `router` while keeping a bounded number in flight.
+// One batch of documents, tokenized: document i's tokens are tokens[ends[i-1] .. ends[i]).
+struct TokenizedBatch {
+  std::vector<int32_t> tokens;
+  std::vector<size_t> ends;
+};
+
+// Tokenizes every input on the pipeline's workers and passes the documents, in input order, to `router`.
 void tokenize_inputs(const Tokenizer& tokenizer, const PrepareOptions& opts, const std::vector<InputFile>& inputs,
                      SplitRouter& router, ProgressBar* progress) {
-  const int threads = opts.threads > 0 ? opts.threads : int(std::max(1u, std::thread::hardware_concurrency()));
-  TokenizePool pool(tokenizer, opts.text_field, threads);
-  auto write_oldest = [&] {
-    std::unique_ptr<Chunk> c = pool.take_oldest();
-    router.add(*c);
-    if (progress) progress->add(c->disk_bytes, c->tokens.size());
-  };
-  auto submit = [&](std::unique_ptr<Chunk> c) {
-    pool.submit(std::move(c));
-    while (pool.in_flight() >= kChunksInFlightPerThread * size_t(threads)) write_oldest();
-  };
-  for (const InputFile& file : inputs) {
-    RecordReader reader(file);
-    uint64_t accounted = 0;  // disk bytes already given to earlier chunks of this file
-    auto chunk = std::make_unique<Chunk>();
-    chunk->file = &file;
-    for (Record r; reader.next(r);) {
-      chunk->text_bytes += r.data.size();
-      chunk->records.push_back(std::move(r));
-      if (chunk->text_bytes < kChunkBytes) continue;
-      chunk->disk_bytes = reader.bytes_consumed() - accounted;
-      accounted += chunk->disk_bytes;
-      submit(std::exchange(chunk, std::make_unique<Chunk>()));
-      chunk->file = &file;
-    }
-    chunk->disk_bytes = file.bytes - std::min(accounted, file.bytes);
-    if (!chunk->records.empty() || chunk->disk_bytes > 0) submit(std::move(chunk));
-  }
-  while (pool.in_flight() > 0) write_oldest();
+  run_document_pipeline<TokenizedBatch>(
+      inputs, {opts.text_field, opts.threads},
+      [&](Documents& documents, int) {
+        TokenizedBatch b;
+        for (std::string& text : documents) {
+          std::vector<int32_t> ids = tokenizer.encode(text);
+          b.tokens.insert(b.tokens.end(), ids.begin(), ids.end());
+          b.ends.push_back(b.tokens.size());
+          std::string().swap(text);  // freed while the batch waits its turn
+        }
+        return b;
+      },
+      [&](TokenizedBatch& b, uint64_t disk_bytes) {
+        size_t begin = 0;
+        for (size_t end : b.ends) {
+          router.add(std::span<const int32_t>(b.tokens.data() + begin, end - begin));
+          begin = end;
+        }
+        if (progress) progress->add(disk_bytes, b.tokens.size());
+      });
 }
 
 std::string hex16(uint64_t v) { return fmt::format("{:016x}", v); }
@@ -279,7 +247,12 @@ nlohmann::ordered_json dataset_meta(const Tokenizer& tok, const PrepareOptions& 
         {"eot_text", tok.eot_text()}}},
       {"token_bytes", token_bytes_for_vocab(tok.vocab_size())},
       {"splits", {{"train", train.meta()}, {"val", val.meta()}}},
-      {"val_fraction", opts.val_fraction},
+      {"val_fraction", opts.val_fraction ? nlohmann::ordered_json(*opts.val_fraction) : nlohmann::ordered_json()},
+      {"val_default_rule", opts.val_fraction ? nlohmann::ordered_json()
+                                             : nlohmann::ordered_json{{"share", kValShare},
+                                                                      {"min_tokens", kValMinTokens},
+                                                                      {"min_documents", kValMinDocuments},
+                                                                      {"max_share", kValMaxShare}}},
       {"seed", opts.seed},
       {"shard_tokens", opts.shard_tokens},
       {"text_field", opts.text_field},
@@ -293,10 +266,12 @@ nlohmann::ordered_json dataset_meta(const Tokenizer& tok, const PrepareOptions& 
 
 }  // namespace
 
+double document_hash(uint64_t index, uint64_t seed) { return unit_interval(splitmix64(splitmix64(seed) ^ index)); }
+
 bool is_validation_document(uint64_t index, uint64_t seed, double fraction) {
   if (fraction <= 0) return false;
   if (index < 2) return index == 1;
-  return unit_interval(splitmix64(splitmix64(seed) ^ index)) < fraction;
+  return document_hash(index, seed) < fraction;
 }
 
 PrepareSummary prepare(const Tokenizer& tokenizer, const PrepareOptions& opts) {
@@ -319,19 +294,20 @@ PrepareSummary prepare(const Tokenizer& tokenizer, const PrepareOptions& opts) {
   SplitWriter train(opts.out_dir, "train", tokenizer, opts.shard_tokens);
   SplitWriter val(opts.out_dir, "val", tokenizer, opts.shard_tokens);
   try {
-    SplitRouter router{train, val, opts};
+    SplitRouter router(train, val, opts);
     {
       std::optional<ProgressBar> progress;
       if (opts.progress) progress.emplace("prepare", s.input_bytes, "tokens");
       tokenize_inputs(tokenizer, opts, inputs, router, progress ? &*progress : nullptr);
       if (progress) progress->finish();
     }
+    router.finish();
     train.finish();
     val.finish();
-    s.empty_documents = router.empty;
-    TK_CHECK(router.next_index > 0, "the input holds no documents: all {} JSON records have an empty \"{}\" field",
-             router.empty, opts.text_field);
-    if (opts.val_fraction > 0 && router.next_index == 1)
+    s.empty_documents = router.empty();
+    TK_CHECK(router.documents() > 0, "the input holds no documents: all {} JSON records have an empty \"{}\" field",
+             router.empty(), opts.text_field);
+    if (opts.val_fraction.value_or(1) > 0 && router.documents() == 1)
       log::warn("the input holds a single document: it goes to train, and the validation split is empty");
     s.train = train.summary();
     s.val = val.summary();

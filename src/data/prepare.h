@@ -4,6 +4,7 @@
 // interrupted run leaves nothing the loader accepts.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,7 +16,9 @@ struct PrepareOptions {
   std::vector<std::string> inputs;  // files and directories (see find_inputs in data/text_input.h)
   std::string out_dir;
   std::string text_field = "text";  // the JSON Lines field holding a document
-  double val_fraction = 0.01;       // share of documents in the validation split, in [0, 1)
+  // The share of documents in the validation split, in [0, 1) (--val-fraction); unset: the default split,
+  // about 0.5% of the tokens with a minimum (docs/data.md).
+  std::optional<double> val_fraction;
   uint64_t shard_tokens = 100'000'000;  // a shard is closed at the first document end past this many tokens
   int threads = 0;                  // tokenizing threads; 0: one per core
   uint64_t seed = 1234;             // of the train/validation split
@@ -38,9 +41,12 @@ struct PrepareSummary {
 
 PrepareSummary prepare(const Tokenizer& tokenizer, const PrepareOptions& opts);
 
-// Whether document `index` (0-based, in input order) belongs to the validation split. Documents 0 and 1
+// Document `index`'s (0-based, in input order) place in [0, 1) for the split: a hash of (seed, index).
+double document_hash(uint64_t index, uint64_t seed);
+
+// With an explicit fraction: whether document `index` belongs to the validation split. Documents 0 and 1
 // are pinned to train and validation when fraction > 0, so both splits are non-empty whenever there are
-// two documents; every other document compares a hash of (seed, index) with the fraction.
+// two documents; every other document compares its document_hash with the fraction.
 bool is_validation_document(uint64_t index, uint64_t seed, double fraction);
 
 // The lines `tokamak prepare` prints at the end: documents, tokens, MB and time, per split.

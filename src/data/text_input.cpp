@@ -12,12 +12,15 @@
 #include <climits>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <set>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/log.h"
 
 namespace tk {
 namespace stdfs = std::filesystem;
@@ -37,15 +40,54 @@ std::optional<InputFormat> format_of(const std::string& path) {
   return std::nullopt;
 }
 
+// Why a file of data that prepare cannot read is skipped, or nullptr for a file that is not data (a README, a
+// LICENSE, a checksum list, ...), which is skipped without a word.
+const char* why_unread(const std::string& path) {
+  auto ends = [&](std::string_view suffix) {
+    return path.size() >= suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (ends(".parquet") || ends(".arrow"))
+    return "Parquet and Arrow files are not supported (this build has no Arrow library): convert them to .jsonl";
+  for (const char* json : {".json", ".json.gz", ".json.zst"})
+    if (ends(json))
+      return "a .json file is one JSON document, not JSON Lines: name it .jsonl if it holds one object a line";
+  if (ends(".ndjson")) return "newline-delimited JSON is read under the name .jsonl";
+  if (ends(".csv") || ends(".tsv")) return "CSV and TSV are not supported: convert them to .jsonl";
+  for (const char* compressed : {".gz", ".zst", ".bz2", ".xz", ".lz4", ".zip"})
+    if (ends(compressed)) return "compressed input is read as .jsonl.gz and .jsonl.zst only";
+  return nullptr;
+}
+
+// One warning per reason, naming the files (the first few of many).
+void warn_unread(const std::string& dir, const std::map<std::string, std::vector<std::string>>& unread) {
+  for (const auto& [why, files] : unread) {
+    std::string names;
+    for (size_t i = 0; i < files.size() && i < 5; i++) names += (i ? ", " : "") + files[i];
+    if (files.size() > 5) names += fmt::format(" and {} more", files.size() - 5);
+    log::warn("input directory {}: skipping {} file{} that tokamak cannot read: {} ({})", dir, files.size(),
+              files.size() == 1 ? "" : "s", names, why);
+  }
+}
+
 std::vector<std::string> files_in_directory(const std::string& dir) {
   std::vector<std::string> found;
+  std::map<std::string, std::vector<std::string>> unread;  // by reason
   try {
-    for (const auto& e : stdfs::recursive_directory_iterator(dir))
-      if (e.is_regular_file() && format_of(e.path().string())) found.push_back(e.path().string());
+    for (const auto& e : stdfs::recursive_directory_iterator(dir)) {
+      if (!e.is_regular_file()) continue;
+      const std::string path = e.path().string();
+      if (format_of(path)) {
+        found.push_back(path);
+      } else if (const char* why = why_unread(path)) {
+        unread[why].push_back(path);
+      }
+    }
   } catch (const stdfs::filesystem_error& e) {
     fail("cannot read input directory {}: {}", dir, e.code().message());
   }
   std::sort(found.begin(), found.end());
+  for (auto& [why, files] : unread) std::sort(files.begin(), files.end());
+  warn_unread(dir, unread);
   return found;
 }
 

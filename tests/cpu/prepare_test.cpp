@@ -6,8 +6,10 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <filesystem>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "data/shard.h"
@@ -391,6 +393,140 @@ TEST(Prepare, SummaryReportsDocumentsTokensAndSizes) {
       << text;
   EXPECT_NE(text.find("val            5 documents          12000 tokens"), std::string::npos) << text;
   EXPECT_NE(text.find("skipped 3 JSON records with empty text"), std::string::npos) << text;
+}
+
+
+// ---- the default split ----------------------------------------------------------------------------
+
+// docs/data.md's rule, written from its text: which documents (by length, in input order) go to validation.
+std::vector<bool> documented_split(const std::vector<size_t>& lengths, uint64_t seed) {
+  const size_t n = lengths.size();
+  std::vector<bool> val(n, false);
+  uint64_t total = 0, val_tokens = 0, val_documents = 0;
+  for (size_t len : lengths) total += len;
+  std::vector<size_t> rest;
+  for (size_t i = 1; i < n; i++) {
+    if (document_hash(i, seed) < 0.005) {
+      val[i] = true, val_tokens += lengths[i], val_documents++;
+    } else {
+      rest.push_back(i);
+    }
+  }
+  std::sort(rest.begin(), rest.end(), [&](size_t a, size_t b) { return document_hash(a, seed) < document_hash(b, seed); });
+  for (size_t i : rest) {
+    const bool short_of_minimum = val_tokens < 20'000 || val_documents < 10;
+    if (val_documents > 0 && !(short_of_minimum && double(val_tokens + lengths[i]) <= 0.1 * double(total))) break;
+    val[i] = true, val_tokens += lengths[i], val_documents++;
+  }
+  return val;
+}
+
+// A corpus of documents of the given lengths ("<i>:" then filler), prepared with the default split; checks that
+// the splits hold the documents the rule names, train in input order but for held-back documents.
+PrepareSummary expect_documented_split(const std::vector<size_t>& lengths, uint64_t seed) {
+  TempDir dir;
+  std::string jsonl;
+  std::vector<std::string> docs;
+  for (size_t i = 0; i < lengths.size(); i++) {
+    std::string doc = fmt::format("{}:", i);
+    doc += std::string(lengths[i] - doc.size(), 'a' + char(i % 26));
+    jsonl += nlohmann::json({{"text", doc}}).dump() + "\n";
+    docs.push_back(doc);
+  }
+  write_text(dir.path("d.jsonl"), jsonl);
+  PrepareOptions o = options(dir, {dir.path("d.jsonl")});
+  o.val_fraction.reset();
+  o.seed = seed;
+  ByteTokenizer tok;
+  const PrepareSummary s = prepare(tok, o);
+  const std::vector<bool> val = documented_split(lengths, seed);
+  std::vector<std::string> want_val, want_train;
+  for (size_t i = 0; i < docs.size(); i++) (val[i] ? want_val : want_train).push_back(docs[i]);
+  std::vector<std::string> got_val = documents(o.out_dir, "val"), got_train = documents(o.out_dir, "train");
+  std::vector<std::string> sorted_val = got_val, sorted_train = got_train;
+  auto by_index = [](const std::string& a, const std::string& b) { return std::stoul(a) < std::stoul(b); };
+  std::sort(sorted_val.begin(), sorted_val.end(), by_index);
+  std::sort(sorted_train.begin(), sorted_train.end(), by_index);
+  EXPECT_EQ(sorted_val, want_val);
+  EXPECT_EQ(sorted_train, want_train);
+  EXPECT_EQ(s.val.documents + s.train.documents, lengths.size());
+  const nlohmann::json meta = meta_of(o.out_dir);
+  EXPECT_TRUE(meta["val_fraction"].is_null());
+  EXPECT_EQ(meta["val_default_rule"]["min_tokens"], 20000);
+  return s;
+}
+
+TEST(Prepare, DefaultSplitTakesHalfAPercentOfTheTokensWithAMinimum) {
+  // 1000 documents of 200-500 bytes (~350K tokens): the minimum of 20,000 tokens (about 57 documents) binds.
+  std::vector<size_t> lengths;
+  for (size_t i = 0; i < 1000; i++) lengths.push_back(200 + (i * 7919) % 301);
+  for (uint64_t seed : {1234, 5}) {
+    const PrepareSummary s = expect_documented_split(lengths, seed);
+    EXPECT_GE(s.val.tokens - s.val.documents, 20'000u);  // the shards' tokens hold one eot a document
+    EXPECT_LT(s.val.tokens - s.val.documents, 20'500u);
+  }
+}
+
+TEST(Prepare, DefaultSplitOnASmallCorpusStopsAtATenthOfTheTokens) {
+  std::vector<size_t> lengths(60, 150);  // 9,000 tokens: validation stops at 900, 6 documents
+  EXPECT_EQ(expect_documented_split(lengths, 1234).val.documents, 6u);
+  EXPECT_EQ(expect_documented_split({40, 50}, 1234).val.documents, 1u);  // two documents: one in each split
+  EXPECT_GE(expect_documented_split({40, 5000, 60, 70}, 77).val.documents, 1u);  // whatever the lengths
+}
+
+TEST(Prepare, DefaultSplitOnALargeCorpusIsAboutHalfAPercent) {
+  // 6,000 documents of 2,000 bytes (12M tokens): 0.5% is 60,000 tokens, past the minimum.
+  TempDir dir;
+  for (int f = 0; f < 6; f++) {
+    std::string jsonl;
+    for (int i = 0; i < 1000; i++) jsonl += nlohmann::json({{"text", std::string(2000, 'a' + i % 26)}}).dump() + "\n";
+    write_text(dir.path(fmt::format("in/{}.jsonl", f)), jsonl);
+  }
+  PrepareOptions o = options(dir, {dir.path("in")});
+  o.val_fraction.reset();
+  ByteTokenizer tok;
+  const PrepareSummary s = prepare(tok, o);
+  const double share = double(s.val.tokens) / double(s.val.tokens + s.train.tokens);
+  EXPECT_GT(share, 0.0025);
+  EXPECT_LT(share, 0.0075);
+  EXPECT_GE(s.val.documents, 10u);
+}
+
+TEST(Prepare, DefaultSplitOfTheBrownCorpus) {
+  const std::string brown = std::string(TK_SOURCE_DIR) + "/.cache/brown";
+  if (!std::filesystem::exists(brown)) GTEST_SKIP() << "no Brown Corpus in .cache (scripts/setup.sh fetches it)";
+  TempDir dir;
+  PrepareOptions o = options(dir, {brown});
+  o.val_fraction.reset();
+  ByteTokenizer tok;
+  const PrepareSummary s = prepare(tok, o);
+  EXPECT_GE(s.val.documents, 10u);  // 1% of the documents gave 2
+  EXPECT_GE(s.val.tokens, 20'000u);
+  EXPECT_LE(double(s.val.tokens), 0.1 * double(s.val.tokens + s.train.tokens));
+}
+
+TEST(Prepare, UnreadableFilesInADirectoryAreNamed) {
+  TempDir dir;
+  write_text(dir.path("in/a.jsonl"), "{\"text\": \"read\"}\n");
+  write_text(dir.path("in/b.parquet"), "PAR1");
+  write_text(dir.path("in/c.json"), "[{\"text\": \"not read\"}]");
+  write_text(dir.path("in/sub/d.txt.gz"), "gz");
+  write_text(dir.path("in/README.md"), "about the data");
+  ByteTokenizer tok;
+  ::testing::internal::CaptureStderr();
+  prepare(tok, options(dir, {dir.path("in")}));
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("skipping 1 file that tokamak cannot read: " + dir.path("in/b.parquet") +
+                     " (Parquet and Arrow files are not supported"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find(dir.path("in/c.json") + " (a .json file is one JSON document, not JSON Lines"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find(dir.path("in/sub/d.txt.gz") + " (compressed input is read as .jsonl.gz and .jsonl.zst only)"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("README.md"), std::string::npos) << err;
+  EXPECT_EQ(documents(dir.path("out"), "train"), std::vector<std::string>{"read"});
 }
 
 }  // namespace
