@@ -2,8 +2,10 @@
 // line on stderr and a non-zero exit.
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <map>
 #include <string>
@@ -44,9 +46,11 @@ static void restart_with_library_settings(char** argv) {
     setenv("OMP_WAIT_POLICY", "passive", 1);
     restart = true;
   }
+  std::string picked, core;
   if (std::getenv("OPENBLAS_CORETYPE") == nullptr && tk::openblas_chooses_core()) {
     const tk::CpuFeatures cpu = tk::detect_cpu_features();
-    const std::string picked = tk::openblas_core(), core = tk::better_openblas_core(cpu, picked);
+    picked = tk::openblas_core();
+    core = tk::better_openblas_core(cpu, picked);
     if (!core.empty()) {
       setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
       tk::log::info("OpenBLAS chose its generic {} kernels for this CPU ({}): using its {} kernels "
@@ -55,7 +59,11 @@ static void restart_with_library_settings(char** argv) {
       restart = true;
     }
   }
-  if (restart) execv("/proc/self/exe", argv);  // returns only on failure: then carry on as loaded
+  if (!restart) return;
+  execv("/proc/self/exe", argv);  // returns only on failure: then carry on as loaded
+  if (!core.empty())
+    tk::log::warn("cannot restart tokamak ({}): OpenBLAS keeps its {} kernels; run with OPENBLAS_CORETYPE={}",
+                  std::strerror(errno), picked, core);
 }
 
 // The commands that run on many ranks: `--gpus N` starts N of them on this host; mpirun and srun start them anywhere.
