@@ -1,7 +1,7 @@
 // Generation: the KV-cache path (prompt as one chunk, then one token at a time through
 // attention_decode) gives the logits, and so the greedy tokens, of the full causal forward rerun on the
-// growing sequence; the cache op itself matches attention_forward; sampling honours temperature, top-k,
-// top-p and the seed; generate() stops where asked.
+// growing sequence, with plain and scaled RoPE; the cache op itself matches attention_forward; sampling
+// honours temperature, top-k, top-p and the seed; generate() stops where asked.
 #include <cmath>
 #include <map>
 #include <random>
@@ -51,8 +51,7 @@ int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.
 
 class GreedyCache : public ::testing::TestWithParam<Arch> {};
 
-TEST_P(GreedyCache, CachedGenerationEqualsRerunningTheFullForward) {
-  const ModelConfig cfg = small_config(GetParam());
+void expect_cached_generation_equals_the_full_forward(const ModelConfig& cfg) {
   auto ops = make_cpu_ops(DType::F32);
   Model model(cfg, *ops, {1, 8, false});
   model.init_params(5);
@@ -76,6 +75,21 @@ TEST_P(GreedyCache, CachedGenerationEqualsRerunningTheFullForward) {
   greedy.max_new_tokens = n_new;
   const std::vector<int32_t> generated = gen.generate({3, 17, 42, 8, 60, 25, 11}, greedy);
   EXPECT_EQ(generated, std::vector<int32_t>(sequence.begin() + 7, sequence.end()));
+}
+
+TEST_P(GreedyCache, CachedGenerationEqualsRerunningTheFullForward) {
+  expect_cached_generation_equals_the_full_forward(small_config(GetParam()));
+}
+
+// Scaled RoPE, in generation as in the model: Llama 3's scaling with an original context of 16 tokens, so that
+// it changes every frequency these 37 positions turn (wavelength 6.3 blended; 63, 628 and 6283 divided by 8),
+// and a linear scaling.
+TEST(GreedyCacheScaledRope, CachedGenerationEqualsRerunningTheFullForward) {
+  ModelConfig cfg = small_config(Arch::Llama);
+  cfg.rope_scaling = RopeScaling::llama3(8.0, 1.0, 4.0, 16);
+  expect_cached_generation_equals_the_full_forward(cfg);
+  cfg.rope_scaling = RopeScaling::linear(3.0);
+  expect_cached_generation_equals_the_full_forward(cfg);
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, GreedyCache, ::testing::Values(Arch::Llama, Arch::Qwen2, Arch::Qwen3));
