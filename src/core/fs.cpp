@@ -20,23 +20,14 @@ namespace {
 
 constexpr size_t kBufferBytes = 4 << 20;
 
-std::string cause(int err) {
+}  // namespace
+
+std::string error_cause(int err) {
   std::string s = std::strerror(err);
   if (err == ENOSPC || err == EDQUOT) s += " (the disk is full: free some space or write elsewhere)";
   if (err == EFBIG) s += " (the file size limit was reached)";
   return s;
 }
-
-// Syncs the directory so that a rename in it survives a crash; a failure here loses nothing.
-void sync_parent_dir(const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
-}  // namespace
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   tmp_path_ = path_ + ".tmp." + std::to_string(::getpid());
@@ -55,7 +46,7 @@ void AtomicFile::fail(const char* action, int err) {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   ::unlink(tmp_path_.c_str());
-  tk::fail("cannot {} {}: {}", action, path_, cause(err));
+  tk::fail("cannot {} {}: {}", action, path_, error_cause(err));
 }
 
 void AtomicFile::write(const void* data, size_t n) {
@@ -105,13 +96,23 @@ void AtomicFile::commit() {
   if (::close(fd) != 0) fail("write", errno);
   if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) fail("rename the finished temporary file to", errno);
   committed_ = true;
-  sync_parent_dir(path_);
+  const std::string dir = std::filesystem::path(path_).parent_path().string();
+  sync_directory(dir.empty() ? "." : dir);
 }
 
 void write_file_atomic(const std::string& path, std::string_view contents) {
   AtomicFile f(path);
   f.write(contents);
   f.commit();
+}
+
+void sync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) tk::fail("cannot open the directory {} to sync it: {}", dir, error_cause(errno));
+  const int rc = ::fsync(fd), err = errno;
+  ::close(fd);
+  // EINVAL: a filesystem that has no directory sync (the renames are as durable as it makes them).
+  if (rc != 0 && err != EINVAL) tk::fail("cannot sync the directory {}: {}", dir, error_cause(err));
 }
 
 std::string read_file(const std::string& path) {

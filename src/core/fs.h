@@ -41,6 +41,11 @@ class AtomicFile {
 };
 
 void write_file_atomic(const std::string& path, std::string_view contents);
+// strerror(err), with what to do added for a full disk (ENOSPC, EDQUOT) or a file size limit (EFBIG).
+std::string error_cause(int err);
+// fsync(2) of a directory: the renames and removals inside it survive a crash once it returns. A tk::Error
+// naming `dir` when the filesystem reports a failure (one that cannot sync a directory at all is not one).
+void sync_directory(const std::string& dir);
 // The whole file; a tk::Error naming it when it cannot be read.
 std::string read_file(const std::string& path);
 
