@@ -28,14 +28,17 @@ bool has_tokenizer_files(const std::string& dir) {
 }
 
 // The directory whose model is exported, and what it is. A run directory also holds a config.json (the
-// run's), so checkpoints and runs are recognised first, and a Hugging Face model directory last.
+// run's), so checkpoints and runs are recognised first, and a Hugging Face model directory last. Only a
+// complete checkpoint is exported: an incomplete one named here is refused (resolve_checkpoint), never read as
+// a Hugging Face directory, and a run's incomplete ones are passed over.
 struct Source {
   std::string dir, what;
 };
 Source find_source(const std::string& path) {
-  if (tk::is_checkpoint(path)) return {path, "checkpoint " + path};
   const bool latest = stdfs::path(path).filename() == "latest";
-  if (latest || !tk::list_checkpoints(path).empty()) {
+  if (!latest && tk::looks_like_checkpoint(path) && !tk::holds_checkpoint_dirs(path))
+    return {tk::resolve_checkpoint(path), "checkpoint " + path};
+  if (latest || tk::holds_checkpoint_dirs(path)) {
     const std::string dir = tk::resolve_checkpoint(path);
     const std::string run = latest ? stdfs::path(path).parent_path().string() : path;
     return {dir, fmt::format("the latest checkpoint of run {}: {}", run, dir)};

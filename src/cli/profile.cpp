@@ -9,6 +9,7 @@
 #include "cli/train_options.h"
 #include "train/profile_report.h"
 #include "train/profile_run.h"
+#include "train/run_dir.h"
 
 namespace {
 
@@ -21,6 +22,8 @@ struct ProfileFlags {
 int run(ProfileFlags f) {
   f.profile.train.out = f.out;
   f.profile.print_progress = !f.json;
+  // --out is often a training run's directory: one writer at a time, and a second one refused before it measures.
+  const tk::RunDirLock lock(f.out);
   const tk::ProfileReport r = tk::run_profile(f.profile);
   tk::write_profile(r, f.out);
   if (f.json) {

@@ -1,19 +1,20 @@
-// Checkpoint directories: writing them whole (temporary directory, then rename), finding the latest,
-// pruning old ones, and loading one back after checking that it fits the model.
+// Checkpoint directories: writing them whole (temporary directory, complete.json last, then rename),
+// telling complete ones from what an interrupted save or deletion left, finding the latest, pruning old
+// ones (renamed out of sight before they are deleted), and loading one back after checking that it fits.
 #include "train/checkpoint.h"
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/log.h"
 #include "io/hf.h"
 #include "io/safetensors.h"
 
@@ -25,6 +26,13 @@ using json = nlohmann::json;
 
 constexpr const char* kPrefix = "step_";
 constexpr const char* kTempPrefix = ".tmp-step_";
+constexpr const char* kDeletePrefix = ".del-";  // a checkpoint being deleted: renamed out of sight first
+constexpr const char* kCompleteMarker = "complete.json";
+// trainer_state.json's "checkpoint_format": 2 since checkpoints end with complete.json; absent (1) before.
+constexpr int kMarkedFormat = 2;
+// The files of a checkpoint written before complete.json existed.
+constexpr const char* kUnmarkedFiles[] = {"config.json", "model.safetensors", "optimizer.safetensors",
+                                          "trainer_state.json"};
 constexpr const char* kExpAvg = "exp_avg.";
 constexpr const char* kExpAvgSq = "exp_avg_sq.";
 
@@ -39,14 +47,6 @@ int64_t step_of(const std::string& name) {
     step = step * 10 + (c - '0');
   }
   return step;
-}
-
-// Makes renames inside `dir` durable; a failure only weakens crash safety, so it is not an error.
-void sync_dir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
 }
 
 void remove_all_or_fail(const std::string& path) {
@@ -99,19 +99,98 @@ void read_state_tensor(const SafeTensorsFile& f, const std::string& name, const 
   f.read_f32(*t, flat + p.offset);
 }
 
-// What an interrupted save leaves behind: a temporary directory, or the ".old" copy of a re-saved step.
-void remove_stale_temporaries(const std::string& run_dir) {
-  for (const auto& e : stdfs::directory_iterator(run_dir)) {
-    const std::string name = e.path().filename().string();
-    bool old_copy = name.rfind(kPrefix, 0) == 0 && name.ends_with(".old");
-    if (name.rfind(kTempPrefix, 0) == 0 || old_copy) remove_all_or_fail(e.path().string());
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+// The step directories of a run directory, complete or not, oldest first.
+std::vector<std::pair<int64_t, std::string>> step_dirs(const std::string& run_dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (const auto& e : stdfs::directory_iterator(run_dir, ec)) {
+    const int64_t step = step_of(e.path().filename().string());
+    if (step >= 0 && e.is_directory()) found.emplace_back(step, e.path().string());
   }
+  std::sort(found.begin(), found.end());
+  return found;
 }
 
+// An incomplete step directory is named once per process: listings run many times in a run.
+void warn_incomplete(const std::string& dir, const std::string& reason) {
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> hold(mutex);
+  if (warned.insert(dir).second)
+    log::warn("ignoring {}: not a complete checkpoint ({}); it is what an interrupted save or deletion left", dir,
+              reason);
+}
+
+// complete.json: every other file of the checkpoint with its size, taken once they are all durable.
+void write_complete_marker(const std::string& dir, int64_t step) {
+  json files = json::object();
+  for (const auto& e : stdfs::directory_iterator(dir))
+    if (e.is_regular_file()) files[e.path().filename().string()] = e.file_size();
+  fs::write_file_atomic(join_path(dir, kCompleteMarker),
+                        json{{"step", step}, {"files", files}}.dump(2) + "\n");
+}
+
+std::string check_marker(const std::string& dir) {
+  const std::string path = join_path(dir, kCompleteMarker);
+  const json marker = json::parse(fs::read_file(path), nullptr, false);
+  if (marker.is_discarded() || !marker.contains("files") || !marker["files"].is_object() || marker["files"].empty())
+    return fmt::format("{} is not a valid record of its files", kCompleteMarker);
+  for (const auto& [name, size] : marker["files"].items()) {
+    std::error_code ec;
+    const uintmax_t actual = stdfs::file_size(join_path(dir, name), ec);
+    if (ec) return fmt::format("{} is missing", name);
+    if (!size.is_number_unsigned() || actual != size.get<uintmax_t>())
+      return fmt::format("{} has {} bytes where {} records {}", name, actual, kCompleteMarker, size.dump());
+  }
+  return "";
+}
+
+// A checkpoint from before complete.json: counted when it has every file, each whole (the safetensors files'
+// headers agree with their sizes), and its trainer state does not come from a version that writes the marker.
+std::string check_unmarked(const std::string& dir) {
+  for (const char* name : kUnmarkedFiles)
+    if (!stdfs::is_regular_file(join_path(dir, name)))
+      return fmt::format("{} is missing, and so is {}", name, kCompleteMarker);
+  const json state = json::parse(fs::read_file(join_path(dir, "trainer_state.json")), nullptr, false);
+  if (state.is_discarded() || !state.is_object()) return "trainer_state.json is not valid JSON";
+  if (state.contains("checkpoint_format"))
+    return fmt::format("{} is missing: the save was interrupted before it finished", kCompleteMarker);
+  for (const char* name : {"model.safetensors", "optimizer.safetensors"}) {
+    try {
+      SafeTensorsFile::open(join_path(dir, name));
+    } catch (const Error& e) {
+      return e.what();
+    }
+  }
+  return "";
+}
+
+// Deletes a directory of the run by renaming it to .del-NAME first, so that a kill during the deletion leaves a
+// hidden name that start-up cleans (remove_interrupted_checkpoints), never half a step_N.
+void remove_by_renaming(const std::string& dir) {
+  const stdfs::path p(dir);
+  const std::string hidden = (p.parent_path() / (kDeletePrefix + p.filename().string())).string();
+  remove_all_or_fail(hidden);
+  rename_or_fail(dir, hidden);
+  fs::sync_directory(p.parent_path().string());
+  remove_all_or_fail(hidden);
+}
+
+// Every step directory older than the newest keep_last complete checkpoints: complete ones, and incomplete
+// ones (named as they go) that a kill left where the run saved or pruned.
 void prune(const std::string& run_dir, int keep_last) {
   if (keep_last <= 0) return;
-  std::vector<std::string> all = list_checkpoints(run_dir);
-  for (size_t i = 0; i + size_t(keep_last) < all.size(); i++) remove_all_or_fail(all[i]);
+  const std::vector<std::string> complete = list_checkpoints(run_dir);
+  if (complete.size() <= size_t(keep_last)) return;
+  const int64_t oldest_kept = step_of(stdfs::path(complete[complete.size() - size_t(keep_last)]).filename().string());
+  for (const auto& [step, dir] : step_dirs(run_dir)) {
+    if (step >= oldest_kept) break;
+    if (const std::string why = checkpoint_incomplete_reason(dir); !why.empty())
+      log::warn("deleting {}, older than the checkpoints kept and incomplete ({})", dir, why);
+    remove_by_renaming(dir);
+  }
 }
 
 std::string hex16(uint64_t v) { return fmt::format("{:016x}", v); }
@@ -149,59 +228,99 @@ TrainerState TrainerState::from_json(const json& j, const std::string& source) {
 std::string checkpoint_dir_name(int64_t step) { return fmt::format("{}{:06}", kPrefix, step); }
 
 std::vector<std::string> list_checkpoints(const std::string& run_dir) {
-  std::vector<std::pair<int64_t, std::string>> found;
-  std::error_code ec;
-  for (const auto& e : stdfs::directory_iterator(run_dir, ec)) {
-    int64_t step = step_of(e.path().filename().string());
-    if (step >= 0 && e.is_directory()) found.emplace_back(step, e.path().string());
-  }
-  std::sort(found.begin(), found.end());
   std::vector<std::string> out;
-  for (auto& [step, path] : found) out.push_back(path);
+  for (const auto& [step, dir] : step_dirs(run_dir)) {
+    if (const std::string why = checkpoint_incomplete_reason(dir); why.empty())
+      out.push_back(dir);
+    else
+      warn_incomplete(dir, why);
+  }
   return out;
 }
 
-bool is_checkpoint(const std::string& dir) { return stdfs::is_regular_file(join_path(dir, "trainer_state.json")); }
+bool holds_checkpoint_dirs(const std::string& run_dir) { return !step_dirs(run_dir).empty(); }
+
+std::string checkpoint_incomplete_reason(const std::string& dir) {
+  if (!stdfs::is_directory(dir)) return "not a directory";
+  return stdfs::exists(join_path(dir, kCompleteMarker)) ? check_marker(dir) : check_unmarked(dir);
+}
+
+bool is_checkpoint(const std::string& dir) { return checkpoint_incomplete_reason(dir).empty(); }
+
+bool looks_like_checkpoint(const std::string& dir) {
+  const stdfs::path p(dir);
+  if (!stdfs::is_directory(p)) return false;
+  return step_of(p.lexically_normal().filename().string()) >= 0 || stdfs::exists(p / "trainer_state.json") ||
+         stdfs::exists(p / kCompleteMarker) || stdfs::exists(p / "optimizer.safetensors");
+}
 
 std::string resolve_checkpoint(const std::string& path) {
-  if (is_checkpoint(path)) return path;
-  std::string run_dir = stdfs::path(path).filename() == "latest" ? stdfs::path(path).parent_path().string() : path;
+  const bool latest = stdfs::path(path).filename() == "latest";
+  if (!latest && looks_like_checkpoint(path) && !holds_checkpoint_dirs(path)) {
+    const std::string why = checkpoint_incomplete_reason(path);
+    TK_CHECK(why.empty(), "{} is not a complete checkpoint ({}): it is what an interrupted save or deletion left; "
+             "use an earlier checkpoint of its run", path, why);
+    return path;
+  }
+  std::string run_dir = latest ? stdfs::path(path).parent_path().string() : path;
   TK_CHECK(stdfs::is_directory(run_dir), "{} is neither a checkpoint nor a run directory", path);
   std::vector<std::string> all = list_checkpoints(run_dir);
-  TK_CHECK(!all.empty(), "{} holds no checkpoint (no step_* directory with a trainer_state.json)", run_dir);
-  for (auto it = all.rbegin(); it != all.rend(); ++it)
-    if (is_checkpoint(*it)) return *it;
-  fail("{} holds no complete checkpoint: no step_* directory has a trainer_state.json", run_dir);
+  if (!all.empty()) return all.back();
+  const std::vector<std::pair<int64_t, std::string>> dirs = step_dirs(run_dir);
+  TK_CHECK(!dirs.empty(), "{} holds no checkpoint (no step_* directory)", run_dir);
+  const std::string& newest = dirs.back().second;
+  fail("{} holds no complete checkpoint: its step_* directories are what interrupted saves or deletions left (the "
+       "newest, {}: {})",
+       run_dir, stdfs::path(newest).filename().string(), checkpoint_incomplete_reason(newest));
+}
+
+void remove_checkpoint(const std::string& dir) { remove_by_renaming(dir); }
+
+void remove_interrupted_checkpoints(const std::string& run_dir) {
+  std::vector<std::string> left;
+  std::error_code ec;
+  for (const auto& e : stdfs::directory_iterator(run_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    // .old: the copy of a re-saved step that versions before .del- names kept while replacing it.
+    if (starts_with(name, kTempPrefix) || starts_with(name, kDeletePrefix) ||
+        (starts_with(name, kPrefix) && name.ends_with(".old")))
+      left.push_back(e.path().string());
+  }
+  if (ec) fail("cannot list the run directory {}: {}", run_dir, ec.message());
+  for (const std::string& path : left) {
+    log::info("removing {}: left by an interrupted save or deletion", path);
+    remove_all_or_fail(path);
+  }
 }
 
 std::string save_checkpoint(const std::string& run_dir, const Model& model, const AdamW& optimizer,
                             const TrainerState& state, int keep_last) {
-  remove_stale_temporaries(run_dir);
   const std::string name = checkpoint_dir_name(state.step);
   const std::string tmp = join_path(run_dir, kTempPrefix + name.substr(std::strlen(kPrefix)));
   const std::string final_dir = join_path(run_dir, name);
+  remove_all_or_fail(tmp);  // a save of this step that failed earlier in the run
   std::error_code ec;
   stdfs::create_directories(tmp, ec);
   if (ec) fail("cannot create the checkpoint directory {}: {}", tmp, ec.message());
-
-  fs::write_file_atomic(join_path(tmp, "config.json"), model.config().to_hf_json().dump(2) + "\n");
-  write_model_weights(join_path(tmp, "model.safetensors"), model.layout(), optimizer);
-  write_optimizer_state(join_path(tmp, "optimizer.safetensors"), model.layout(), optimizer);
-  // Written last: a directory without it is not a checkpoint (is_checkpoint).
-  fs::write_file_atomic(join_path(tmp, "trainer_state.json"), state.to_json().dump(2) + "\n");
-  sync_dir(tmp);
-
-  // Re-saving a step (e.g. after resuming from it) replaces the old directory only once the new one is whole.
-  if (stdfs::exists(final_dir)) {
-    const std::string old = final_dir + ".old";
-    remove_all_or_fail(old);
-    rename_or_fail(final_dir, old);
-    rename_or_fail(tmp, final_dir);
-    remove_all_or_fail(old);
-  } else {
-    rename_or_fail(tmp, final_dir);
+  try {
+    // Each file is fsynced and renamed into place, its directory synced (fs::AtomicFile), before the next.
+    fs::write_file_atomic(join_path(tmp, "config.json"), model.config().to_hf_json().dump(2) + "\n");
+    write_model_weights(join_path(tmp, "model.safetensors"), model.layout(), optimizer);
+    write_optimizer_state(join_path(tmp, "optimizer.safetensors"), model.layout(), optimizer);
+    json trainer_state = state.to_json();
+    trainer_state["checkpoint_format"] = kMarkedFormat;
+    fs::write_file_atomic(join_path(tmp, "trainer_state.json"), trainer_state.dump(2) + "\n");
+    // Last, once every other file is durable: without it the directory is not a checkpoint.
+    write_complete_marker(tmp, state.step);
+  } catch (const Error&) {
+    stdfs::remove_all(tmp, ec);  // what was written (a full disk: space needed by whatever runs next)
+    throw;
   }
-  sync_dir(run_dir);
+
+  // Re-saving a step replaces the old directory only once the new one is complete.
+  if (stdfs::exists(final_dir)) remove_by_renaming(final_dir);
+  rename_or_fail(tmp, final_dir);
+  fs::sync_directory(run_dir);
   prune(run_dir, keep_last);
   return final_dir;
 }

@@ -1,7 +1,9 @@
 // Checkpoints: RUN_DIR/step_000123/ holds config.json and model.safetensors (fp32 weights with Hugging
-// Face names, so the directory loads as an HF model), optimizer.safetensors (the AdamW moments) and
-// trainer_state.json (step, tokens seen, seeds, loader position, train config, tokenizer). Each is
-// written into a temporary directory that is renamed into place whole; the last K are kept.
+// Face names, so the directory loads as an HF model), optimizer.safetensors (the AdamW moments),
+// trainer_state.json (step, tokens seen, seeds, loader position, train config, tokenizer) and, written last
+// once the others are durable, complete.json (each file's size): a directory counts as a checkpoint only
+// when complete. Each is written into .tmp-step_N/ and renamed into place whole; the last K are kept, the
+// older ones renamed to .del-step_N/ before they are deleted (docs/reliability.md).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -32,15 +34,32 @@ struct TrainerState {
 };
 
 std::string checkpoint_dir_name(int64_t step);  // "step_000123"
-// The checkpoints of a run directory, oldest (lowest step) first.
+// The complete checkpoints of a run directory, oldest (lowest step) first. Incomplete step_* directories
+// are left out, each named in a warning (once per process).
 std::vector<std::string> list_checkpoints(const std::string& run_dir);
+// Whether the run directory holds any step_* directory, complete or not.
+bool holds_checkpoint_dirs(const std::string& run_dir);
+// Why `dir` is not a complete checkpoint, "" when it is. Complete: complete.json lists every file with its size
+// and each has that size; or, for a checkpoint written before complete.json existed (its trainer_state.json has
+// no "checkpoint_format"), the four files are there and each safetensors file is whole.
+std::string checkpoint_incomplete_reason(const std::string& dir);
 bool is_checkpoint(const std::string& dir);
-// A checkpoint directory as given, or the latest checkpoint of a run directory (also spelled
-// RUN_DIR/latest). A tk::Error when there is none.
+// Whether `dir` is meant as a tokamak checkpoint, complete or not (a step_* name, trainer_state.json,
+// complete.json or optimizer.safetensors): one that resolve_checkpoint judges rather than one to read as a
+// Hugging Face model directory.
+bool looks_like_checkpoint(const std::string& dir);
+// A complete checkpoint directory as given, or the latest complete checkpoint of a run directory (also
+// spelled RUN_DIR/latest). A tk::Error for an incomplete checkpoint, or a run directory with none.
 std::string resolve_checkpoint(const std::string& path);
+// Deletes a checkpoint: renamed to .del-step_N first, so that a kill never leaves half of one as step_N.
+void remove_checkpoint(const std::string& dir);
+// Removes what an interrupted save or deletion left in a run directory: .tmp-step_*, .del-* (and step_*.old
+// from earlier versions). Only for the process that holds the run directory's lock (run_dir.h).
+void remove_interrupted_checkpoints(const std::string& run_dir);
 
-// Writes the checkpoint of `state.step` and then removes all but the newest keep_last checkpoints
-// (keep_last <= 0 keeps every one). Returns the checkpoint's directory.
+// Writes the checkpoint of `state.step` and then removes all but the newest keep_last checkpoints, with any
+// step_* directory older than them (keep_last <= 0 keeps every one). Returns the checkpoint's directory. A
+// failed save removes what it wrote and leaves the run's other checkpoints as they were.
 std::string save_checkpoint(const std::string& run_dir, const Model& model, const AdamW& optimizer,
                             const TrainerState& state, int keep_last);
 

@@ -20,9 +20,11 @@ bool has_tokenizer(const stdfs::path& dir) {
   return stdfs::exists(dir / "tokenizer.json") || (stdfs::exists(dir / "encoder.json") && stdfs::exists(dir / "vocab.bpe"));
 }
 
+// A run directory holding step_* directories, complete or not: resolve_checkpoint takes its latest complete one, or
+// says why there is none.
 bool is_run_dir(const stdfs::path& p) {
   stdfs::path run = p.filename() == "latest" ? p.parent_path() : p;
-  return stdfs::is_directory(run) && !list_checkpoints(run.string()).empty();
+  return stdfs::is_directory(run) && holds_checkpoint_dirs(run.string());
 }
 
 }  // namespace
@@ -40,7 +42,7 @@ ModelSource find_model_source(const std::string& spec) {
     s.config = ModelConfig::preset(spec);
     return s;
   }
-  if (is_checkpoint(spec) || is_run_dir(p)) {
+  if (looks_like_checkpoint(spec) || is_run_dir(p)) {  // an incomplete checkpoint is refused, never read as HF weights
     s.checkpoint_dir = resolve_checkpoint(spec);
     s.weights_path = s.checkpoint_dir;
     s.config = load_hf_config(s.checkpoint_dir);

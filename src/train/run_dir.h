@@ -1,8 +1,10 @@
 // A training run's directory (`tokamak train --out`) and the rules for the files a run keeps there:
+//   .lock         held by the one process that writes into the directory (RunDirLock)
 //   config.json   the resolved recipe, the model and the device, written before step 1
 //   log.jsonl     one JSON record per step and per validation (run_log.h)
 //   memory.json   the memory table after the first step
-//   step_N/       the checkpoints (checkpoint.h), each written in .tmp-step_N/ and renamed whole
+//   step_N/       the checkpoints (checkpoint.h), each written in .tmp-step_N/ and renamed whole, deleted
+//                 by way of .del-step_N/
 // Other files (profile.json and trace.json, report.html) may share the directory; a new run leaves them alone.
 #pragma once
 #include <cstdint>
@@ -24,6 +26,9 @@ class RunDir {
   void check_free(bool overwrite) const;
   // Removes the old run's files (only those: other files stay) and creates the directory.
   void clear() const;
+  // Removes what a killed run left half done: checkpoints being saved or deleted, and the temporary files of
+  // config.json, memory.json and log.jsonl. Only for the holder of the directory's lock.
+  void remove_interrupted_work() const;
   // A run resumed in place from `step`: checkpoints after it belong to another history, which the run would
   // mix with its own; deleted with `overwrite`, otherwise a tk::Error.
   void drop_checkpoints_after(int64_t step, bool overwrite) const;
@@ -33,6 +38,30 @@ class RunDir {
 
  private:
   std::string path_;
+};
+
+// One writer per run directory: flock(2) on DIR/.lock, taken by `tokamak train` (fresh or resumed) and
+// `tokamak profile` before they write anything there, and held until destruction. The kernel releases it
+// when its process ends, however it ends, so the lock of a killed run never blocks the next one. The file
+// records the holder (pid, host, command line, start time) for the refusal's message only: whether the
+// directory is taken is decided by the flock alone, and the record is checked before it is repeated.
+class RunDirLock {
+ public:
+  // Creates the directory when missing. A tk::Error naming the holder when another process (or another
+  // RunDirLock of this one) holds the lock.
+  explicit RunDirLock(std::string dir);
+  ~RunDirLock();
+  RunDirLock(const RunDirLock&) = delete;
+  RunDirLock& operator=(const RunDirLock&) = delete;
+
+  static constexpr const char* kFileName = ".lock";
+
+ private:
+  void record_holder() const;
+
+  std::string dir_, path_;
+  int fd_ = -1;
+  bool created_dir_ = false;  // a run that wrote nothing leaves no directory behind
 };
 
 }  // namespace tk

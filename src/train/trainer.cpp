@@ -141,6 +141,8 @@ class TrainingRun {
   void set_up();
   TrainResult train_loop();
   void resolve_config();
+  std::string resume_source() const;
+  void require_resume_source() const;
   std::string find_resume_checkpoint() const;
   void build_parts();
   void open_data();
@@ -164,6 +166,7 @@ class TrainingRun {
   const std::function<void(const StepRecord&)>& on_step_;
   StepHooks hooks_;
   std::optional<RunDir> dir_;  // from set_up(): TrainingSteps has none
+  std::optional<RunDirLock> lock_;
   int accum_steps_ = 1;
   int64_t global_batch_tokens_ = 0;
 
@@ -230,11 +233,14 @@ void TrainingRun::resolve_config() {
   TK_CHECK(!cfg_.out.empty(), "no run directory given: pass --out RUN_DIR");
 }
 
-std::string TrainingRun::find_resume_checkpoint() const {
-  const std::string where = cfg_.resume_from.empty() ? dir_->path() : cfg_.resume_from;
-  TK_CHECK(stdfs::exists(where), "cannot resume: {} does not exist, so there is no checkpoint to continue from", where);
-  return resolve_checkpoint(where);
+std::string TrainingRun::resume_source() const { return cfg_.resume_from.empty() ? dir_->path() : cfg_.resume_from; }
+
+void TrainingRun::require_resume_source() const {
+  TK_CHECK(stdfs::exists(resume_source()),
+           "cannot resume: {} does not exist, so there is no checkpoint to continue from", resume_source());
 }
+
+std::string TrainingRun::find_resume_checkpoint() const { return resolve_checkpoint(resume_source()); }
 
 // --vocab-size: a model trained from scratch takes the vocabulary of its data's tokenizer (for example one
 // made by `tokamak train-tokenizer`); its end-of-text id becomes the data's document separator.
@@ -485,12 +491,16 @@ void TrainingRun::set_up() {
   started_ = Clock::now();
   resolve_config();
   dir_.emplace(cfg_.out);
+  if (cfg_.resume) require_resume_source();
+  // Before anything in the directory is read or written: a second writer is refused here, at once.
+  lock_.emplace(dir_->path());
   const std::string resume_checkpoint = cfg_.resume ? find_resume_checkpoint() : "";
   // Resuming into another directory (--out elsewhere) starts a new run directory there.
   std::error_code ec;
   const bool in_place =
       cfg_.resume && stdfs::equivalent(stdfs::path(resume_checkpoint).parent_path(), dir_->path(), ec);
   if (!in_place) dir_->check_free(cfg_.overwrite);
+  dir_->remove_interrupted_work();
   result_.run_dir = dir_->path();
 
   build_parts();

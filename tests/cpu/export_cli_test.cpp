@@ -80,6 +80,7 @@ class ExportCli : public testing::Test {
     tk::SafeTensorsWriter w;
     for (const tk::ParamInfo& p : layout.params) w.add_f32(p.name, p.shape, params.data() + p.offset);
     w.write(dir + "/model.safetensors");
+    tk::SafeTensorsWriter().write(dir + "/optimizer.safetensors");  // without it a checkpoint is not complete
     tk::TrainerState state;
     state.step = step;
     state.tokenizer_path = path("tok");

@@ -1,25 +1,26 @@
 // The trainer on a tiny model and a tiny dataset made here (byte-level tokens): bitwise resume, the
-// NaN stop that keeps the last checkpoint, run-directory refusal and clearing, the log's records and
-// their truncation on resume, checkpoint pruning and validation,
+// NaN stop that keeps the last checkpoint, run-directory refusal and clearing, the lock that refuses a
+// second writer, complete and incomplete checkpoints (and those of versions before the marker), the log's
+// records and their truncation on resume, checkpoint pruning and validation,
 // the LR schedules, gradient accumulation against a larger micro-batch, and bf16 and int8 AdamW moments
 // (bitwise resume and offload, and training quality against f32 moments).
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <map>
-#include <random>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/fs.h"
-#include "data/prepare.h"
 #include "data_testing.h"
 #include "model_testing.h"
+#include "run_testing.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "model/params.h"
@@ -30,6 +31,7 @@
 #include "train/evaluate.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
+#include "train/model_source.h"
 #include "train/run_dir.h"
 #include "train/run_log.h"
 #include "train/trainer.h"
@@ -51,30 +53,14 @@ std::vector<std::string> split_lines(const std::string& text) {
   return lines;
 }
 
-// A prepared dataset (train and val splits) of byte tokens, vocab 257.
-std::string make_dataset(const TempDir& dir) {
-  std::mt19937_64 rng(7);
-  for (int d = 0; d < 24; d++) testing::write_text(dir.path("text/doc" + std::to_string(d) + ".txt"), testing::random_document(rng, 120));
-  PrepareOptions o;
-  o.inputs = {dir.path("text")};
-  o.out_dir = dir.path("data");
-  o.val_fraction = 0.2;
-  o.threads = 1;
-  o.progress = false;
-  prepare(testing::ByteTokenizer(), o);
-  return o.out_dir;
-}
-
 std::string write_config(const TempDir& dir, const ModelConfig& c, const std::string& name = "model.json") {
-  std::string path = dir.path(name);
-  fs::write_file_atomic(path, c.to_hf_json().dump(2));
-  return path;
+  return testing::write_model_config(dir, c, name);
 }
 
 class TrainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    data_ = make_dataset(dir_);
+    data_ = testing::make_byte_dataset(dir_);
     model_ = write_config(dir_, testing::tiny_llama_config());
   }
 
@@ -615,6 +601,179 @@ TEST_F(TrainerTest, SplitEvaluationFollowsTheDocumentedWindows) {
     EXPECT_NEAR(r.perplexity, std::exp(expected), 1e-5 * std::exp(expected));
   }
 }
+
+// ---- the run directory: one writer, complete checkpoints ----------------------------------------------------------------
+
+// The losses of the steps recorded in a run's log.jsonl, by step.
+std::map<int64_t, double> logged_losses(const std::string& run_dir) {
+  std::map<int64_t, double> out;
+  for (const std::string& line : split_lines(fs::read_file(run_dir + "/log.jsonl"))) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("loss")) out[j["step"].get<int64_t>()] = j["loss"].get<double>();
+  }
+  return out;
+}
+
+// A second trainer on the same --out, fresh with --overwrite or resuming, is refused at once by name, and the
+// first carries on as if alone: the same losses and the same final weights, bit for bit.
+TEST_F(TrainerTest, SecondWriterIsRefusedAndTheFirstRunsAsIfAlone) {
+  TrainConfig c = config("alone");
+  c.save_every = 1;
+  c.keep_checkpoints = 2;
+  const std::vector<double> alone = train(c);
+
+  TrainConfig first = config("shared");
+  first.save_every = 1;
+  first.keep_checkpoints = 2;
+  std::vector<std::string> refusals;
+  std::vector<double> losses;
+  Trainer t(first);
+  t.on_step = [&](const StepRecord& r) {
+    losses.push_back(r.loss);
+    if (r.step != 3) return;
+    TrainConfig fresh = config("shared");
+    fresh.overwrite = true;
+    TrainConfig resume = config("shared");
+    resume.resume = true;
+    for (const TrainConfig& second : {fresh, resume}) refusals.push_back(error_of([&] { Trainer(second).run(); }));
+  };
+  EXPECT_EQ(t.run().exit_code, 0);
+  ASSERT_EQ(refusals.size(), 2u);
+  for (const std::string& msg : refusals) {
+    EXPECT_NE(msg.find("is in use by another process"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(fmt::format("pid {} on", ::getpid())), std::string::npos) << msg;
+  }
+  EXPECT_EQ(losses, alone);
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+    EXPECT_EQ(fs::read_file(dir_.path(std::string("alone/step_000006/") + file)),
+              fs::read_file(dir_.path(std::string("shared/step_000006/") + file)))
+        << file;
+  EXPECT_EQ(logged_losses(dir_.path("shared")).size(), 6u);
+}
+
+// A lock file whose record names a process that is gone (a killed run) does not block: only the flock counts.
+TEST_F(TrainerTest, ALockLeftByAKilledRunDoesNotBlock) {
+  TrainConfig c = config("stale");
+  c.steps = 1;
+  c.eval_tokens = 0;
+  stdfs::create_directories(c.out);
+  testing::write_text(c.out + "/" + RunDirLock::kFileName,
+                      R"({"pid":999999999,"host":"elsewhere","command":"tokamak train","started":0})");
+  EXPECT_EQ(train(c).size(), 1u);
+}
+
+// Turns a checkpoint written now into the layout of the versions before complete.json: no marker, and no
+// "checkpoint_format" in its trainer state.
+void make_unmarked(const std::string& dir) {
+  stdfs::remove(dir + "/complete.json");
+  nlohmann::json state = nlohmann::json::parse(fs::read_file(dir + "/trainer_state.json"));
+  state.erase("checkpoint_format");
+  fs::write_file_atomic(dir + "/trainer_state.json", state.dump(2) + "\n");
+}
+
+// A step_* directory counts only when complete. What a kill during pruning left on earlier versions (config.json
+// and trainer_state.json only), a save cut short before its marker, and a file shorter than the marker records
+// are each ignored with their name, and resume takes the last complete checkpoint, bitwise; named explicitly, an
+// incomplete checkpoint is an error, never read as a Hugging Face directory.
+TEST_F(TrainerTest, OnlyCompleteCheckpointsCount) {
+  TrainConfig c = config("partial");
+  c.save_every = 1;
+  c.steps = 4;
+  c.eval_tokens = 0;
+  const std::vector<double> whole = train(c);
+  const std::string run = c.out;
+  for (const std::string& name : {"complete.json", "model.safetensors", "optimizer.safetensors"})
+    stdfs::remove(run + "/step_000004/" + name);
+  make_unmarked(run + "/step_000004");  // on earlier versions, a prune cut short
+  stdfs::remove(run + "/step_000003/complete.json");  // a save cut short
+  stdfs::resize_file(run + "/step_000002/model.safetensors", 100);
+  EXPECT_EQ(list_checkpoints(run), std::vector<std::string>{run + "/step_000001"});
+  EXPECT_EQ(resolve_checkpoint(run), run + "/step_000001");
+  EXPECT_NE(checkpoint_incomplete_reason(run + "/step_000004").find("model.safetensors is missing"), std::string::npos);
+  EXPECT_NE(checkpoint_incomplete_reason(run + "/step_000003").find("complete.json is missing"), std::string::npos);
+  EXPECT_NE(checkpoint_incomplete_reason(run + "/step_000002").find("has 100 bytes"), std::string::npos);
+  for (const char* step : {"step_000002", "step_000003", "step_000004"}) {
+    const std::string dir = run + "/" + step;
+    EXPECT_NE(error_of([&] { resolve_checkpoint(dir); }).find("not a complete checkpoint"), std::string::npos) << step;
+    EXPECT_NE(error_of([&] { find_model_source(dir); }).find("not a complete checkpoint"), std::string::npos) << step;
+  }
+
+  c.resume = true;
+  c.overwrite = true;  // the incomplete later ones are replaced as the run saves those steps again
+  const std::vector<double> rest = train(c);
+  ASSERT_EQ(rest.size(), 3u);
+  for (size_t i = 0; i < rest.size(); i++) EXPECT_EQ(rest[i], whole[i + 1]) << "step " << i + 2;
+  EXPECT_EQ(list_checkpoints(run).size(), 4u);
+}
+
+// A checkpoint written before complete.json existed loads: resume continues from it bitwise, eval's and generate's
+// model source takes it. One of that layout with a file missing or a safetensors file cut short does not count.
+TEST_F(TrainerTest, CheckpointsOfEarlierVersionsStillLoad) {
+  TrainConfig c = config("legacy");
+  c.steps = 4;
+  c.save_every = 2;
+  c.eval_tokens = 0;
+  const std::vector<double> whole = train(c);
+  const std::string run = c.out;
+  make_unmarked(run + "/step_000002");
+  make_unmarked(run + "/step_000004");
+  EXPECT_TRUE(is_checkpoint(run + "/step_000002"));
+  EXPECT_EQ(find_model_source(run).checkpoint_dir, run + "/step_000004");
+
+  stdfs::resize_file(run + "/step_000004/optimizer.safetensors", 1000);
+  EXPECT_FALSE(is_checkpoint(run + "/step_000004"));
+  EXPECT_EQ(resolve_checkpoint(run), run + "/step_000002");
+  stdfs::remove(run + "/step_000004/optimizer.safetensors");
+  EXPECT_NE(checkpoint_incomplete_reason(run + "/step_000004").find("optimizer.safetensors is missing"),
+            std::string::npos);
+
+  c.resume = true;
+  c.overwrite = true;
+  const std::vector<double> rest = train(c);
+  ASSERT_EQ(rest.size(), 2u);
+  EXPECT_EQ(rest[0], whole[2]);
+  EXPECT_EQ(rest[1], whole[3]);
+}
+
+// What a killed run leaves half done (checkpoints being written or deleted, the temporaries of its files) is
+// removed when the next run takes the directory; the other files stay.
+TEST_F(TrainerTest, LeftoversOfAKilledRunAreCleanedAtTheNextStart) {
+  TrainConfig c = config("leftovers");
+  c.steps = 2;
+  c.save_every = 1;
+  c.eval_tokens = 0;
+  train(c);
+  const std::string run = c.out;
+  for (const char* dir : {".tmp-step_000003", ".del-step_000001", "step_000001.old"})
+    stdfs::create_directories(run + "/" + dir + "/sub");
+  for (const char* file : {"config.json.tmp.12345", "log.jsonl.tmp.7", "report.html.tmp.9", "notes.txt"})
+    testing::write_text(run + "/" + file, "x");
+  c.resume = true;
+  c.steps = 3;
+  train(c);
+  std::set<std::string> left;
+  for (const auto& e : stdfs::directory_iterator(run)) left.insert(e.path().filename().string());
+  EXPECT_EQ(left, (std::set<std::string>{".lock", "config.json", "log.jsonl", "memory.json", "notes.txt",
+                                         "report.html.tmp.9", "step_000001", "step_000002", "step_000003"}));
+}
+
+// Keeping the newest checkpoints also removes the incomplete step directories older than them, by name.
+TEST_F(TrainerTest, PruningRemovesIncompleteStepDirectoriesOlderThanTheKeptOnes) {
+  TrainConfig c = config("prune");
+  c.steps = 2;
+  c.save_every = 1;
+  c.keep_checkpoints = 0;
+  c.eval_tokens = 0;
+  train(c);
+  stdfs::remove(c.out + "/step_000001/complete.json");
+  c.resume = true;
+  c.steps = 4;
+  c.keep_checkpoints = 2;
+  train(c);
+  EXPECT_EQ(list_checkpoints(c.out), (std::vector<std::string>{c.out + "/step_000003", c.out + "/step_000004"}));
+  EXPECT_FALSE(stdfs::exists(c.out + "/step_000001"));
+}
+
 
 }  // namespace
 }  // namespace tk

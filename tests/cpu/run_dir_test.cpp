@@ -1,0 +1,154 @@
+// The run directory's lock (one writer at a time, the holder named from a record that is checked before it
+// is repeated, nothing left behind by a run that wrote nothing), and what only a separate tokamak process
+// shows: train and profile refused while another process holds the directory, and eval, generate and export
+// reading complete checkpoints only.
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "run_testing.h"
+#include "train/run_dir.h"
+
+namespace tk {
+namespace {
+
+namespace stdfs = std::filesystem;
+using testing::error_of;
+using testing::TempDir;
+
+std::string host_name() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+// The pid of a process that has ended (and been reaped): no process of that id runs now.
+pid_t pid_of_an_ended_process() {
+  char arg0[] = "/bin/true";
+  char* argv[] = {arg0, nullptr};
+  pid_t pid = -1;
+  EXPECT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv, environ), 0);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return pid;
+}
+
+TEST(RunDirLock, ASecondHolderIsRefusedByNameUntilTheFirstLetsGo) {
+  TempDir dir;
+  const std::string run = dir.path("run");
+  {
+    const RunDirLock first(run);
+    const std::string msg = error_of([&] { RunDirLock second(run); });
+    EXPECT_NE(msg.find(run + " is in use by another process"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(fmt::format("pid {} on {}", ::getpid(), host_name())), std::string::npos) << msg;
+    EXPECT_NE(msg.find("run_dir_test"), std::string::npos) << msg;  // the holder's command line
+    EXPECT_EQ(msg.find("no such process"), std::string::npos) << msg;
+  }
+  const RunDirLock again(run);
+}
+
+// The record is the holder's claim: one naming a process that does not run here, or none at all, is not repeated
+// as the holder's name.
+TEST(RunDirLock, ARecordNamingNoLiveProcessIsNotTakenForTheHolder) {
+  TempDir dir;
+  const std::string run = dir.path("run");
+  const RunDirLock held(run);
+  const std::string lock_file = run + "/" + RunDirLock::kFileName;
+  testing::write_text(lock_file, fmt::format(R"({{"pid":{},"host":"{}","command":"tokamak train"}})",
+                                             pid_of_an_ended_process(), host_name()));
+  std::string msg = error_of([&] { RunDirLock second(run); });
+  EXPECT_NE(msg.find("no such process runs here"), std::string::npos) << msg;
+  testing::write_text(lock_file, "");
+  msg = error_of([&] { RunDirLock second(run); });
+  EXPECT_NE(msg.find("has not recorded itself"), std::string::npos) << msg;
+}
+
+// A lock that created the directory removes it again when nothing else was written there (a run refused before
+// it wrote anything leaves no directory); in a directory that holds more, the lock file stays, its record cleared.
+TEST(RunDirLock, LeavesNoDirectoryForARunThatWroteNothing) {
+  TempDir dir;
+  { const RunDirLock lock(dir.path("fresh")); }
+  EXPECT_FALSE(stdfs::exists(dir.path("fresh")));
+  {
+    const RunDirLock lock(dir.path("used"));
+    testing::write_text(dir.path("used/config.json"), "{}");
+  }
+  EXPECT_TRUE(stdfs::exists(dir.path("used/config.json")));
+  EXPECT_EQ(testing::read_text(dir.path("used/.lock")), "");
+}
+
+class RunDirCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!stdfs::exists(testing::kTokamak)) GTEST_SKIP() << testing::kTokamak << " is not built";
+    data_ = testing::make_byte_dataset(dir_);
+    model_ = testing::write_model_config(dir_, testing::tiny_llama_config());
+  }
+  std::vector<std::string> train_args(const std::string& out) const {
+    return {"train", "--model", model_, "--data", data_, "--out", out, "--device", "cpu", "--batch", "2", "--seq",
+            "16", "--steps", "3", "--warmup", "1", "--eval-tokens", "0"};
+  }
+
+  TempDir dir_;
+  std::string data_, model_;
+};
+
+// Another process holds the directory: `tokamak train` (fresh, with --overwrite, or resuming) and `tokamak profile`
+// stop at once, exit 1, and name it; nothing in the directory changes.
+TEST_F(RunDirCli, TrainAndProfileRefuseADirectoryAnotherProcessHolds) {
+  const std::string run = dir_.path("run");
+  ASSERT_EQ(testing::run_tokamak(train_args(run), dir_.path("first")).code, 0);
+  const std::string log = testing::read_text(run + "/log.jsonl");
+  const RunDirLock held(run);
+  std::vector<std::string> overwrite = train_args(run), resume = {"train", "--resume", run, "--steps", "6"};
+  overwrite.push_back("--overwrite");
+  const std::vector<std::string> profile = {"profile", "--model", model_, "--data", data_, "--out", run, "--device",
+                                            "cpu", "--batch", "2", "--seq", "16"};
+  for (const auto& args : {overwrite, resume, profile}) {
+    std::string err;
+    const testing::ChildExit e = testing::run_tokamak(args, dir_.path("second"), &err);
+    EXPECT_FALSE(e.signaled);
+    EXPECT_EQ(e.code, 1) << err;
+    EXPECT_NE(err.find("is in use by another process: pid " + std::to_string(::getpid())), std::string::npos) << err;
+  }
+  EXPECT_EQ(testing::read_text(run + "/log.jsonl"), log);
+  EXPECT_TRUE(stdfs::exists(run + "/step_000003/complete.json"));
+}
+
+// eval, generate and export take a run's latest complete checkpoint, naming an incomplete newer one they pass
+// over, and refuse an incomplete checkpoint named on the command line.
+TEST_F(RunDirCli, EvalGenerateAndExportUseOnlyCompleteCheckpoints) {
+  const std::string run = dir_.path("run");
+  std::vector<std::string> args = train_args(run);
+  for (const char* a : {"--save-every", "1", "--keep-checkpoints", "0"}) args.push_back(a);
+  ASSERT_EQ(testing::run_tokamak(args, dir_.path("train")).code, 0);
+  stdfs::remove(run + "/step_000003/complete.json");  // a save cut short
+
+  std::string err;
+  const std::vector<std::string> export_run = {"export", "--checkpoint", run, "--out", dir_.path("hf")};
+  EXPECT_EQ(testing::run_tokamak(export_run, dir_.path("export"), &err).code, 0) << err;
+  EXPECT_NE(err.find("ignoring " + run + "/step_000003"), std::string::npos) << err;
+  EXPECT_NE(err.find("exported " + run + "/step_000002"), std::string::npos) << err;
+
+  const std::string incomplete = run + "/step_000003";
+  const std::vector<std::vector<std::string>> commands = {
+      {"export", "--checkpoint", incomplete, "--out", dir_.path("hf3")},
+      {"eval", "--model", incomplete, "--data", data_, "--device", "cpu"},
+      {"generate", "--model", incomplete, "--prompt", "a", "--device", "cpu"}};
+  for (const auto& command : commands) {
+    const testing::ChildExit e = testing::run_tokamak(command, dir_.path("read"), &err);
+    EXPECT_EQ(e.code, 1) << command[0] << ": " << err;
+    EXPECT_NE(err.find(incomplete + " is not a complete checkpoint (complete.json is missing"), std::string::npos)
+        << command[0] << ": " << err;
+  }
+}
+
+
+}  // namespace
+}  // namespace tk
