@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -89,6 +90,9 @@ static int stop_before_data_parallel(const tk::dist::Session& session, const CLI
 
 int main(int argc, char** argv) {
   restart_with_library_settings(argv);
+  // Past a file size limit (ulimit -f) the kernel sends SIGXFSZ, which would end the process without a word:
+  // ignored, the write fails with EFBIG instead, and is reported (with the file) like any other write error.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"tokamak: trains Llama-family language models at the speed the hardware allows, and says what bounds them"};
   app.set_version_flag("--version", std::string("tokamak ") + TOKAMAK_VERSION);
   app.require_subcommand(1);

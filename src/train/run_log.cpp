@@ -1,7 +1,12 @@
-// The log's records, field by field in the order readers see them, and the file they go to: a
-// record is one write and one flush, and a failed one stops the run with the path in the message.
+// The log's records, field by field in the order readers see them, and the file they go to: a record
+// is one write(2) of a whole line (no buffer that could write half of it later), and a failed one is an
+// error with the path and the cause in the message.
 #include "train/run_log.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -23,16 +28,21 @@ json number_or_null(double v) { return v >= 0 && std::isfinite(v) ? json(v) : js
 
 }  // namespace
 
-RunLog::RunLog(const std::string& path) : path_(path), file_(std::fopen(path.c_str(), "a")) {
-  TK_CHECK(file_, "cannot open {} for writing", path);
+RunLog::RunLog(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail("cannot open {} for writing: {}", path, fs::error_cause(errno));
 }
 
-RunLog::~RunLog() { std::fclose(file_); }
+RunLog::~RunLog() { ::close(fd_); }
 
 void RunLog::write(const json& record) {
   const std::string line = record.dump() + "\n";
-  TK_CHECK(std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0,
-           "cannot write to {} (is the disk full?)", path_);
+  for (size_t done = 0; done < line.size();) {
+    const ssize_t w = ::write(fd_, line.data() + done, line.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) fail("cannot write to {}: {}", path_, fs::error_cause(w < 0 ? errno : ENOSPC));
+    done += size_t(w);
+  }
 }
 
 void RunLog::step(const StepRecord& r, double elapsed_s) {

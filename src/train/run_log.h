@@ -5,7 +5,6 @@
 // and a validation's: step, val_loss, val_tokens, val_time_s, time.
 #pragma once
 #include <cstdint>
-#include <cstdio>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -17,7 +16,8 @@ namespace tk {
 
 class RunLog {
  public:
-  // Appends to `path`, creating it when missing.
+  // Appends to `path`, creating it when missing. A record that cannot be written (a full disk, a file size
+  // limit) is a tk::Error naming the file and the cause; the trainer then saves what it can (trainer.cpp).
   explicit RunLog(const std::string& path);
   ~RunLog();
   RunLog(const RunLog&) = delete;
@@ -31,7 +31,7 @@ class RunLog {
   void write(const nlohmann::ordered_json& record);
 
   std::string path_;
-  std::FILE* file_;
+  int fd_ = -1;
 };
 
 // Drops the records of steps after `step`: what a run resumed from that step will log again.

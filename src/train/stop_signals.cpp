@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <iterator>
 
 namespace tk {
 namespace {
@@ -30,16 +31,22 @@ StopSignals::StopSignals() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old_int_);
-  sigaction(SIGTERM, &sa, &old_term_);
+  for (size_t i = 0; i < std::size(kSignals); i++) {
+    sigaction(kSignals[i], &sa, &old_[i]);
+    // Under nohup SIGHUP is ignored so that the run outlives its terminal: it stays ignored.
+    if (kSignals[i] == SIGHUP && old_[i].sa_handler == SIG_IGN) sigaction(SIGHUP, &old_[i], nullptr);
+  }
 }
 
 StopSignals::~StopSignals() {
-  sigaction(SIGINT, &old_int_, nullptr);
-  sigaction(SIGTERM, &old_term_, nullptr);
+  for (size_t i = 0; i < std::size(kSignals); i++) sigaction(kSignals[i], &old_[i], nullptr);
   g_stop_signal = 0;
 }
 
 int StopSignals::received() const { return g_stop_signal; }
+
+const char* StopSignals::name(int sig) {
+  return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "a signal";
+}
 
 }  // namespace tk

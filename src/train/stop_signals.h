@@ -1,5 +1,7 @@
-// Stopping a training run cleanly: the first SIGINT or SIGTERM asks the loop to save a checkpoint after
-// the step in progress and return; a second one ends the process at once.
+// Stopping a training run cleanly: the first SIGINT, SIGTERM or SIGHUP (a closed terminal or ssh session)
+// asks the loop to save a checkpoint after the step in progress and return, the process then exiting with
+// 128 + the signal (130, 143, 129); a second one ends the process at once. A SIGHUP ignored when the run
+// starts (nohup) stays ignored.
 #pragma once
 #include <csignal>
 
@@ -13,11 +15,14 @@ class StopSignals {
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
 
-  // The signal received since construction (SIGINT or SIGTERM), 0 while none came.
+  // The signal received since construction (SIGINT, SIGTERM or SIGHUP), 0 while none came.
   int received() const;
+  // "SIGINT", "SIGTERM" or "SIGHUP".
+  static const char* name(int sig);
 
  private:
-  struct sigaction old_int_ {}, old_term_ {};
+  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
+  struct sigaction old_[3] {};
 };
 
 }  // namespace tk

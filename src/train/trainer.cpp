@@ -153,10 +153,14 @@ class TrainingRun {
   void resume_from(const std::string& checkpoint);
   void warn_recipe_changes(const json& saved) const;
   void write_run_config() const;
+  void record_step(const StepRecord& r, bool first);
   void log_step(const StepRecord& r);
   void report_memory() const;
   void validate(int64_t step);
+  void write_checkpoint();
   void save();
+  [[noreturn]] void stop_after_failure(const std::string& what);
+  std::string last_checkpoint() const;
   // every > 0: each `every` steps and the last; 0: the last step only; < 0: never.
   bool due(int64_t every, int64_t step) const {
     return every >= 0 && (step == cfg_.steps || (every > 0 && step % every == 0));
@@ -453,6 +457,15 @@ StepRecord TrainingRun::train_step(int64_t step) {
   return r;
 }
 
+// Everything a finished step is followed by before its checkpoint: the log line and record, the memory table
+// after the first step, the caller's hook, and a validation when one is due.
+void TrainingRun::record_step(const StepRecord& r, bool first) {
+  log_step(r);
+  if (first) report_memory();
+  if (on_step_) on_step_(r);
+  if (cfg_.eval_tokens > 0 && due(cfg_.eval_every, r.step)) validate(r.step);
+}
+
 void TrainingRun::log_step(const StepRecord& r) {
   const StepMetrics& m = r.metrics;
   fmt::print("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {:>9} tok/s | {} | data {:.2f}s | mem {}\n",
@@ -476,14 +489,46 @@ void TrainingRun::validate(int64_t step) {
   log_->validation(step, l, seconds);
 }
 
-void TrainingRun::save() {
+void TrainingRun::write_checkpoint() {
   state_.loader = train_data_->state();
   state_.train_config = cfg_.to_json();
   state_.fp8_scaling = fp8_scaling_to_json(*backend_.ops, *model_);
   result_.checkpoint = save_checkpoint(dir_->path(), *model_, *optimizer_, state_, cfg_.keep_checkpoints);
   saved_step_ = state_.step;
+}
+
+void TrainingRun::save() {
+  try {
+    write_checkpoint();
+  } catch (const Error& e) {
+    fail("{}\nThe checkpoint of step {} could not be saved; the last complete checkpoint is {}.", e.what(), state_.step,
+         last_checkpoint());
+  }
   fmt::print("saved checkpoint {}\n", result_.checkpoint);
   std::fflush(stdout);
+}
+
+std::string TrainingRun::last_checkpoint() const {
+  return result_.checkpoint.empty() ? "none (no checkpoint was written)" : result_.checkpoint;
+}
+
+// A step finished but what follows it failed (a log write on a full disk, the memory table, a validation): the
+// step's work is saved when the disk allows, and the error says whether it was.
+void TrainingRun::stop_after_failure(const std::string& what) {
+  std::string outcome;
+  if (saved_step_ == state_.step) {
+    outcome = fmt::format("step {} is saved in {}", state_.step, result_.checkpoint);
+  } else {
+    try {
+      write_checkpoint();
+      outcome = fmt::format("its checkpoint was saved in {}", result_.checkpoint);
+    } catch (const std::exception& e) {
+      outcome = fmt::format("its checkpoint could not be saved either ({}); the last complete checkpoint is {}",
+                            e.what(), last_checkpoint());
+    }
+  }
+  fail("{}\nTraining stopped after step {}: {}. Once the cause is fixed, continue with: tokamak train --resume {}",
+       what, state_.step, outcome, dir_->path());
 }
 
 // Everything before the first step: every check that can fail runs before an old run's files go.
@@ -594,20 +639,20 @@ TrainResult TrainingRun::train_loop() {
     try {
       r = train_step(step);
     } catch (const Error& e) {
-      fail("{}\nThe last good checkpoint is {}; nothing was saved after it.", e.what(),
-           result_.checkpoint.empty() ? "none (no checkpoint was written)" : result_.checkpoint);
+      fail("{}\nThe last good checkpoint is {}; nothing was saved after it.", e.what(), last_checkpoint());
     }
-    log_step(r);
-    if (step == first_step) report_memory();
     result_.step = step;
     result_.loss = r.loss;
-    if (on_step_) on_step_(r);
-    if (cfg_.eval_tokens > 0 && due(cfg_.eval_every, step)) validate(step);
+    try {
+      record_step(r, step == first_step);
+    } catch (const std::exception& e) {
+      stop_after_failure(e.what());
+    }
     if (due(cfg_.save_every, step)) save();
     if (int sig = signals.received()) {
       if (saved_step_ != step) save();
-      fmt::print("stopped by {} after step {}; continue with: tokamak train --resume {}\n",
-                 sig == SIGINT ? "SIGINT" : "SIGTERM", step, dir_->path());
+      fmt::print("stopped by {} after step {}; continue with: tokamak train --resume {}\n", StopSignals::name(sig),
+                 step, dir_->path());
       result_.exit_code = 128 + sig;
       return result_;
     }

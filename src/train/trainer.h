@@ -88,8 +88,9 @@ class Trainer {
   explicit Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {}
   // Called after each step is logged (tests and tools watch the run with it).
   std::function<void(const StepRecord&)> on_step;
-  // Trains to cfg.steps, or until SIGINT/SIGTERM (then saves and returns 130/143 as exit_code).
-  // A non-finite loss or gradient is a tk::Error that leaves the last checkpoint as it was.
+  // Trains to cfg.steps, or until SIGINT, SIGTERM or SIGHUP (then saves and returns 130, 143 or 129 as exit_code).
+  // A non-finite loss or gradient is a tk::Error that leaves the last checkpoint as it was; a failure after a step
+  // (a log write on a full disk) is a tk::Error once that step is saved, or saying that it could not be.
   TrainResult run();
 
  private:

@@ -1,7 +1,8 @@
 // The run directory's lock (one writer at a time, the holder named from a record that is checked before it
 // is repeated, nothing left behind by a run that wrote nothing), and what only a separate tokamak process
-// shows: train and profile refused while another process holds the directory, and eval, generate and export
-// reading complete checkpoints only.
+// shows: train and profile refused while another process holds the directory, a file size limit (ulimit -f)
+// reported as a write error with the file's name instead of ending the process silently, and eval, generate
+// and export reading complete checkpoints only.
 #include <gtest/gtest.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -13,6 +14,7 @@
 
 #include "core/error.h"
 #include "run_testing.h"
+#include "train/profile_report.h"
 #include "train/run_dir.h"
 
 namespace tk {
@@ -121,6 +123,28 @@ TEST_F(RunDirCli, TrainAndProfileRefuseADirectoryAnotherProcessHolds) {
   EXPECT_TRUE(stdfs::exists(run + "/step_000003/complete.json"));
 }
 
+// Under `ulimit -f` a write past the limit used to end tokamak with SIGXFSZ and no word; it is now a write error:
+// exit 1, the file and the cause named, and a failed checkpoint leaves nothing half written.
+TEST_F(RunDirCli, AFileSizeLimitIsAWriteErrorNamingTheFile) {
+  struct Case {
+    rlim_t limit;
+    const char* file;
+  };
+  // config.json is ~2 KB; model.safetensors ~108 KB, optimizer.safetensors twice that.
+  for (const Case& k : {Case{1024, "/config.json"}, Case{150 << 10, "/optimizer.safetensors"}}) {
+    const std::string run = dir_.path(fmt::format("limit{}", k.limit));
+    std::string err;
+    const testing::ChildExit e = testing::run_tokamak(train_args(run), dir_.path("limited"), &err, k.limit);
+    EXPECT_FALSE(e.signaled) << "killed by signal " << e.code;
+    EXPECT_EQ(e.code, 1) << err;
+    EXPECT_NE(err.find(k.file), std::string::npos) << err;
+    EXPECT_NE(err.find("File too large (the file size limit was reached)"), std::string::npos) << err;
+    if (stdfs::exists(run))
+      for (const auto& entry : stdfs::directory_iterator(run))
+        EXPECT_EQ(entry.path().filename().string().rfind(".tmp", 0), std::string::npos) << entry.path();
+  }
+}
+
 // eval, generate and export take a run's latest complete checkpoint, naming an incomplete newer one they pass
 // over, and refuse an incomplete checkpoint named on the command line.
 TEST_F(RunDirCli, EvalGenerateAndExportUseOnlyCompleteCheckpoints) {
@@ -149,6 +173,13 @@ TEST_F(RunDirCli, EvalGenerateAndExportUseOnlyCompleteCheckpoints) {
   }
 }
 
+// The profile's files, when they cannot be written, are named in the error like every other file of a run.
+TEST(RunDirFiles, AProfileThatCannotBeWrittenNamesItsFile) {
+  TempDir dir;
+  stdfs::create_directories(dir.path("run/profile.json"));
+  const std::string msg = error_of([&] { write_profile(ProfileReport{}, dir.path("run")); });
+  EXPECT_NE(msg.find(dir.path("run/profile.json")), std::string::npos) << msg;
+}
 
 }  // namespace
 }  // namespace tk

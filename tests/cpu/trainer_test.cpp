@@ -1,9 +1,11 @@
 // The trainer on a tiny model and a tiny dataset made here (byte-level tokens): bitwise resume, the
 // NaN stop that keeps the last checkpoint, run-directory refusal and clearing, the lock that refuses a
-// second writer, complete and incomplete checkpoints (and those of versions before the marker), the log's
-// records and their truncation on resume, checkpoint pruning and validation,
+// second writer, complete and incomplete checkpoints (and those of versions before the marker), failures
+// after a step that still save it, SIGHUP, the log's records and their truncation on resume, checkpoint
+// pruning and validation,
 // the LR schedules, gradient accumulation against a larger micro-batch, and bf16 and int8 AdamW moments
 // (bitwise resume and offload, and training quality against f32 moments).
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <omp.h>
 #include <unistd.h>
@@ -81,13 +83,14 @@ class TrainerTest : public ::testing::Test {
     return c;
   }
 
-  // Runs the trainer and returns each step's loss.
-  static std::vector<double> train(const TrainConfig& c, int interrupt_at = -1, TrainResult* result = nullptr) {
+  // Runs the trainer and returns each step's loss; `signal` is raised after step interrupt_at.
+  static std::vector<double> train(const TrainConfig& c, int interrupt_at = -1, TrainResult* result = nullptr,
+                                   int signal = SIGINT) {
     std::vector<double> losses;
     Trainer t(c);
     t.on_step = [&](const StepRecord& r) {
       losses.push_back(r.loss);
-      if (r.step == interrupt_at) std::raise(SIGINT);
+      if (r.step == interrupt_at) std::raise(signal);
     };
     TrainResult res = t.run();
     if (result) *result = res;
@@ -602,7 +605,7 @@ TEST_F(TrainerTest, SplitEvaluationFollowsTheDocumentedWindows) {
   }
 }
 
-// ---- the run directory: one writer, complete checkpoints ----------------------------------------------------------------
+// ---- the run directory: one writer, complete checkpoints, failures after a step ----------------------------
 
 // The losses of the steps recorded in a run's log.jsonl, by step.
 std::map<int64_t, double> logged_losses(const std::string& run_dir) {
@@ -660,6 +663,80 @@ TEST_F(TrainerTest, ALockLeftByAKilledRunDoesNotBlock) {
   testing::write_text(c.out + "/" + RunDirLock::kFileName,
                       R"({"pid":999999999,"host":"elsewhere","command":"tokamak train","started":0})");
   EXPECT_EQ(train(c).size(), 1u);
+}
+
+// SIGHUP (a closed terminal) stops the run as SIGTERM does: the step is saved, the exit code is 128 + 1,
+// and the run resumes bitwise.
+TEST_F(TrainerTest, SighupSavesAndStopsLikeSigterm) {
+  const std::vector<double> whole = train(config("hup_whole"));
+  TrainResult stopped;
+  std::vector<double> first = train(config("hup"), 3, &stopped, SIGHUP);
+  EXPECT_EQ(stopped.exit_code, 128 + SIGHUP);
+  EXPECT_EQ(stopped.step, 3);
+  ASSERT_TRUE(is_checkpoint(dir_.path("hup/step_000003")));
+  TrainConfig resume = config("hup");
+  resume.resume = true;
+  const std::vector<double> rest = train(resume);
+  first.insert(first.end(), rest.begin(), rest.end());
+  EXPECT_EQ(first, whole);
+}
+
+// The log's descriptor made to write to /dev/full: from now on every record fails with ENOSPC, as on a full disk.
+void fill_the_disk_under(const std::string& file) {
+  const stdfs::path target = stdfs::canonical(file);
+  for (const auto& e : stdfs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    if (stdfs::read_symlink(e.path(), ec) != target) continue;
+    const int full = ::open("/dev/full", O_WRONLY | O_CLOEXEC);
+    ASSERT_GE(full, 0);
+    ASSERT_GE(::dup2(full, std::stoi(e.path().filename().string())), 0);
+    ::close(full);
+    return;
+  }
+  FAIL() << file << " is not open";
+}
+
+// A log write that fails after a step (a full disk) saves that step and says so, naming the file and the cause;
+// the run then resumes from it bitwise (the failed step's record is the one missing from the log).
+TEST_F(TrainerTest, ALogWriteThatFailsSavesTheStepAndSaysSo) {
+  TrainConfig c = config("full_whole");
+  c.eval_tokens = 0;
+  const std::vector<double> whole = train(c);
+  c.out = dir_.path("full");
+  c.save_every = 0;  // nothing would be saved before the end
+  std::string msg;
+  {
+    Trainer t(c);
+    t.on_step = [&](const StepRecord& r) {
+      if (r.step == 3) fill_the_disk_under(c.out + "/log.jsonl");
+    };
+    msg = error_of([&] { t.run(); });
+  }
+  EXPECT_NE(msg.find("log.jsonl"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("No space left on device"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("step_000004"), std::string::npos) << msg;
+  ASSERT_TRUE(is_checkpoint(dir_.path("full/step_000004")));
+
+  c.resume = true;
+  const std::vector<double> rest = train(c);
+  ASSERT_EQ(rest.size(), 2u);
+  EXPECT_EQ(rest[0], whole[4]);
+  EXPECT_EQ(rest[1], whole[5]);
+  const std::map<int64_t, double> logged = logged_losses(c.out);
+  EXPECT_EQ(logged.size(), 5u);
+  EXPECT_EQ(logged.count(4), 0u);
+}
+
+// memory.json that cannot be written (a directory in its place) after the first step: the step is saved, and the
+// error names the file.
+TEST_F(TrainerTest, AMemoryTableThatCannotBeWrittenSavesTheStep) {
+  TrainConfig c = config("memtable");
+  c.save_every = 0;
+  stdfs::create_directories(c.out + "/memory.json");
+  const std::string msg = error_of([&] { train(c); });
+  EXPECT_NE(msg.find(c.out + "/memory.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("its checkpoint was saved"), std::string::npos) << msg;
+  EXPECT_TRUE(is_checkpoint(dir_.path("memtable/step_000001")));
 }
 
 // Turns a checkpoint written now into the layout of the versions before complete.json: no marker, and no
