@@ -3,6 +3,8 @@
 // SIGTERM. The files it keeps are run_dir.h's, its log run_log.h's.
 #include "train/trainer.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -60,6 +62,69 @@ LossSum accumulate_gradients(Model& model, DataLoader& loader, int micro_steps, 
     total.count += l.count;
   }
   return total;
+}
+
+MachineMemory machine_memory(bool gpu) {
+  MachineMemory m;
+  m.gpu = gpu;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  m.host_bytes = pages > 0 && page > 0 ? double(pages) * double(page) : 0.0;
+  if (gpu) {
+    const DeviceInfo d = describe_device(true, 0);
+    m.device_bytes = double(d.memory_bytes);
+    m.device = fmt::format("the memory of the GPU ({})", d.name);
+  } else {
+    m.device_bytes = m.host_bytes;
+    m.device = "the machine's physical memory (the CPU backend)";
+  }
+  return m;
+}
+
+namespace {
+
+// The config field behind a plan row: the layers or the vocabulary for what scales with the parameters, the
+// micro-batch for the activations and the step's scratch.
+std::string field_driving(const ModelConfig& c, const PlanRow& row, int B, int T) {
+  const double d = c.d_model, q = c.q_dim(), k = c.kv_dim(), f = c.ffn_dim;
+  const double per_layer = 2 * d + d * q + 2 * d * k + q * d + 3 * d * f;
+  const double layers = double(c.n_layers) * per_layer;
+  const double embeddings = double(c.vocab_size) * d * (c.tied_embeddings ? 1 : 2);
+  const bool params = row.component.find("parameter") != std::string::npos ||
+                      row.component.find("master weights") != std::string::npos ||
+                      row.component.find("AdamW") != std::string::npos;
+  if (!params)
+    return fmt::format("the micro-batch, --batch {} x --seq {} tokens, over num_hidden_layers = {} (a smaller --batch "
+                       "or --seq, or --recompute, makes it smaller)",
+                       B, T, c.n_layers);
+  if (layers >= embeddings)
+    return fmt::format("num_hidden_layers = {}, of {} parameters each (hidden_size {}, intermediate_size {})",
+                       c.n_layers, format_count(per_layer), c.d_model, c.ffn_dim);
+  return fmt::format("vocab_size = {}, of hidden_size {} parameters each{}", c.vocab_size, c.d_model,
+                     c.tied_embeddings ? "" : ", twice (embeddings and LM head)");
+}
+
+}  // namespace
+
+void refuse_plan_larger_than(const ModelConfig& c, const MemoryPlan& plan, const MachineMemory& machine) {
+  const bool device_fits = machine.device_bytes <= 0 || plan.total_bytes <= machine.device_bytes;
+  const bool host_fits = machine.host_bytes <= 0 || plan.host_bytes <= machine.host_bytes;
+  if (device_fits && host_fits) return;
+  // What does not fit: the device's part of the plan, else the offloaded part in host memory.
+  const bool host = device_fits;
+  const PlanRow* top = nullptr;
+  for (const PlanRow& r : plan.rows)
+    if (r.host == host && (!top || r.bytes > top->bytes)) top = &r;
+  TK_CHECK(top, "internal error: a memory plan over the machine's memory has no rows");
+  const std::string planned = host ? format_bytes(plan.host_bytes) + " of offloaded state in host memory"
+                                   : format_bytes(plan.total_bytes);
+  const std::string capacity = host ? format_bytes(machine.host_bytes) + " of the machine's physical memory"
+                                    : format_bytes(machine.device_bytes) + " of " + machine.device;
+  const bool suggest_budget = machine.gpu && !host && !plan.offload;
+  fail("model {} ({} parameters) does not fit this machine: its run plans {} against {}; the largest part is {} ({}), "
+       "driven by {}. Nothing was allocated for it{}",
+       c.name, format_count(double(c.total_params())), planned, capacity, top->component, format_bytes(top->bytes),
+       field_driving(c, *top, plan.B, plan.T),
+       suggest_budget ? " (--memory-budget finds a setting that fits, with offload and recompute)" : "");
 }
 
 namespace {
@@ -145,6 +210,8 @@ class TrainingRun {
   void require_resume_source() const;
   std::string find_resume_checkpoint() const;
   void build_parts();
+  PlanTarget plan_target() const;
+  void refuse_a_model_larger_than_the_machine() const;
   void open_data();
   void check_tokenizer();
   void resize_vocab();
@@ -587,6 +654,7 @@ void TrainingRun::build_parts() {
   // The backend's settings above, then the wrap: they need the backend itself.
   if (cfg_.logits_chunk_mib > 0) set_logits_chunk_budget(*backend_.ops, size_t(cfg_.logits_chunk_mib) << 20);
   if (hooks_.wrap_ops) backend_.ops = hooks_.wrap_ops(std::move(backend_.ops));
+  refuse_a_model_larger_than_the_machine();
   open_data();
   check_tokenizer();
   build_model();
@@ -597,16 +665,8 @@ void TrainingRun::build_parts() {
 void TrainingRun::apply_memory_budget() {
   TK_CHECK(backend_.gpu, "--memory-budget plans device memory: it needs the CUDA backend (--device cuda)");
   const double budget = parse_bytes(cfg_.memory_budget);
-  PlanTarget target;
-  target.offload_chunk = cfg_.offload_chunk;
-  target.moments = parse_moments(cfg_.moments);
+  PlanTarget target = plan_target();
   target.host_memory_limit = local_host_memory_limit();
-  target.doc_mask = cfg_.doc_mask;
-  target.own_attention_sms = own_attention_backward_sms(backend_);
-  target.fp8 = cfg_.fp8;
-  target.fp8_delayed = cfg_.fp8 && cfg_.fp8_scaling == "delayed";
-  target.fp8_lm_head = cfg_.fp8 && cfg_.fp8_lm_head;
-  if (cfg_.logits_chunk_mib > 0) target.logits_chunk = double(cfg_.logits_chunk_mib) * (1 << 20);
   target.choose_logits_chunk = cfg_.logits_chunk_mib == 0;
   target.peak_flops = describe_device(true, cfg_.peak_tflops * 1e12).peak_flops;
   if (target.peak_flops <= 0) target.peak_flops = 989e12;
@@ -621,6 +681,30 @@ void TrainingRun::apply_memory_budget() {
   cfg_.recompute = p.recompute.describe();
   cfg_.offload = p.offload_name();
   accum_steps_ = p.accumulation;
+}
+
+// The memory plan's view of this run's backend and flags (memory_plan.h).
+PlanTarget TrainingRun::plan_target() const {
+  PlanTarget target;
+  target.gpu = backend_.gpu;
+  target.offload_chunk = cfg_.offload_chunk;
+  target.moments = parse_moments(cfg_.moments);
+  target.doc_mask = cfg_.doc_mask;
+  target.own_attention_sms = own_attention_backward_sms(backend_);
+  target.fp8 = cfg_.fp8;
+  target.fp8_delayed = cfg_.fp8 && cfg_.fp8_scaling == "delayed";
+  target.fp8_lm_head = cfg_.fp8 && cfg_.fp8_lm_head;
+  if (cfg_.logits_chunk_mib > 0) target.logits_chunk = double(cfg_.logits_chunk_mib) * (1 << 20);
+  return target;
+}
+
+// The run as planned (after --memory-budget's choices, with its offload) against the machine, before the model
+// or the loader allocate anything.
+void TrainingRun::refuse_a_model_larger_than_the_machine() const {
+  const MemoryPlan plan =
+      plan_memory(source_.config, cfg_.batch, cfg_.seq, accum_steps_, Recompute::parse(cfg_.recompute), plan_target(),
+                  cfg_.offload != "none", cfg_.offload == "optimizer,gradients");
+  refuse_plan_larger_than(source_.config, plan, machine_memory(backend_.gpu));
 }
 
 void TrainingRun::set_up_steps() {

@@ -130,6 +130,21 @@ class TrainingSteps {
   std::unique_ptr<Impl> impl_;
 };
 
+struct MemoryPlan;
+
+// The memory a run may take: the device's (the GPU's, or for the CPU backend the machine's physical memory),
+// and the machine's physical memory, where offloaded state lives.
+struct MachineMemory {
+  double device_bytes = 0;  // 0: unknown, not checked
+  double host_bytes = 0;    // 0: unknown, not checked
+  std::string device;       // what device_bytes is, in words
+  bool gpu = false;
+};
+MachineMemory machine_memory(bool gpu);
+// A tk::Error when a run planned as `plan` (memory_plan.h) cannot fit `machine`, naming the model's size, the
+// plan's largest part and the config field that drives it: called before anything is allocated.
+void refuse_plan_larger_than(const ModelConfig& model, const MemoryPlan& plan, const MachineMemory& machine);
+
 // One optimizer step's gradients: `micro_steps` batches from the loader, each backpropagated with
 // grad_scale = 1 / (tokens in the global batch), so the gradients accumulated are those of the mean
 // loss over the global batch. A non-finite loss is a tk::Error naming the step and micro-batch.

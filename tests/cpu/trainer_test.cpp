@@ -1,8 +1,8 @@
 // The trainer on a tiny model and a tiny dataset made here (byte-level tokens): bitwise resume, the
 // NaN stop that keeps the last checkpoint, run-directory refusal and clearing, the lock that refuses a
 // second writer, complete and incomplete checkpoints (and those of versions before the marker), failures
-// after a step that still save it, SIGHUP, the log's records and their truncation on resume, checkpoint
-// pruning and validation,
+// after a step that still save it, SIGHUP, the refusal of a model larger than the machine, the log's
+// records and their truncation on resume, checkpoint pruning and validation,
 // the LR schedules, gradient accumulation against a larger micro-batch, and bf16 and int8 AdamW moments
 // (bitwise resume and offload, and training quality against f32 moments).
 #include <fcntl.h>
@@ -10,6 +10,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
@@ -32,6 +33,7 @@
 #include "train/dataset.h"
 #include "train/evaluate.h"
 #include "train/lr_schedule.h"
+#include "train/memory_plan.h"
 #include "train/metrics.h"
 #include "train/model_source.h"
 #include "train/run_dir.h"
@@ -851,6 +853,64 @@ TEST_F(TrainerTest, PruningRemovesIncompleteStepDirectoriesOlderThanTheKeptOnes)
   EXPECT_FALSE(stdfs::exists(c.out + "/step_000001"));
 }
 
+// A model larger than the machine is refused before anything is allocated, naming its size, the largest part of
+// its plan and the field behind it: the layers, the vocabulary, or the micro-batch.
+TEST_F(TrainerTest, AModelLargerThanTheMachineIsRefusedBeforeAllocating) {
+  ModelConfig deep = testing::tiny_llama_config();
+  deep.d_model = 16384;
+  deep.n_heads = 128;
+  deep.n_kv_heads = 8;
+  deep.head_dim = 128;
+  deep.ffn_dim = 53248;
+  deep.n_layers = 4000;  // 12.75 trillion parameters
+  ModelConfig wide = testing::tiny_llama_config();
+  wide.vocab_size = 16'000'000;
+  wide.d_model = 65536;  // a trillion parameters of embeddings
+  wide.n_heads = 1;
+  wide.n_kv_heads = 1;
+  wide.head_dim = 64;
+  struct Case {
+    ModelConfig model;
+    int batch;
+    const char* field;
+  };
+  for (const Case& k : {Case{deep, 2, "num_hidden_layers = 4000"}, Case{wide, 2, "vocab_size = 16000000"},
+                        Case{testing::tiny_llama_config(), 1 << 24, "--batch 16777216 x --seq 16"}}) {
+    TrainConfig c = config("huge");
+    c.model = write_config(dir_, k.model, "huge.json");
+    c.batch = k.batch;
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string msg = error_of([&] { train(c); });
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+    EXPECT_NE(msg.find("does not fit this machine"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(k.field), std::string::npos) << msg;
+    EXPECT_NE(msg.find("physical memory"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("the largest part is"), std::string::npos) << msg;
+    EXPECT_FALSE(stdfs::exists(c.out)) << "a refused run leaves no directory";
+  }
+}
+
+// On a GPU a plan that fits only with its optimizer state offloaded is accepted, as long as the machine's memory
+// holds that state; the plan without offload is refused with --memory-budget's help.
+TEST(MachineMemory, APlanThatFitsWithOffloadIsAccepted) {
+  const ModelConfig c = ModelConfig::preset("qwen2.5-0.5b");
+  PlanTarget gpu;
+  const MemoryPlan on_device = plan_memory(c, 1, 1024, 1, Recompute::parse("block"), gpu);
+  const MemoryPlan offloaded = plan_memory(c, 1, 1024, 1, Recompute::parse("block"), gpu, true);
+  ASSERT_LT(offloaded.total_bytes, on_device.total_bytes);
+  MachineMemory m;
+  m.gpu = true;
+  m.device = "the memory of the GPU (test)";
+  m.device_bytes = (offloaded.total_bytes + on_device.total_bytes) / 2;
+  m.host_bytes = 2 * offloaded.host_bytes;
+  refuse_plan_larger_than(c, offloaded, m);
+  std::string msg = error_of([&] { refuse_plan_larger_than(c, on_device, m); });
+  EXPECT_NE(msg.find("the memory of the GPU (test)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--memory-budget"), std::string::npos) << msg;
+  m.host_bytes = offloaded.host_bytes / 2;
+  msg = error_of([&] { refuse_plan_larger_than(c, offloaded, m); });
+  EXPECT_NE(msg.find("offloaded state in host memory"), std::string::npos) << msg;
+}
 
 }  // namespace
 }  // namespace tk
