@@ -1,4 +1,4 @@
-// The attention backward of one layer, ours (attention_bwd.cu) against cuDNN's, on the same inputs: median time of
+// The attention backward of one layer, ours (attention_bwd_sm90.cu) against cuDNN's, on the same inputs: median time of
 // back-to-back calls, TFLOP/s counting the causal backward as 2.5x the forward's matmul FLOPs (4 B Hq T^2 hd / 2 for
 // the forward), and the relative difference of dq, dk and dv between the two, with their scale. Shapes: Qwen2.5-0.5B
 // (14:2 heads) and Llama-3.2-1B (32:8), head_dim 64, B = 8, T = 2048, with peaked and nearly uniform attention, and the

@@ -1,4 +1,4 @@
-// The schedule of the attention backward of our own (attention_bwd.cu), for the device and for the CPU tests that
+// The schedule of the attention backward of our own (attention_bwd_sm90.cu), for the device and for the CPU tests that
 // check it (tests/cpu/attention_schedule_test.cpp): which kv blocks a CTA takes, in which order it walks their q
 // blocks, and in which order the kv blocks add their parts to a q block's dQ; and, for the host and the memory plan
 // (src/train/memory_plan.cpp), where the kernel runs and the scratch it takes.
