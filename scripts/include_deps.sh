@@ -2,8 +2,8 @@
 # Which source folders each folder's files include: one line per folder of src/, tests/ and bench/.
 # A target in CMakeLists.txt links the libraries of the folders listed for it, and no others:
 # core tk_core, data tk_data, model tk_model, io tk_io, train tk_train, report tk_report, ops/cpu tk_ops_cpu,
-# ops/cuda tk_cuda, dist and dist/nccl tk_dist; ops (ops.h and its host headers) is headers only; cli is the tokamak
-# executable.
+# ops/cuda tk_cuda, dist and dist/nccl tk_dist; ops tk_ops (backend.h, device_info.h; ops.h and its other host
+# headers are headers only); cli is the tokamak executable.
 # Run it after adding an include across folders.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -12,7 +12,7 @@
 #include "cli/command.h"
 #include "core/log.h"
 #include "model/model.h"
-#include "train/backend.h"
+#include "ops/backend.h"
 #include "train/metrics.h"
 #include "train/optimizer.h"
 

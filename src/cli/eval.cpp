@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "io/hf.h"
-#include "train/backend.h"
+#include "ops/backend.h"
 #include "train/checkpoint.h"
 #include "train/dataset.h"
 #include "train/evaluate.h"

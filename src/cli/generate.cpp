@@ -12,7 +12,7 @@
 #include "data/tokenizer.h"
 #include "io/hf.h"
 #include "model/generate.h"
-#include "train/backend.h"
+#include "ops/backend.h"
 #include "train/model_source.h"
 
 namespace {

@@ -14,7 +14,7 @@
 #include "io/safetensors.h"
 #include "model/generate.h"
 #include "model/model.h"
-#include "train/backend.h"
+#include "ops/backend.h"
 
 namespace {
 

@@ -18,8 +18,8 @@
 #include "dist/communicator.h"
 #include "dist/launch.h"
 #include "dist/session.h"
+#include "ops/backend.h"
 #include "ops/cpu/openblas_core.h"
-#include "train/backend.h"
 
 namespace tk::cli {
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -15,16 +16,10 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
-#include "train/backend.h"
-
-#ifdef TK_HAVE_CUDA
-#include "ops/cuda/cuda_check.h"
-#include "ops/cuda/cuda_ops.h"
-#endif
+#include "ops/backend.h"
 
 namespace tk {
 namespace {
-
 
 // Fills an [n, n] tensor with small values (never all zeros), a block of rows at a time.
 void fill_square(Ops& ops, const Tensor& t, int64_t n) {
@@ -67,17 +62,15 @@ double measure_host_copy_bytes_per_s() {
   return 2.0 * double(bytes) / best;
 }
 
-#ifdef TK_HAVE_CUDA
-// Twenty 1 GiB device-to-device copies on the backend's stream between two of its marks.
-double measure_device_copy_bytes_per_s(CudaOps& ops) {
+// Twenty 1 GiB device-to-device copies on the backend's compute queue between two of its marks.
+double measure_device_copy_bytes_per_s(Ops& ops) {
   const size_t bytes = size_t(1) << 30;
   const int reps = 20;
   void *src = ops.allocate(bytes, "copy ceiling source"), *dst = ops.allocate(bytes, "copy ceiling destination");
-  TK_CUDA_CHECK(cudaMemsetAsync(src, 1, bytes, ops.stream()));
-  TK_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ops.stream()));
+  ops.zero(Tensor(src, DType::U8, {int64_t(bytes)}));
+  ops.copy_async(dst, src, bytes, Ops::Queue::compute);
   const int64_t a = ops.timing_mark();
-  for (int i = 0; i < reps; i++)
-    TK_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ops.stream()));
+  for (int i = 0; i < reps; i++) ops.copy_async(dst, src, bytes, Ops::Queue::compute);
   const int64_t b = ops.timing_mark();
   const double ms = ops.timing_elapsed_ms(a, b);
   ops.timing_reset();
@@ -85,8 +78,6 @@ double measure_device_copy_bytes_per_s(CudaOps& ops) {
   ops.release(src);
   return 2.0 * double(bytes) * reps / (ms * 1e-3);
 }
-#endif
-
 
 }  // namespace
 
@@ -94,14 +85,9 @@ Ceilings measure_ceilings(Ops& ops, bool gpu) {
   Ceilings c;
   c.source = "measured now";
   if (gpu) {
-#ifdef TK_HAVE_CUDA
-    auto* cuda = dynamic_cast<CudaOps*>(&ops);
-    TK_CHECK(cuda != nullptr, "the GPU ceilings need the CUDA backend, not {}", ops.name());
+    TK_CHECK(std::string(ops.name()) == "cuda", "the GPU ceilings need the CUDA backend, not {}", ops.name());
     c.matmul_flops = measure_gemm_flops(ops, 8192, 20);
-    c.copy_bytes_per_s = measure_device_copy_bytes_per_s(*cuda);
-#else
-    fail("this build of tokamak has no CUDA backend to measure GPU ceilings on");
-#endif
+    c.copy_bytes_per_s = measure_device_copy_bytes_per_s(ops);
   } else {
     c.matmul_flops = measure_gemm_flops(ops, 1024, 3);
     c.copy_bytes_per_s = measure_host_copy_bytes_per_s();

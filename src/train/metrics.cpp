@@ -8,9 +8,7 @@
 
 #include <fmt/format.h>
 
-#ifdef TK_HAVE_CUDA
-#include <cuda_runtime.h>
-#endif
+#include "ops/device_info.h"
 
 namespace tk {
 namespace {
@@ -77,30 +75,21 @@ DeviceInfo describe_device(bool gpu, double peak_override) {
   DeviceInfo d;
   d.gpu = gpu;
   d.name = "cpu";
-#ifdef TK_HAVE_CUDA
   if (gpu) {
-    int dev = 0;
-    cudaDeviceProp prop{};
-    if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess) {
-      d.name = prop.name;
-      d.memory_bytes = prop.totalGlobalMem;
+    if (const std::optional<GpuInfo> g = current_gpu()) {
+      d.name = g->name;
+      d.memory_bytes = g->memory_bytes;
     }
     d.peak_flops = gpu_peak_flops(d.name);
   }
-#endif
   if (peak_override > 0) d.peak_flops = peak_override;
   return d;
 }
 
 size_t memory_in_use_bytes(bool gpu) {
-#ifdef TK_HAVE_CUDA
-  if (gpu) {
-    size_t free_bytes = 0, total_bytes = 0;
-    if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) return total_bytes - free_bytes;
-    return 0;
-  }
-#endif
-  return process_rss_bytes();
+  if (!gpu) return process_rss_bytes();
+  const std::optional<GpuMemory> m = gpu_memory();
+  return m ? m->total_bytes - m->free_bytes : 0;
 }
 
 ThroughputModel::ThroughputModel(const ModelConfig& cfg, int seq_len, const DeviceInfo& device,

@@ -14,14 +14,11 @@
 
 #include "core/error.h"
 #include "core/fs.h"
-#include "train/backend.h"
+#include "ops/backend.h"
+#include "ops/device_info.h"
 #include "train/memory_plan.h"
 #include "train/metrics.h"
 #include "train/profile_advice.h"
-
-#ifdef TK_HAVE_CUDA
-#include <cuda_runtime.h>
-#endif
 
 namespace tk {
 namespace {
@@ -75,12 +72,10 @@ std::string describe_op(const OpRecord& r) {
 
 // Memory free for more activations: on the GPU as the driver reports it, else the kernel's MemAvailable.
 double free_memory_bytes(bool gpu) {
-#ifdef TK_HAVE_CUDA
   if (gpu) {
-    size_t free_b = 0, total_b = 0;
-    return cudaMemGetInfo(&free_b, &total_b) == cudaSuccess ? double(free_b) : 0.0;
+    const std::optional<GpuMemory> m = gpu_memory();
+    return m ? double(m->free_bytes) : 0.0;
   }
-#endif
   std::FILE* f = std::fopen("/proc/meminfo", "r");
   if (!f) return 0;
   char line[256];
@@ -91,15 +86,9 @@ double free_memory_bytes(bool gpu) {
   return kib * 1024;
 }
 
-// FP8 tensor cores arrived with compute capability 8.9 (Ada) and 9.0 (Hopper).
 bool has_fp8_tensor_cores(bool gpu) {
-#ifdef TK_HAVE_CUDA
-  cudaDeviceProp p{};
-  int dev = 0;
-  if (gpu && cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&p, dev) == cudaSuccess)
-    return p.major * 10 + p.minor >= 89;
-#endif
-  return false;
+  const std::optional<GpuInfo> g = gpu ? current_gpu() : std::nullopt;
+  return g && g->fp8_tensor_cores();
 }
 
 // Runs the steps and turns each measured one into spans on its timeline.

@@ -20,7 +20,7 @@
 #include "core/format.h"
 #include "core/log.h"
 #include "io/hf.h"
-#include "train/backend.h"
+#include "ops/backend.h"
 #include "train/checkpoint.h"
 #include "train/dataset.h"
 #include "train/evaluate.h"

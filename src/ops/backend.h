@@ -1,5 +1,6 @@
 // Choosing the compute backend from --device: "cpu", "cuda", or "auto" (CUDA when this build has it
-// and a GPU is present, else the CPU). Shared by train, eval and generate.
+// and a GPU is present, else the CPU), and its settings. Shared by train, eval, generate and bench; the one place
+// outside src/ops/cuda that knows CudaOps.
 #pragma once
 #include <memory>
 #include <string>

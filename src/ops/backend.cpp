@@ -1,28 +1,18 @@
 // Backend selection: the CUDA backend when asked for (or when "auto" finds a GPU), else CpuOps<float>.
-#include "train/backend.h"
+#include "ops/backend.h"
 
 #include "core/cache.h"
 #include "core/error.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/device_info.h"
 
 #ifdef TK_HAVE_CUDA
-#include <cuda_runtime.h>
-
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernels.h"
 #endif
 
 namespace tk {
 namespace {
-
-int cuda_device_count() {
-#ifdef TK_HAVE_CUDA
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-#else
-  return 0;
-#endif
-}
 
 Backend cuda_backend() {
 #ifdef TK_HAVE_CUDA
@@ -38,7 +28,7 @@ Backend make_backend(const std::string& device) {
   TK_CHECK(device == "auto" || device == "cpu" || device == "cuda", "--device must be auto, cpu or cuda, not '{}'",
            device);
   if (device == "cpu") return {make_cpu_ops(DType::F32), false};
-  const bool have_gpu = cuda_device_count() > 0;
+  const bool have_gpu = gpu_count() > 0;
   if (device == "cuda") {
     TK_CHECK(have_gpu, "--device cuda: no CUDA GPU is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)");
     return cuda_backend();
@@ -47,7 +37,7 @@ Backend make_backend(const std::string& device) {
 }
 
 bool backend_is_gpu(const std::string& device) {
-  return device == "cuda" || (device == "auto" && cuda_device_count() > 0);
+  return device == "cuda" || (device == "auto" && gpu_count() > 0);
 }
 
 void enable_gemm_tuning(Ops& ops, const std::string& cache_path) {
