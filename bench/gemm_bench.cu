@@ -17,12 +17,13 @@
 #include <vector>
 
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/workspace_sizes.h"
 
 namespace {
 
 constexpr int kCandidates = 16;
 constexpr int kReps = 8;
-constexpr size_t kWorkspace = size_t(32) << 20;
+constexpr size_t kWorkspace = tk::cuda::kCublasWorkspaceBytes;  // the backend's (workspace_sizes.h)
 
 struct Shape {
   std::string name;
@@ -171,8 +172,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "unknown model %s\n", name.c_str());
       return 2;
     }
-    // The LM head's chunk: rows of 512 MiB of bf16 logits (CudaOps' default), as cross_entropy.cu cuts it.
-    const int64_t rows = std::min<int64_t>(N, (int64_t(512) << 20) / (sh->V * 2));
+    // The LM head's chunk: rows of 512 MiB of bf16 logits (CudaOps' default), as the backend cuts it.
+    const int64_t rows = tk::cuda::lm_head_chunk_rows(N, sh->V);
     const double chunks = double((N + rows - 1) / rows);
     std::vector<Problem> ps;
     const double L = double(sh->layers);

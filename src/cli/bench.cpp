@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -15,6 +16,7 @@
 #include "ops/backend.h"
 #include "train/metrics.h"
 #include "train/optimizer.h"
+#include "train/recipe.h"
 
 namespace {
 
@@ -50,29 +52,37 @@ std::vector<tk::Batch> random_batches(int B, int T, int vocab, uint64_t seed, st
   return batches;
 }
 
+// The recipe of the flags: train's, with no recompute, no offload and no document mask.
+tk::Recipe bench_recipe(const BenchOptions& o, const tk::ModelConfig& cfg, bool gpu) {
+  tk::Recipe r;
+  r.model = cfg;
+  r.gpu = gpu;
+  r.batch = o.batch;
+  r.seq = o.seq;
+  r.optimizer.moments = tk::parse_moments(o.moments);
+  r.backend.precision = tk::Precision::parse(o.fp8, o.fp8_scaling, o.fp8_margin, o.fp8_lm_head);
+  r.backend.gemm_tuning = o.gemm_tuning;
+  if (o.logits_chunk_mib > 0) r.backend.logits_chunk_bytes = size_t(o.logits_chunk_mib) << 20;
+  return r;
+}
+
 int run_bench(const BenchOptions& o) {
   tk::ModelConfig cfg = tk::ModelConfig::resolve(o.model);
   tk::Backend be = tk::make_backend(o.device);
+  const tk::Recipe recipe = bench_recipe(o, cfg, be.gpu);
   const size_t mem_before = tk::memory_in_use_bytes(be.gpu);
-  if (o.logits_chunk_mib > 0) tk::set_logits_chunk_budget(*be.ops, size_t(o.logits_chunk_mib) << 20);
-  if (o.gemm_tuning) tk::enable_gemm_tuning(*be.ops, tk::gemm_tuning_cache_path());
-  TK_CHECK(!o.fp8_lm_head || o.fp8, "--fp8-lm-head needs --fp8");
-  if (o.fp8) tk::enable_fp8(*be.ops, o.fp8_scaling, o.fp8_margin, o.fp8_lm_head);
-  tk::ModelOptions mo{o.batch, o.seq, false};
-  mo.fp8_kept_inputs = be.gpu && o.fp8 && o.fp8_scaling == "delayed";  // as train's
-  tk::Model model(cfg, *be.ops, mo);
-  model.init_params(o.seed);
-  tk::AdamWOptions adam;
-  adam.moments = tk::parse_moments(o.moments);
-  tk::AdamW opt(model, adam);
+  tk::configure_backend(*be.ops, recipe.backend);
+  const std::unique_ptr<tk::Model> model = tk::make_model(recipe, *be.ops);
+  model->init_params(o.seed);
+  tk::AdamW opt(*model, recipe.adamw_options());
   std::vector<std::vector<int32_t>> store;
   auto batches = random_batches(o.batch, o.seq, cfg.vocab_size, o.seed + 1, store);
   const float grad_scale = 1.0f / float(int64_t(o.batch) * o.seq);
 
   double loss = 0;
   auto step = [&](int i) {
-    model.zero_grads();
-    loss = model.forward_backward(batches[i % 4], grad_scale).mean();
+    model->zero_grads();
+    loss = model->forward_backward(batches[i % 4], grad_scale).mean();
     opt.step(1e-4);
   };
   using clock = std::chrono::steady_clock;

@@ -11,6 +11,7 @@
 #include "train/memory_plan.h"
 #include "train/metrics.h"
 #include "train/model_source.h"
+#include "train/recipe.h"
 
 namespace {
 
@@ -26,28 +27,45 @@ struct PlanFlags {
 };
 
 nlohmann::ordered_json to_json(const tk::MemoryPlan& p, double budget, const tk::PlanTarget& target) {
+  const tk::Recipe& r = p.recipe;
   nlohmann::ordered_json j;
-  j["micro_batch"] = p.B;
-  j["seq"] = p.T;
-  j["accumulation_steps"] = p.accumulation;
-  j["recompute"] = p.recompute.describe();
-  j["offload"] = p.offload_name();
-  j["moments"] = tk::moments_name(p.moments);
-  if (target.gpu) j["logits_chunk_bytes"] = p.logits_chunk;
+  j["micro_batch"] = r.batch;
+  j["seq"] = r.seq;
+  j["accumulation_steps"] = r.accumulation;
+  j["recompute"] = r.recompute.describe();
+  j["offload"] = r.offload_name();
+  j["moments"] = tk::moments_name(r.optimizer.moments);
+  if (r.gpu) j["logits_chunk_bytes"] = double(r.logits_chunk_bytes());
   j["total_bytes"] = p.total_bytes;
   j["host_bytes"] = p.host_bytes;
   j["fits"] = p.fits(budget, target);
   j["predicted_tokens_per_s"] = p.predicted_tokens_per_s;
   j["rows"] = nlohmann::ordered_json::array();
-  for (const tk::PlanRow& r : p.rows)
-    j["rows"].push_back({{"component", r.component}, {"bytes", r.bytes}, {"exact", r.exact}, {"host", r.host}});
+  for (const tk::PlanRow& row : p.rows)
+    j["rows"].push_back({{"component", row.component}, {"bytes", row.bytes}, {"exact", row.exact}, {"host", row.host}});
   return j;
+}
+
+// The recipe the flags describe: train's for the same flags, with the micro-batch at its largest.
+tk::Recipe plan_recipe(const PlanFlags& f, const tk::ModelConfig& cfg, int64_t global) {
+  tk::Recipe r;
+  r.model = cfg;
+  r.gpu = f.device != "cpu";
+  r.batch = f.batch;
+  r.seq = f.seq;
+  r.accumulation = int(global / (int64_t(f.batch) * f.seq));
+  r.doc_mask = f.doc_mask;
+  r.optimizer.moments = tk::parse_moments(f.moments);
+  r.backend.precision = tk::Precision::parse(f.fp8, f.fp8_scaling, 1, f.fp8_lm_head);
+  if (f.logits_chunk_mib > 0) r.backend.logits_chunk_bytes = size_t(f.logits_chunk_mib) << 20;
+  return r;
 }
 
 int run(const PlanFlags& f) {
   const tk::ModelConfig cfg = tk::find_model_source(f.model).config;
+  const int64_t global = f.batch_tokens > 0 ? f.batch_tokens : int64_t(f.batch) * f.seq;
+  const tk::Recipe recipe = plan_recipe(f, cfg, global);
   tk::PlanTarget target;
-  target.gpu = f.device != "cpu";
   target.peak_flops = tk::gpu_peak_flops(f.gpu);
   if (target.peak_flops <= 0) target.peak_flops = 989e12;
   target.matmul_efficiency = f.efficiency;
@@ -56,21 +74,12 @@ int run(const PlanFlags& f) {
   target.bandwidth = f.bandwidth_gbs * 1e9;
   target.host_bandwidth = f.host_gbs * 1e9;
   target.host_memory_limit = f.host_memory.empty() ? tk::local_host_memory_limit() : tk::parse_bytes(f.host_memory);
-  target.doc_mask = f.doc_mask;
-  target.own_attention_sms = target.gpu ? tk::hopper_multiprocessors(f.gpu) : 0;
-  target.fp8 = f.fp8;
-  target.fp8_delayed = f.fp8_scaling == "delayed";
-  TK_CHECK(!f.fp8_lm_head || f.fp8, "--fp8-lm-head needs --fp8");
-  target.fp8_lm_head = f.fp8 && f.fp8_lm_head;
-  if (f.logits_chunk_mib > 0) target.logits_chunk = double(f.logits_chunk_mib) * (1 << 20);
-  target.moments = tk::parse_moments(f.moments);
+  target.own_attention_sms = recipe.gpu ? tk::hopper_multiprocessors(f.gpu) : 0;
   const double budget = f.budget.empty() ? 0 : tk::parse_bytes(f.budget);
   target.choose_logits_chunk = budget > 0 && f.logits_chunk_mib == 0;
-  const int64_t global = f.batch_tokens > 0 ? f.batch_tokens : int64_t(f.batch) * f.seq;
-  const std::vector<tk::MemoryPlan> all = tk::plan_candidates(cfg, f.batch, f.seq, global, target);
-  tk::MemoryPlan chosen = budget > 0 ? tk::choose_plan(cfg, f.batch, f.seq, global, budget, target)
-                                     : tk::plan_memory(cfg, f.batch, f.seq, int(global / (int64_t(f.batch) * f.seq)),
-                                                       tk::Recompute(), target);
+  const std::vector<tk::MemoryPlan> all = tk::plan_candidates(recipe, global, target);
+  const tk::MemoryPlan chosen =
+      budget > 0 ? tk::choose_plan(recipe, global, budget, target) : tk::plan_memory(recipe, target);
   if (f.json) {
     nlohmann::ordered_json j;
     j["model"] = cfg.name;
@@ -81,17 +90,20 @@ int run(const PlanFlags& f) {
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
-  fmt::print("{}: {} on {} ({}), global batch {} tokens\n", f.model, cfg.name, target.gpu ? f.gpu : "the CPU",
+  fmt::print("{}: {} on {} ({}), global batch {} tokens\n", f.model, cfg.name, recipe.gpu ? f.gpu : "the CPU",
              budget > 0 ? "budget " + tk::format_bytes(budget) : "no budget", global);
   fmt::print("{}", tk::format_plan(chosen, budget));
   if (f.all || budget > 0) {
     fmt::print("\nsettings tried, fastest first:\n  {:>6} {:>6} {:<28} {:<19} {:>10} {:>11} {:>12}  fits\n", "B",
                "accum", "recompute", "offload", "logits", "memory", "tokens/s");
-    for (const tk::MemoryPlan& p : all)
-      fmt::print("  {:>6} {:>6} {:<28} {:<19} {:>10} {:>11} {:>12.0f}  {}\n", p.B, p.accumulation,
-                 p.recompute.describe(), p.offload_name(), target.gpu ? tk::format_bytes(p.logits_chunk) : "-",
-                 tk::format_bytes(p.total_bytes), p.predicted_tokens_per_s,
+    for (const tk::MemoryPlan& p : all) {
+      const tk::Recipe& r = p.recipe;
+      const std::string chunk = r.gpu ? tk::format_bytes(double(r.logits_chunk_bytes())) : "-";
+      fmt::print("  {:>6} {:>6} {:<28} {:<19} {:>10} {:>11} {:>12.0f}  {}\n", r.batch, r.accumulation,
+                 r.recompute.describe(), r.offload_name(), chunk, tk::format_bytes(p.total_bytes),
+                 p.predicted_tokens_per_s,
                  budget <= 0 ? "" : (p.fits(budget, target) ? "yes" : "no"));
+    }
   }
   return 0;
 }

@@ -45,7 +45,8 @@ struct ModelOptions {
   // The backend writes, in place of three activations that only their linear's weight gradient reads (the norms'
   // outputs x_attn and x_mlp, SwiGLU's output act), that linear's FP8 x^T (CudaOps with --fp8, delayed scaling:
   // Ops::rmsnorm_linear_forward, swiglu_linear_forward): carve them at one byte an element, where the layer does
-  // not recompute them and the shapes are FP8's (kept_fp8_input). The trainer sets it; false on other backends.
+  // not recompute them (kept_fp8_input). The backend's answer for this model and T, which the recipe gives
+  // (Recipe::keeps_fp8_inputs, from the backend's shape rules); false on other backends.
   bool fp8_kept_inputs = false;
 };
 

@@ -1,4 +1,4 @@
-// Backend selection: the CUDA backend when asked for (or when "auto" finds a GPU), else CpuOps<float>.
+// Backend selection and settings: the CUDA backend when asked for (or when "auto" finds a GPU), else CpuOps<float>.
 #include "ops/backend.h"
 
 #include "core/cache.h"
@@ -22,6 +22,10 @@ Backend cuda_backend() {
 #endif
 }
 
+#ifdef TK_HAVE_CUDA
+CudaOps* as_cuda(Ops& ops) { return dynamic_cast<CudaOps*>(&ops); }
+#endif
+
 }  // namespace
 
 Backend make_backend(const std::string& device) {
@@ -36,23 +40,38 @@ Backend make_backend(const std::string& device) {
   return have_gpu ? cuda_backend() : Backend{make_cpu_ops(DType::F32), false};
 }
 
-bool backend_is_gpu(const std::string& device) {
-  return device == "cuda" || (device == "auto" && gpu_count() > 0);
+bool backend_is_gpu(const std::string& device) { return device == "cuda" || (device == "auto" && gpu_count() > 0); }
+
+Precision Precision::parse(bool fp8, const std::string& scaling, int margin, bool lm_head) {
+  TK_CHECK(!lm_head || fp8, "--fp8-lm-head puts the LM head's GEMMs in FP8 with the linears': it needs --fp8");
+  if (fp8) {
+    TK_CHECK(scaling == "current" || scaling == "delayed", "--fp8-scaling is '{}': it must be current or delayed",
+             scaling);
+    TK_CHECK(margin >= 0 && margin <= 8, "--fp8-margin is {}: it must be 0 to 8", margin);
+  }
+  return {fp8, scaling == "delayed", margin, lm_head};
 }
 
-void enable_gemm_tuning(Ops& ops, const std::string& cache_path) {
+void configure_backend(Ops& ops, const BackendSettings& s) {
 #ifdef TK_HAVE_CUDA
-  if (auto* cuda = dynamic_cast<CudaOps*>(&ops)) cuda->enable_gemm_tuning(cache_path);
-#else
-  (void)ops, (void)cache_path;
+  if (CudaOps* cuda = as_cuda(ops)) {
+    if (s.gemm_tuning) cuda->enable_gemm_tuning(gemm_tuning_cache_path());
+    const Precision& p = s.precision;
+    if (p.fp8) {
+      cuda->set_fp8(true, p.delayed ? CudaOps::Fp8Scaling::Delayed : CudaOps::Fp8Scaling::Current, p.margin);
+      cuda->set_fp8_lm_head(p.lm_head);
+    }
+    if (s.logits_chunk_bytes > 0) cuda->set_logits_chunk_budget(s.logits_chunk_bytes);
+    return;
+  }
 #endif
+  TK_CHECK(!s.precision.fp8,
+           "--fp8 needs the CUDA backend (a GPU with FP8 tensor cores); the CPU backend computes in f32");
 }
 
 std::string gemm_tuning_summary(Ops& ops) {
 #ifdef TK_HAVE_CUDA
-  if (auto* cuda = dynamic_cast<CudaOps*>(&ops)) return cuda->gemm_tuning_summary();
-#else
-  (void)ops;
+  if (CudaOps* cuda = as_cuda(ops)) return cuda->gemm_tuning_summary();
 #endif
   return "";
 }
@@ -63,39 +82,14 @@ int own_attention_backward_sms(const Backend& be) {
 #ifdef TK_HAVE_CUDA
   if (be.gpu) return cuda::attention_backward_fused_sms();
 #endif
-  (void)be;
   return 0;
 }
 
 int64_t fp8_recasts(Ops& ops) {
 #ifdef TK_HAVE_CUDA
-  if (auto* cuda = dynamic_cast<CudaOps*>(&ops)) return cuda->fp8_recasts();
+  if (CudaOps* cuda = as_cuda(ops)) return cuda->fp8_recasts();
 #endif
-  (void)ops;
   return -1;
-}
-
-void enable_fp8(Ops& ops, const std::string& scaling, int margin, bool lm_head) {
-  TK_CHECK(scaling == "current" || scaling == "delayed", "--fp8-scaling is '{}': it must be current or delayed",
-           scaling);
-  TK_CHECK(margin >= 0 && margin <= 8, "--fp8-margin is {}: it must be 0 to 8", margin);
-#ifdef TK_HAVE_CUDA
-  if (auto* cuda = dynamic_cast<CudaOps*>(&ops)) {
-    cuda->set_fp8(true, scaling == "delayed" ? CudaOps::Fp8Scaling::Delayed : CudaOps::Fp8Scaling::Current, margin);
-    cuda->set_fp8_lm_head(lm_head);
-    return;
-  }
-#endif
-  (void)ops;
-  throw Error("--fp8 needs the CUDA backend (a GPU with FP8 tensor cores); the CPU backend computes in f32");
-}
-
-void set_logits_chunk_budget(Ops& ops, size_t bytes) {
-#ifdef TK_HAVE_CUDA
-  if (auto* cuda = dynamic_cast<CudaOps*>(&ops)) cuda->set_logits_chunk_budget(bytes);
-#else
-  (void)ops, (void)bytes;
-#endif
 }
 
 }  // namespace tk

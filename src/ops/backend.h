@@ -1,7 +1,9 @@
-// Choosing the compute backend from --device: "cpu", "cuda", or "auto" (CUDA when this build has it
-// and a GPU is present, else the CPU), and its settings. Shared by train, eval, generate and bench; the one place
-// outside src/ops/cuda that knows CudaOps.
+// Choosing the compute backend from --device ("cpu", "cuda", or "auto": CUDA when this build has it and a GPU is
+// present, else the CPU), and applying the settings a recipe asks of it (train/recipe.h): the precision, GEMM
+// tuning and the LM head's logits chunk. The one place outside src/ops/cuda that knows CudaOps.
 #pragma once
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -18,20 +20,35 @@ struct Backend {
 Backend make_backend(const std::string& device);
 // Whether make_backend(device) picks the GPU, without making the backend.
 bool backend_is_gpu(const std::string& device);
-// The CUDA LM head's bf16 logits chunk (bytes; 512 MiB unless set): larger chunks mean fewer, larger GEMMs
-// and fewer passes over the f32 LM-head gradient, for more memory. No effect on the CPU backend.
-void set_logits_chunk_budget(Ops& ops, size_t bytes);
-// GEMM algorithms chosen by timing once per shape and kept in the cache file `cache_path` (CUDA; see
-// cuda::Matmul::enable_tuning), before the first GEMM; and a line on what it did ("" when off or on the CPU).
-void enable_gemm_tuning(Ops& ops, const std::string& cache_path);
+
+// The precision of the linear layers' and the LM head's GEMMs (bf16 unless fp8).
+struct Precision {
+  bool fp8 = false;      // the linear layers' GEMMs in FP8 (CUDA, compute capability 8.9 or newer)
+  bool delayed = true;   // delayed scaling, else current (cuda::Fp8Scaling)
+  int margin = 1;        // delayed scaling's headroom: the scale from 2^margin times the history's amax
+  bool lm_head = false;  // with fp8, the LM head's GEMMs in FP8 too (CudaOps::set_fp8_lm_head)
+
+  bool delayed_fp8() const { return fp8 && delayed; }
+  bool fp8_lm_head() const { return fp8 && lm_head; }
+  const char* scaling_name() const { return delayed ? "delayed" : "current"; }
+  // From the flags --fp8, --fp8-scaling, --fp8-margin and --fp8-lm-head: a tk::Error for --fp8-lm-head without
+  // --fp8 and, with --fp8, for a scaling other than current or delayed or a margin outside 0 to 8.
+  static Precision parse(bool fp8, const std::string& scaling, int margin, bool lm_head);
+};
+
+struct BackendSettings {
+  Precision precision;
+  bool gemm_tuning = false;       // GEMM algorithms chosen by timing once per shape, kept in gemm_tuning_cache_path()
+  size_t logits_chunk_bytes = 0;  // the CUDA LM head's bf16 logits chunk; 0: its default (512 MiB)
+};
+// Applies the settings before the first op: a tk::Error for FP8 on the CPU backend or on a GPU without FP8 tensor
+// cores. GEMM tuning and the logits chunk change nothing on the CPU.
+void configure_backend(Ops& ops, const BackendSettings& settings);
+
+// A line on what GEMM tuning did ("" when off or on the CPU).
 std::string gemm_tuning_summary(Ops& ops);
 // The default file of the GEMM choices: gemm-algorithms.json in tokamak's cache folder (core/cache.h).
 std::string gemm_tuning_cache_path();
-// The linear layers' GEMMs in FP8 (CudaOps::set_fp8) with "current" or "delayed" scaling: a tk::Error on
-// the CPU backend, a GPU without FP8 tensor cores, or another scaling name.
-// margin: delayed scaling's headroom, the scale's amax 2^margin times the history's (CudaOps::set_fp8).
-// lm_head: the LM head's GEMMs in FP8 as well (CudaOps::set_fp8_lm_head).
-void enable_fp8(Ops& ops, const std::string& scaling = "current", int margin = 0, bool lm_head = false);
 // The SM count when the backend runs its own attention backward on this device (CUDA, Hopper code built, a 9.0
 // device, not turned off by TOKAMAK_ATTENTION_BACKWARD=cudnn; for head_dim 64 and T % 128 == 0), else 0: what the
 // memory plan needs to know which attention workspace to count (PlanTarget::own_attention_sms).

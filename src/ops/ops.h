@@ -18,7 +18,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <new>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -251,23 +253,27 @@ class Ops {
                             const Tensor& v, const Tensor& m_scale, const Tensor& v_scale,
                             const std::vector<ParamSegment>& segments, const AdamWConfig& c) = 0;
 
-  // ---- step boundary --------------------------------------------------------------------------
+  // ---- state across steps ------------------------------------------------------------------------
+  // A backend may keep state per weight from step to step (CUDA: FP8 delayed scaling's amax histories). The
+  // weights are named once, after they are allocated, by their parameter names (which outlive the run), so that
+  // such state is saved and restored by name. Nothing by default.
+  struct NamedWeight {
+    std::string name;  // e.g. "model.layers.3.mlp.down_proj.weight"
+    Tensor weight;     // where the ops will find it
+  };
+  virtual void name_weights(const std::vector<NamedWeight>& weights) {}
   // Called once a step's update is queued (AdamW::step): state that lives from step to step moves on
   // (FP8 delayed scaling commits the amax each cast saw). Nothing by default.
   virtual void end_step() {}
-  // FP8 delayed scaling's state, for checkpoints (empty when the backend keeps none): per linear weight (by
-  // the address of its first element) the amax histories of its x, w and dy, each `history_len` values in
-  // ring order, then the amax each has seen since the last commit (an evaluation between two steps), and the
-  // number of steps committed (the ring's position). Restoring it before the first cast makes a resumed run
-  // scale as the uninterrupted one would.
-  struct Fp8AmaxHistory {
-    const void* weight = nullptr;
-    std::vector<float> amax;  // 3 x history_len (x, w, dy), then 3 seen since the last commit
-  };
+  // FP8 delayed scaling's state, for checkpoints (empty when the backend keeps none): per linear weight, by its
+  // name, the amax histories of its x, w and dy, each `history_len` values in ring order, then the amax each has
+  // seen since the last commit (an evaluation between two steps), and the number of steps committed (the ring's
+  // position). Restoring it before the first cast makes a resumed run scale as the uninterrupted one would; every
+  // name must have been given to name_weights.
   struct Fp8ScalingState {
     int history_len = 0;
     int64_t steps = 0;
-    std::vector<Fp8AmaxHistory> weights;
+    std::map<std::string, std::vector<float>> amax;  // 3 x history_len (x, w, dy), then 3 seen since the commit
   };
   virtual Fp8ScalingState fp8_scaling_state() const { return {}; }
   virtual void set_fp8_scaling_state(const Fp8ScalingState& state) {}

@@ -225,6 +225,29 @@ TrainerState TrainerState::from_json(const json& j, const std::string& source) {
   }
 }
 
+json fp8_scaling_json(const Ops::Fp8ScalingState& st) {
+  if (st.amax.empty()) return nullptr;
+  json amax = json::object();
+  for (const auto& [name, values] : st.amax) amax[name] = values;
+  return {{"history_len", st.history_len}, {"steps", st.steps}, {"amax", amax}};
+}
+
+Ops::Fp8ScalingState fp8_scaling_from_json(const json& j, const ParamLayout& layout, const std::string& source) {
+  Ops::Fp8ScalingState st;
+  if (j.is_null()) return st;
+  try {
+    st.history_len = j.at("history_len").get<int>();
+    st.steps = j.at("steps").get<int64_t>();
+    for (const auto& [name, values] : j.at("amax").items()) {
+      TK_CHECK(layout.find(name), "{}: the FP8 scales name {}, which the model does not have", source, name);
+      st.amax[name] = values.get<std::vector<float>>();
+    }
+  } catch (const json::exception& e) {
+    fail("{}: the FP8 scaling state is not valid: {}", source, e.what());
+  }
+  return st;
+}
+
 std::string checkpoint_dir_name(int64_t step) { return fmt::format("{}{:06}", kPrefix, step); }
 
 std::vector<std::string> list_checkpoints(const std::string& run_dir) {
@@ -307,7 +330,9 @@ std::string save_checkpoint(const std::string& run_dir, const Model& model, cons
     fs::write_file_atomic(join_path(tmp, "config.json"), model.config().to_hf_json().dump(2) + "\n");
     write_model_weights(join_path(tmp, "model.safetensors"), model.layout(), optimizer);
     write_optimizer_state(join_path(tmp, "optimizer.safetensors"), model.layout(), optimizer);
-    json trainer_state = state.to_json();
+    TrainerState saved = state;
+    saved.fp8_scaling = fp8_scaling_json(model.ops().fp8_scaling_state());
+    json trainer_state = saved.to_json();
     trainer_state["checkpoint_format"] = kMarkedFormat;
     fs::write_file_atomic(join_path(tmp, "trainer_state.json"), trainer_state.dump(2) + "\n");
     // Last, once every other file is durable: without it the directory is not a checkpoint.
@@ -360,6 +385,9 @@ TrainerState load_checkpoint(const std::string& checkpoint_dir, Model& model, Ad
   TrainerState state = read_trainer_state(checkpoint_dir);
   check_same_model(model.config(), load_hf_config(checkpoint_dir), checkpoint_dir);
   const ParamLayout& layout = model.layout();
+  // Before the backend's first FP8 cast, so that the resumed run scales as the uninterrupted one.
+  if (!state.fp8_scaling.is_null())
+    model.ops().set_fp8_scaling_state(fp8_scaling_from_json(state.fp8_scaling, layout, checkpoint_dir));
   const std::string opt_path = join_path(checkpoint_dir, "optimizer.safetensors");
   std::unique_ptr<SafeTensorsFile> f = SafeTensorsFile::open(opt_path);
   if (optimizer.moments_settable_by_range()) {

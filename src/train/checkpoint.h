@@ -1,9 +1,9 @@
-// Checkpoints: RUN_DIR/step_000123/ holds config.json and model.safetensors (fp32 weights with Hugging
-// Face names, so the directory loads as an HF model), optimizer.safetensors (the AdamW moments),
-// trainer_state.json (step, tokens seen, seeds, loader position, train config, tokenizer) and, written last
-// once the others are durable, complete.json (each file's size): a directory counts as a checkpoint only
-// when complete. Each is written into .tmp-step_N/ and renamed into place whole; the last K are kept, the
-// older ones renamed to .del-step_N/ before they are deleted (docs/reliability.md).
+// Checkpoints: RUN_DIR/step_000123/ holds config.json and model.safetensors (fp32 weights with Hugging Face
+// names, so the directory loads as an HF model), optimizer.safetensors (the AdamW moments), trainer_state.json
+// (step, tokens seen, seeds, loader position, train config, tokenizer, FP8 scales) and, written last once the
+// others are durable, complete.json (each file's size): a directory counts as a checkpoint only when complete.
+// Each is written into .tmp-step_N/ and renamed into place whole; the last K are kept, the older ones renamed to
+// .del-step_N/ before they are deleted (docs/reliability.md).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -26,12 +26,20 @@ struct TrainerState {
   nlohmann::json train_config = nlohmann::json::object();  // the resolved TrainConfig
   std::string tokenizer_path;                              // "" when unknown
   uint64_t tokenizer_fingerprint = 0;                      // of the dataset's tokenizer
-  // --fp8 with delayed scaling: the amax histories by parameter name (trainer.cpp), null otherwise.
+  // --fp8 with delayed scaling: the backend's amax histories by parameter name (Ops::fp8_scaling_state), null
+  // otherwise. save_checkpoint takes them from the model's backend, load_checkpoint gives them back to it.
   nlohmann::json fp8_scaling;
 
   nlohmann::json to_json() const;
   static TrainerState from_json(const nlohmann::json& j, const std::string& source);
 };
+
+// FP8 delayed scaling's state (Ops::fp8_scaling_state) as trainer_state.json's "fp8_scaling": {"history_len",
+// "steps", "amax": {parameter name: values}}, null when the backend keeps none; and back, every name checked
+// against the model's layout (a tk::Error naming `source` otherwise).
+nlohmann::json fp8_scaling_json(const Ops::Fp8ScalingState& state);
+Ops::Fp8ScalingState fp8_scaling_from_json(const nlohmann::json& j, const ParamLayout& layout,
+                                           const std::string& source);
 
 std::string checkpoint_dir_name(int64_t step);  // "step_000123"
 // The complete checkpoints of a run directory, oldest (lowest step) first. Incomplete step_* directories
@@ -57,9 +65,9 @@ void remove_checkpoint(const std::string& dir);
 // from earlier versions). Only for the process that holds the run directory's lock (run_dir.h).
 void remove_interrupted_checkpoints(const std::string& run_dir);
 
-// Writes the checkpoint of `state.step` and then removes all but the newest keep_last checkpoints, with any
-// step_* directory older than them (keep_last <= 0 keeps every one). Returns the checkpoint's directory. A
-// failed save removes what it wrote and leaves the run's other checkpoints as they were.
+// Writes the checkpoint of `state.step` (with the backend's FP8 scaling state) and then removes all but the newest
+// keep_last checkpoints, with any step_* directory older than them (keep_last <= 0 keeps every one). Returns the
+// checkpoint's directory. A failed save removes what it wrote and leaves the run's other checkpoints as they were.
 std::string save_checkpoint(const std::string& run_dir, const Model& model, const AdamW& optimizer,
                             const TrainerState& state, int keep_last);
 
@@ -70,7 +78,8 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir);
 void check_same_model(const ModelConfig& built, const ModelConfig& saved, const std::string& source);
 
 // Validates the checkpoint against the model (config, every tensor present with its shape), then
-// loads the weights and the optimizer state. Returns the trainer state to continue from.
+// loads the weights, the optimizer state and the backend's FP8 scaling state. Returns the trainer state to
+// continue from.
 TrainerState load_checkpoint(const std::string& checkpoint_dir, Model& model, AdamW& optimizer);
 
 }  // namespace tk

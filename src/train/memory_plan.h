@@ -1,14 +1,14 @@
-// The memory plan without a GPU: what a training run of a model shape holds on the device, component by
-// component (the labels the backends give their allocations), for a micro-batch and recompute policy; and
-// the search `tokamak plan` and `train --memory-budget` run: the fastest setting that fits a budget.
+// The memory plan without a GPU: what a training run of a recipe (recipe.h) holds on the device, component by
+// component (the labels the backends give their allocations); and the search `tokamak plan` and `train
+// --memory-budget` run: the fastest setting that fits a budget.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "model/config.h"
-#include "model/model.h"
-#include "train/optimizer.h"
+#include "train/recipe.h"
 
 namespace tk {
 
@@ -28,11 +28,6 @@ constexpr double kFp8CastBytesPerGemmByte = 1.2;
 // bench shapes, --fp8 -> --fp8 --fp8-lm-head saved 8.1 ms of a 95.4 ms 0.5B step and 15.2 ms of 180.8 at 1B, the
 // casts included (bench/NOTES.md, the LM head in FP8).
 constexpr double kFp8LmHeadGemmSpeedup = 2.0;
-// Whether --fp8-lm-head puts the LM head of a model in FP8 for micro-batches of `tokens`: cuBLASLt's FP8 GEMMs need
-// the vocabulary, d_model and the tokens multiples of 16 (CudaOps keeps the head in bf16 otherwise).
-inline bool fp8_lm_head_applies(const ModelConfig& c, int64_t tokens) {
-  return c.vocab_size % 16 == 0 && c.d_model % 16 == 0 && tokens % 16 == 0;
-}
 // The bytes --fp8-lm-head's casts move beyond the bf16 head's in one micro-batch of `tokens`: per token and
 // vocabulary entry the softmax rows write the e5m2 dlogits (1 byte where bf16's took 2) and their transpose moves 2
 // (+1); per token x's cast (2 read, 2 written a feature); the weight's (2 read, 2 written an element, and with
@@ -45,11 +40,12 @@ inline double fp8_lm_head_cast_bytes(const ModelConfig& c, double tokens, bool d
 // 10 E_x + 6 E_y + 10 W (E_x, E_y: input and output elements, W: weights), ~0.6 of current scaling's.
 constexpr double kFp8DelayedCastShare = 0.6;
 
-constexpr double kDefaultLogitsChunk = 512.0 * (1 << 20);  // CudaOps' default (cross_entropy.h)
-constexpr double kLogitsChunkChoices[] = {512.0 * (1 << 20), 1024.0 * (1 << 20), 2048.0 * (1 << 20)};
+// The logits chunks a budget search tries (PlanTarget::choose_logits_chunk).
+constexpr size_t kLogitsChunkChoices[] = {size_t(512) << 20, size_t(1024) << 20, size_t(2048) << 20};
 
+// The device a plan is for, and what a budget search may change besides the micro-batch, the recompute policy and
+// the offload.
 struct PlanTarget {
-  bool gpu = true;                 // the CUDA backend (bf16 activations, fp32 grads and optimizer state)
   double peak_flops = 989e12;      // dense bf16 peak, for the speed prediction
   // Achieved / peak on the GEMMs: 0.75 (times N / (N + 1024) for small micro-batches) fits the H200's bench
   // configs within -3% to +6% with the attention at its own rates below (bench/NOTES.md).
@@ -64,35 +60,23 @@ struct PlanTarget {
   // Bytes/s each way between page-locked host memory and the device, both ways at once: 47 GB/s measured
   // on the H200 machine's PCIe 5 link (bench/NOTES.md); a PCIe 4 x16 link gives about half.
   double host_bandwidth = 45e9;
-  int64_t offload_chunk = int64_t(16) << 20;
   // Page-locked host memory a setting may take (offload), 0: no limit. Pinned pages cannot be swapped, so
   // a plan past the machine's memory would fail at start or starve the rest of the system.
   double host_memory_limit = 0;
-  bool doc_mask = false;           // train --doc-mask: the attention's document mask (GPU targets)
   // The SM count of a device that runs tokamak's own attention backward (Hopper: own_attention_backward_sms,
   // hopper_multiprocessors), 0 for one that runs cuDNN's. Where it applies (head_dim 64, T % 128 == 0,
   // ceil(T / 256) <= this, no document mask) its f32 dQ sums replace cuDNN's dP workspace in the plan.
   int own_attention_sms = 0;
-  bool fp8 = false;                // train --fp8: the FP8 copies of the linears' operands (GPU targets)
-  bool fp8_delayed = false;        // with --fp8-scaling delayed: the casts record the amax, no pass of its own
-  bool fp8_lm_head = false;        // with --fp8-lm-head: the LM head's GEMMs in FP8, its operands beside the chunk
-  // The LM head's bf16 logits chunk (CudaOps::set_logits_chunk_budget; 512 MiB by default). Each chunk's
-  // weight-gradient GEMM reads and writes the f32 LM-head gradient once, so larger chunks move fewer bytes.
-  // With choose_logits_chunk the candidates also try kLogitsChunkChoices, so that a budget search spends
-  // memory left over on the chunk when nothing faster wants it.
-  double logits_chunk = kDefaultLogitsChunk;
+  // The LM head's bf16 logits chunk (the recipe's, 512 MiB by default): each chunk's weight-gradient GEMM reads and
+  // writes the f32 LM-head gradient once, so larger chunks move fewer bytes. With this the candidates also try
+  // kLogitsChunkChoices, so that a budget search spends memory left over on the chunk when nothing faster wants it.
   bool choose_logits_chunk = false;
-  MomentPrecision moments = MomentPrecision::F32;  // AdamW's m and v (train --moments); the search keeps it
 };
 
 struct MemoryPlan {
-  int B = 0, T = 0, accumulation = 1;
-  Recompute recompute;
-  bool offload = false;        // the optimizer state in host memory (train --offload optimizer)
-  bool offload_grads = false;  // the gradients too (train --offload optimizer,gradients)
-  MomentPrecision moments = MomentPrecision::F32;
-  double logits_chunk = kDefaultLogitsChunk;  // the LM head's logits chunk budget (GPU targets)
-  std::string offload_name() const { return offload_grads ? "optimizer,gradients" : offload ? "optimizer" : "none"; }
+  // The setting planned: the recipe with the micro-batch, accumulation, recompute policy, offload and logits chunk
+  // of this candidate (offload only on the GPU; the logits chunk resolved to bytes).
+  Recipe recipe;
   std::vector<PlanRow> rows;
   double total_bytes = 0;
   double predicted_tokens_per_s = 0;
@@ -105,22 +89,19 @@ struct MemoryPlan {
   }
 };
 
-
 // What this machine allows offload to pin: 80% of its physical memory (0 when unknown).
 double local_host_memory_limit();
 
-// The plan of one setting.
-MemoryPlan plan_memory(const ModelConfig& cfg, int B, int T, int accumulation, const Recompute& r,
-                       const PlanTarget& target, bool offload = false, bool offload_grads = false);
+// The plan of one setting: what the recipe's run holds on its device (the CPU's memory when !recipe.gpu).
+MemoryPlan plan_memory(const Recipe& r, const PlanTarget& target);
 
 // Every setting tried for a global batch of global_tokens (B * T * accumulation), fastest first, and
-// whether it fits `budget_bytes`. The micro-batch halves from max_B down to 1; policies go from none to block,
-// each with the optimizer state on the device, offloaded, and offloaded with the gradients (GPU targets).
-std::vector<MemoryPlan> plan_candidates(const ModelConfig& cfg, int max_B, int T, int64_t global_tokens,
-                                        const PlanTarget& target);
+// whether it fits `budget_bytes`. The micro-batch halves from base.batch down to 1; policies go from none to block,
+// each with the optimizer state on the device, offloaded, and offloaded with the gradients (GPU recipes); the rest
+// of the recipe (the model, T, the precision, the moments) is kept.
+std::vector<MemoryPlan> plan_candidates(const Recipe& base, int64_t global_tokens, const PlanTarget& target);
 // The fastest candidate that fits, or a tk::Error naming the smallest footprint and its largest component.
-MemoryPlan choose_plan(const ModelConfig& cfg, int max_B, int T, int64_t global_tokens, double budget_bytes,
-                       const PlanTarget& target);
+MemoryPlan choose_plan(const Recipe& base, int64_t global_tokens, double budget_bytes, const PlanTarget& target);
 
 // "16GiB", "24 GB", "1.5TiB", "800MiB", or plain bytes.
 double parse_bytes(const std::string& text);

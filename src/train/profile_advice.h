@@ -18,7 +18,7 @@ struct AdviceInputs {
   bool fp8 = false;               // the run's linears already use them (--fp8)
   bool fp8_delayed = false;       // ... with --fp8-scaling delayed
   bool fp8_lm_head = false;       // ... and the LM head's GEMMs too (--fp8-lm-head)
-  bool lm_head_fp8_shape = false; // the model's LM head could take them (memory_plan.h fp8_lm_head_applies)
+  bool lm_head_fp8_shape = false; // the model's LM head could take them (Recipe::lm_head_fp8_shapes)
   double lm_head_cast_bytes = 0;  // what --fp8-lm-head's casts would move a step, beyond the bf16 head's
   int micro_batch = 1, seq = 1, accumulation_steps = 1;
   std::string data_dir, mount_type;

@@ -19,6 +19,7 @@
 #include "train/memory_plan.h"
 #include "train/metrics.h"
 #include "train/profile_advice.h"
+#include "train/recipe.h"
 
 namespace tk {
 namespace {
@@ -219,12 +220,14 @@ ProfileReport run_profile(const ProfileOptions& o) {
   in.ceilings = rep.ceilings;
   in.gpu = gpu;
   in.fp8_tensor_cores = has_fp8_tensor_cores(gpu);
-  in.fp8 = c.fp8;
-  in.fp8_delayed = c.fp8 && c.fp8_scaling == "delayed";
-  in.fp8_lm_head = c.fp8 && c.fp8_lm_head;
-  in.lm_head_fp8_shape = fp8_lm_head_applies(steps.model().config(), int64_t(c.batch) * c.seq);
-  in.lm_head_cast_bytes = rep.accumulation_steps * fp8_lm_head_cast_bytes(steps.model().config(),
-                                                                          double(c.batch) * c.seq, in.fp8_delayed);
+  const Recipe recipe = train_recipe(c, steps.model().config(), gpu);  // the recipe the steps ran
+  const Precision& precision = recipe.backend.precision;
+  in.fp8 = precision.fp8;
+  in.fp8_delayed = precision.delayed_fp8();
+  in.fp8_lm_head = precision.fp8_lm_head();
+  in.lm_head_fp8_shape = recipe.lm_head_fp8_shapes();
+  in.lm_head_cast_bytes = rep.accumulation_steps * fp8_lm_head_cast_bytes(recipe.model, double(recipe.micro_tokens()),
+                                                                          in.fp8_delayed);
   in.micro_batch = c.batch;
   in.seq = c.seq;
   in.accumulation_steps = rep.accumulation_steps;

@@ -10,7 +10,6 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <map>
 #include <memory>
 #include <optional>
 
@@ -28,6 +27,7 @@
 #include "train/model_source.h"
 #include "train/memory_plan.h"
 #include "train/optimizer.h"
+#include "train/recipe.h"
 #include "train/run_dir.h"
 #include "train/run_log.h"
 #include "train/stop_signals.h"
@@ -119,11 +119,11 @@ void refuse_plan_larger_than(const ModelConfig& c, const MemoryPlan& plan, const
                                    : format_bytes(plan.total_bytes);
   const std::string capacity = host ? format_bytes(machine.host_bytes) + " of the machine's physical memory"
                                     : format_bytes(machine.device_bytes) + " of " + machine.device;
-  const bool suggest_budget = machine.gpu && !host && !plan.offload;
+  const bool suggest_budget = machine.gpu && !host && !plan.recipe.optimizer.offload;
   fail("model {} ({} parameters) does not fit this machine: its run plans {} against {}; the largest part is {} ({}), "
        "driven by {}. Nothing was allocated for it{}",
        c.name, format_count(double(c.total_params())), planned, capacity, top->component, format_bytes(top->bytes),
-       field_driving(c, *top, plan.B, plan.T),
+       field_driving(c, *top, plan.recipe.batch, plan.recipe.seq),
        suggest_budget ? " (--memory-budget finds a setting that fits, with offload and recompute)" : "");
 }
 
@@ -137,45 +137,6 @@ using Clock = std::chrono::steady_clock;
 const char* const kRecipeKeys[] = {"model", "data", "batch", "seq", "batch_tokens", "doc_mask", "vocab_size", "steps",
                                    "lr", "min_lr_ratio", "warmup", "schedule", "decay_fraction", "beta1",
                                    "beta2", "adam_eps", "weight_decay", "grad_clip", "seed", "moments"};
-
-// FP8 delayed scaling's amax histories (Ops::fp8_scaling_state) in a checkpoint: by the name of the parameter
-// whose first element each weight starts at, since addresses do not outlive the run. null when there are none.
-json fp8_scaling_to_json(const Ops& ops, const Model& model) {
-  const Ops::Fp8ScalingState st = ops.fp8_scaling_state();
-  if (st.weights.empty()) return nullptr;
-  const Tensor params = model.params();
-  const size_t elem = dtype_size(params.dtype);
-  std::map<int64_t, std::string> name_at;
-  for (const ParamInfo& p : model.layout().params) name_at.emplace(p.offset, p.name);
-  json amax = json::object();
-  for (const Ops::Fp8AmaxHistory& h : st.weights) {
-    const ptrdiff_t bytes = static_cast<const char*>(h.weight) - static_cast<const char*>(params.data);
-    const auto it = name_at.find(int64_t(bytes) / int64_t(elem));
-    TK_CHECK(bytes >= 0 && bytes % ptrdiff_t(elem) == 0 && it != name_at.end(),
-             "internal error: an FP8 scale belongs to no parameter of the model");
-    amax[it->second] = h.amax;
-  }
-  return {{"history_len", st.history_len}, {"steps", st.steps}, {"amax", amax}};
-}
-
-void restore_fp8_scaling(Ops& ops, const Model& model, const json& j, const std::string& source) {
-  if (j.is_null()) return;
-  Ops::Fp8ScalingState st;
-  try {
-    st.history_len = j.at("history_len").get<int>();
-    st.steps = j.at("steps").get<int64_t>();
-    const Tensor params = model.params();
-    for (const auto& [name, values] : j.at("amax").items()) {
-      const ParamInfo* p = model.layout().find(name);
-      TK_CHECK(p, "{}: the FP8 scales name {}, which the model does not have", source, name);
-      st.weights.push_back({static_cast<const char*>(params.data) + size_t(p->offset) * dtype_size(params.dtype),
-                            values.get<std::vector<float>>()});
-    }
-  } catch (const json::exception& e) {
-    fail("{}: the FP8 scaling state is not valid: {}", source, e.what());
-  }
-  ops.set_fp8_scaling_state(st);
-}
 
 std::string format_throughput(const StepMetrics& m, bool gpu) {
   if (m.mfu >= 0) return fmt::format("MFU {:5.1f}% HFU {:5.1f}%", 100 * m.mfu, 100 * m.hfu);
@@ -249,6 +210,7 @@ class TrainingRun {
 
   Backend backend_;
   ModelSource source_;
+  Recipe recipe_;  // what each step computes: the model, batch, precision, recompute, offload, AdamW (recipe.h)
   std::unique_ptr<Model> model_;
   std::unique_ptr<AdamW> optimizer_;
   LrSchedule schedule_;
@@ -367,35 +329,17 @@ void TrainingRun::check_tokenizer() {
 }
 
 void TrainingRun::build_model() {
-  ModelOptions mo;
-  mo.B = cfg_.batch;
-  mo.T = cfg_.seq;
-  mo.doc_mask = cfg_.doc_mask;
-  mo.recompute = Recompute::parse(cfg_.recompute);
-  TK_CHECK(cfg_.offload == "none" || cfg_.offload == "optimizer" || cfg_.offload == "optimizer,gradients",
-           "--offload must be none, optimizer or optimizer,gradients, got '{}'", cfg_.offload);
-  mo.offload_grads = cfg_.offload == "optimizer,gradients";
-  mo.fp8_kept_inputs = backend_.gpu && cfg_.fp8 && cfg_.fp8_scaling == "delayed";  // CudaOps' fused FP8 forwards
   TK_CHECK(cfg_.seq <= source_.config.max_seq || source_.config.max_seq <= 0,
            "--seq {} is longer than the model's max_position_embeddings {}", cfg_.seq, source_.config.max_seq);
-  model_ = std::make_unique<Model>(source_.config, *backend_.ops, mo);
+  model_ = make_model(recipe_, *backend_.ops);
   model_->init_params(cfg_.seed);
-  AdamWOptions ao;
-  ao.beta1 = cfg_.beta1;
-  ao.beta2 = cfg_.beta2;
-  ao.eps = cfg_.adam_eps;
-  ao.weight_decay = cfg_.weight_decay;
-  ao.max_grad_norm = cfg_.grad_clip;
-  ao.offload = cfg_.offload != "none";
-  ao.offload_chunk = cfg_.offload_chunk;
-  ao.moments = parse_moments(cfg_.moments);
-  optimizer_ = std::make_unique<AdamW>(*model_, ao);
+  optimizer_ = std::make_unique<AdamW>(*model_, recipe_.adamw_options());
   if (!source_.weights_path.empty()) {
     log::info("loading weights from {}", source_.weights_path);
     optimizer_->set_weights_f32(load_params(model_->config(), model_->layout(), source_.weights_path));
   }
   throughput_.emplace(model_->config(), cfg_.seq, describe_device(backend_.gpu, cfg_.peak_tflops * 1e12),
-                      mo.recompute.flops_per_token(model_->config(), cfg_.seq));
+                      recipe_.recompute.flops_per_token(model_->config(), cfg_.seq));
 }
 
 void TrainingRun::warn_recipe_changes(const json& saved) const {
@@ -414,7 +358,6 @@ void TrainingRun::resume_from(const std::string& checkpoint) {
            "{} was trained on data of another tokenizer (fingerprint {:016x}) than {} ({:016x})", checkpoint,
            state_.tokenizer_fingerprint, cfg_.data, train_data_->tokenizer_fingerprint());
   warn_recipe_changes(state_.train_config);
-  restore_fp8_scaling(*backend_.ops, *model_, state_.fp8_scaling, checkpoint);
   train_data_->restore(state_.loader);
   saved_step_ = state_.step;
   result_.checkpoint = checkpoint;
@@ -559,7 +502,6 @@ void TrainingRun::validate(int64_t step) {
 void TrainingRun::write_checkpoint() {
   state_.loader = train_data_->state();
   state_.train_config = cfg_.to_json();
-  state_.fp8_scaling = fp8_scaling_to_json(*backend_.ops, *model_);
   result_.checkpoint = save_checkpoint(dir_->path(), *model_, *optimizer_, state_, cfg_.keep_checkpoints);
   saved_step_ = state_.step;
 }
@@ -631,28 +573,25 @@ void TrainingRun::set_up() {
   log_ = std::make_unique<RunLog>(dir_->log_path());
 }
 
-// The backend (wrapped when a hook asks), the data, the model and its optimizer.
+// The backend (wrapped when a hook asks), the recipe, the data, the model and its optimizer.
 void TrainingRun::build_parts() {
   backend_ = make_backend(cfg_.device);
-  if (cfg_.gemm_tuning) enable_gemm_tuning(*backend_.ops, gemm_tuning_cache_path());
-  TK_CHECK(!cfg_.fp8_lm_head || cfg_.fp8,
-           "--fp8-lm-head puts the LM head's GEMMs in FP8 with the linears': it needs --fp8");
-  if (cfg_.fp8) enable_fp8(*backend_.ops, cfg_.fp8_scaling, cfg_.fp8_margin, cfg_.fp8_lm_head);
   source_ = find_model_source(cfg_.model);
   meta_ = read_dataset_meta(cfg_.data);
   if (cfg_.vocab_size > 0) resize_vocab();
+  recipe_ = train_recipe(cfg_, source_.config, backend_.gpu);
   if (!cfg_.memory_budget.empty()) apply_memory_budget();  // before the loader: it sets the micro-batch
-  if (cfg_.fp8_lm_head && !fp8_lm_head_applies(source_.config, int64_t(cfg_.batch) * cfg_.seq)) {
+  if (recipe_.backend.precision.fp8_lm_head() && !recipe_.lm_head_fp8_shapes()) {
     const ModelConfig& c = source_.config;
     log::warn("--fp8-lm-head: the LM head stays bf16: its FP8 GEMMs need the vocabulary ({}), d_model ({}) and the "
               "tokens of a micro-batch ({}) multiples of 16{}",
-              c.vocab_size, c.d_model, int64_t(cfg_.batch) * cfg_.seq,
+              c.vocab_size, c.d_model, recipe_.micro_tokens(),
               c.vocab_size % 16 != 0 && source_.weights_path.empty() && source_.checkpoint_dir.empty()
                   ? fmt::format(" (--vocab-size {} pads the vocabulary)", (c.vocab_size + 63) / 64 * 64)
                   : "");
   }
-  // The backend's settings above, then the wrap: they need the backend itself.
-  if (cfg_.logits_chunk_mib > 0) set_logits_chunk_budget(*backend_.ops, size_t(cfg_.logits_chunk_mib) << 20);
+  // The backend's settings, then the wrap: they need the backend itself.
+  configure_backend(*backend_.ops, recipe_.backend);
   if (hooks_.wrap_ops) backend_.ops = hooks_.wrap_ops(std::move(backend_.ops));
   refuse_a_model_larger_than_the_machine();
   open_data();
@@ -670,41 +609,30 @@ void TrainingRun::apply_memory_budget() {
   target.choose_logits_chunk = cfg_.logits_chunk_mib == 0;
   target.peak_flops = describe_device(true, cfg_.peak_tflops * 1e12).peak_flops;
   if (target.peak_flops <= 0) target.peak_flops = 989e12;
-  const int64_t global = cfg_.batch_tokens;
-  const MemoryPlan p = choose_plan(source_.config, cfg_.batch, cfg_.seq, global, budget, target);
+  const MemoryPlan p = choose_plan(recipe_, cfg_.batch_tokens, budget, target);
+  recipe_ = p.recipe;
   fmt::print("memory budget {}: micro-batch {} x {} with {} accumulation step(s), recompute {}, offload {}, logits "
              "chunk {}; planned {}\n",
-             format_bytes(budget), p.B, p.T, p.accumulation, p.recompute.describe(), p.offload_name(),
-             format_bytes(p.logits_chunk), format_bytes(p.total_bytes));
-  cfg_.logits_chunk_mib = int(p.logits_chunk / (1 << 20));  // build_parts gives it to the backend
-  cfg_.batch = p.B;
-  cfg_.recompute = p.recompute.describe();
-  cfg_.offload = p.offload_name();
-  accum_steps_ = p.accumulation;
+             format_bytes(budget), recipe_.batch, recipe_.seq, recipe_.accumulation, recipe_.recompute.describe(),
+             recipe_.offload_name(), format_bytes(double(recipe_.logits_chunk_bytes())), format_bytes(p.total_bytes));
+  cfg_.logits_chunk_mib = int(recipe_.logits_chunk_bytes() >> 20);
+  cfg_.batch = recipe_.batch;
+  cfg_.recompute = recipe_.recompute.describe();
+  cfg_.offload = recipe_.offload_name();
+  accum_steps_ = recipe_.accumulation;
 }
 
-// The memory plan's view of this run's backend and flags (memory_plan.h).
+// The memory plan's view of this run's device (memory_plan.h); what the run computes is the recipe.
 PlanTarget TrainingRun::plan_target() const {
   PlanTarget target;
-  target.gpu = backend_.gpu;
-  target.offload_chunk = cfg_.offload_chunk;
-  target.moments = parse_moments(cfg_.moments);
-  target.doc_mask = cfg_.doc_mask;
   target.own_attention_sms = own_attention_backward_sms(backend_);
-  target.fp8 = cfg_.fp8;
-  target.fp8_delayed = cfg_.fp8 && cfg_.fp8_scaling == "delayed";
-  target.fp8_lm_head = cfg_.fp8 && cfg_.fp8_lm_head;
-  if (cfg_.logits_chunk_mib > 0) target.logits_chunk = double(cfg_.logits_chunk_mib) * (1 << 20);
   return target;
 }
 
 // The run as planned (after --memory-budget's choices, with its offload) against the machine, before the model
 // or the loader allocate anything.
 void TrainingRun::refuse_a_model_larger_than_the_machine() const {
-  const MemoryPlan plan =
-      plan_memory(source_.config, cfg_.batch, cfg_.seq, accum_steps_, Recompute::parse(cfg_.recompute), plan_target(),
-                  cfg_.offload != "none", cfg_.offload == "optimizer,gradients");
-  refuse_plan_larger_than(source_.config, plan, machine_memory(backend_.gpu));
+  refuse_plan_larger_than(source_.config, plan_memory(recipe_, plan_target()), machine_memory(backend_.gpu));
 }
 
 void TrainingRun::set_up_steps() {

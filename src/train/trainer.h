@@ -30,8 +30,8 @@ struct TrainConfig {
   std::string offload = "none";  // "optimizer": AdamW state and master weights in host memory (same results)
   int64_t offload_chunk = int64_t(16) << 20;  // elements of the optimizer state per device round trip
   std::string moments = "f32";  // AdamW's m and v: f32, bf16 or int8 (ops.h adamw_update)
-  bool gemm_tuning = true;     // cuBLASLt algorithms chosen by timing, kept in the cache (backend.h)
-  bool fp8 = false;           // the linear layers' GEMMs in FP8 (CUDA, sm_89+; backend.h enable_fp8)
+  bool gemm_tuning = true;     // cuBLASLt algorithms chosen by timing, kept in the cache (ops/backend.h)
+  bool fp8 = false;           // the linear layers' GEMMs in FP8 (CUDA, sm_89+; ops/backend.h Precision)
   std::string fp8_scaling = "delayed";  // delayed | current (CudaOps::set_fp8)
   int fp8_margin = 1;                   // delayed scaling's headroom: the scale from 2^margin x the history's amax
   bool fp8_lm_head = false;             // with fp8, the LM head's GEMMs in FP8 too (CudaOps::set_fp8_lm_head)

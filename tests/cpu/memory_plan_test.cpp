@@ -11,11 +11,28 @@
 #include "model/params.h"
 #include "ops/memory_ledger.h"
 #include "train/memory_plan.h"
+#include "train/recipe.h"
 
 namespace tk {
 namespace {
 
 ModelConfig preset(const std::string& name) { return ModelConfig::preset(name); }
+
+// A GPU recipe of the model at micro-batch B x T (bf16, nothing recomputed or offloaded, f32 moments).
+Recipe recipe(const ModelConfig& cfg, int B, int T) {
+  Recipe r;
+  r.model = cfg;
+  r.batch = B;
+  r.seq = T;
+  return r;
+}
+
+// --fp8 with current or delayed scaling.
+Recipe with_fp8(Recipe r, bool delayed) {
+  r.backend.precision.fp8 = true;
+  r.backend.precision.delayed = delayed;
+  return r;
+}
 
 double row(const MemoryPlan& p, const std::string& component) {
   for (const PlanRow& r : p.rows)
@@ -26,7 +43,8 @@ double row(const MemoryPlan& p, const std::string& component) {
 TEST(MemoryPlan, ModelRowsComeFromTheModelsOwnPlanAndRecomputeShrinksThem) {
   const ModelConfig cfg = preset("qwen2.5-0.5b");
   PlanTarget gpu;
-  const MemoryPlan none = plan_memory(cfg, 8, 2048, 1, Recompute(), gpu);
+  Recipe r = recipe(cfg, 8, 2048);
+  const MemoryPlan none = plan_memory(r, gpu);
   ModelOptions o{8, 2048, false};
   for (const auto& [label, bytes] : model_memory(cfg, o, DType::BF16, DType::F32))
     EXPECT_EQ(row(none, label), double(bytes)) << label;
@@ -34,7 +52,8 @@ TEST(MemoryPlan, ModelRowsComeFromTheModelsOwnPlanAndRecomputeShrinksThem) {
   EXPECT_EQ(row(none, "AdamW first moments"), 4 * P);
   EXPECT_EQ(row(none, "fp32 master weights"), 4 * P);
   // 0.5B at 8 x 2048 keeps ~15 GiB of activations; block recompute keeps the block inputs only.
-  const MemoryPlan block = plan_memory(cfg, 8, 2048, 1, Recompute::parse("block"), gpu);
+  r.recompute = Recompute::parse("block");
+  const MemoryPlan block = plan_memory(r, gpu);
   EXPECT_LT(row(block, "activations kept for the backward"), 0.2 * row(none, "activations kept for the backward"));
   EXPECT_LT(block.predicted_tokens_per_s, none.predicted_tokens_per_s);
   EXPECT_GT(block.recompute_flops_per_token, 0);
@@ -43,15 +62,16 @@ TEST(MemoryPlan, ModelRowsComeFromTheModelsOwnPlanAndRecomputeShrinksThem) {
 TEST(MemoryPlan, TheBudgetSearchKeepsEverythingWhenItFitsAndRecomputesWhenItMust) {
   const ModelConfig cfg = preset("qwen2.5-0.5b");
   PlanTarget gpu;
-  const MemoryPlan roomy = choose_plan(cfg, 8, 2048, 16384, parse_bytes("80GiB"), gpu);
-  EXPECT_EQ(roomy.B, 8);
-  EXPECT_FALSE(roomy.recompute.any());
-  const MemoryPlan tight = choose_plan(cfg, 8, 2048, 16384, parse_bytes("16GiB"), gpu);
+  const MemoryPlan roomy = choose_plan(recipe(cfg, 8, 2048), 16384, parse_bytes("80GiB"), gpu);
+  EXPECT_EQ(roomy.recipe.batch, 8);
+  EXPECT_FALSE(roomy.recipe.recompute.any());
+  const MemoryPlan tight = choose_plan(recipe(cfg, 8, 2048), 16384, parse_bytes("16GiB"), gpu);
+  const Recipe& t = tight.recipe;
   EXPECT_LE(tight.total_bytes, parse_bytes("16GiB"));
-  EXPECT_EQ(int64_t(tight.B) * tight.T * tight.accumulation, 16384);  // the global batch is kept
-  EXPECT_TRUE(tight.recompute.any() || tight.B < 8 || tight.offload);
+  EXPECT_EQ(t.micro_tokens() * t.accumulation, 16384);  // the global batch is kept
+  EXPECT_TRUE(t.recompute.any() || t.batch < 8 || t.optimizer.offload);
   // Nothing tried that fits is faster than the choice.
-  for (const MemoryPlan& p : plan_candidates(cfg, 8, 2048, 16384, gpu))
+  for (const MemoryPlan& p : plan_candidates(recipe(cfg, 8, 2048), 16384, gpu))
     if (p.total_bytes <= parse_bytes("16GiB")) EXPECT_LE(p.predicted_tokens_per_s, tight.predicted_tokens_per_s);
 }
 
@@ -63,33 +83,34 @@ TEST(MemoryPlan, TheBudgetSearchSpendsMemoryLeftOnTheLogitsChunk) {
   const ModelConfig cfg = preset("qwen2.5-0.5b");
   PlanTarget gpu;
   gpu.bandwidth = 4.26e12;
-  const MemoryPlan base = plan_memory(cfg, 8, 2048, 1, Recompute(), gpu);
-  EXPECT_EQ(base.logits_chunk, 512.0 * (1 << 20));
-  gpu.logits_chunk = 2048.0 * (1 << 20);
-  const MemoryPlan big = plan_memory(cfg, 8, 2048, 1, Recompute(), gpu);
+  Recipe r = recipe(cfg, 8, 2048);
+  const MemoryPlan base = plan_memory(r, gpu);
+  EXPECT_EQ(base.recipe.logits_chunk_bytes(), size_t(512) << 20);
+  r.backend.logits_chunk_bytes = size_t(2048) << 20;
+  const MemoryPlan big = plan_memory(r, gpu);
   const double gain = big.predicted_tokens_per_s / base.predicted_tokens_per_s;
   EXPECT_GT(gain, 1.01);
   EXPECT_LT(gain, 1.04);
   // 7,040 rows of 151,936 bf16 logits (the most multiples of 128 rows in 2 GiB) against 1,664.
   EXPECT_NEAR(big.total_bytes - base.total_bytes, (7040.0 - 1664.0) * 151936 * 2, 1.0);
 
-  gpu.logits_chunk = kDefaultLogitsChunk;
+  r.backend.logits_chunk_bytes = 0;  // the default
   gpu.choose_logits_chunk = true;
-  const MemoryPlan roomy = choose_plan(cfg, 8, 2048, 16384, parse_bytes("80GiB"), gpu);
-  EXPECT_EQ(roomy.logits_chunk, 2048.0 * (1 << 20));
-  EXPECT_FALSE(roomy.recompute.any());
-  EXPECT_EQ(roomy.B, 8);
+  const MemoryPlan roomy = choose_plan(r, 16384, parse_bytes("80GiB"), gpu);
+  EXPECT_EQ(roomy.recipe.logits_chunk_bytes(), size_t(2048) << 20);
+  EXPECT_FALSE(roomy.recipe.recompute.any());
+  EXPECT_EQ(roomy.recipe.batch, 8);
   const double some = base.total_bytes + 0.6e9;  // room for 1 GiB (+0.55 GB), not 2 GiB (+1.6 GB)
-  const MemoryPlan middle = choose_plan(cfg, 8, 2048, 16384, some, gpu);
-  EXPECT_EQ(middle.logits_chunk, 1024.0 * (1 << 20));
-  EXPECT_FALSE(middle.recompute.any());
-  for (const MemoryPlan& p : plan_candidates(cfg, 8, 2048, 16384, gpu))
+  const MemoryPlan middle = choose_plan(r, 16384, some, gpu);
+  EXPECT_EQ(middle.recipe.logits_chunk_bytes(), size_t(1024) << 20);
+  EXPECT_FALSE(middle.recipe.recompute.any());
+  for (const MemoryPlan& p : plan_candidates(r, 16384, gpu))
     if (p.fits(some, gpu)) EXPECT_LE(p.predicted_tokens_per_s, middle.predicted_tokens_per_s);
 }
 
 TEST(MemoryPlan, ABudgetNothingFitsNamesTheSmallestFootprintAndItsLargestPart) {
   try {
-    choose_plan(preset("qwen2.5-7b"), 8, 2048, 16384, parse_bytes("16GiB"), PlanTarget());
+    choose_plan(recipe(preset("qwen2.5-7b"), 8, 2048), 16384, parse_bytes("16GiB"), PlanTarget());
     FAIL() << "a 7B model's bf16 weights alone take 14.2 GiB: nothing fits 16 GiB";
   } catch (const Error& e) {
     const std::string msg = e.what();
@@ -103,13 +124,13 @@ TEST(MemoryPlan, ABudgetNothingFitsNamesTheSmallestFootprintAndItsLargestPart) {
 // the error says so.
 TEST(MemoryPlan, SevenBillionFitsTwentyFourGiBWithGradientsInHostMemory) {
   PlanTarget gpu;
-  const MemoryPlan p = choose_plan(preset("qwen2.5-7b"), 8, 2048, 16384, parse_bytes("24GiB"), gpu);
-  EXPECT_TRUE(p.offload_grads);
+  const MemoryPlan p = choose_plan(recipe(preset("qwen2.5-7b"), 8, 2048), 16384, parse_bytes("24GiB"), gpu);
+  EXPECT_TRUE(p.recipe.offload_gradients);
   EXPECT_LE(p.total_bytes, parse_bytes("24GiB"));
   EXPECT_GT(p.host_bytes, parse_bytes("100GiB"));  // fp32 master, m, v and gradients: 16 bytes a parameter
   gpu.host_memory_limit = parse_bytes("64GiB");
   try {
-    choose_plan(preset("qwen2.5-7b"), 8, 2048, 16384, parse_bytes("24GiB"), gpu);
+    choose_plan(recipe(preset("qwen2.5-7b"), 8, 2048), 16384, parse_bytes("24GiB"), gpu);
     FAIL() << "113 GiB of host state does not fit a 64 GiB limit";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("page-locked host memory"), std::string::npos) << e.what();
@@ -119,9 +140,10 @@ TEST(MemoryPlan, SevenBillionFitsTwentyFourGiBWithGradientsInHostMemory) {
 TEST(MemoryPlan, DocumentMaskingAddsTheAttentionBiasAndItsSegmentIds) {
   const ModelConfig cfg = preset("qwen2.5-0.5b");
   PlanTarget gpu;
-  const MemoryPlan plain = plan_memory(cfg, 8, 2050, 1, Recompute(), gpu);
-  gpu.doc_mask = true;
-  const MemoryPlan masked = plan_memory(cfg, 8, 2050, 1, Recompute(), gpu);
+  Recipe r = recipe(cfg, 8, 2050);
+  const MemoryPlan plain = plan_memory(r, gpu);
+  r.doc_mask = true;
+  const MemoryPlan masked = plan_memory(r, gpu);
   EXPECT_EQ(row(plain, "attention document mask"), -1);
   EXPECT_EQ(row(masked, "attention document mask"), 8.0 * 2050 * 2056 * 2);  // rows padded to 8 columns
   EXPECT_EQ(row(masked, "attention document mask segment ids"), (8.0 * 2050 + 8) * 4);
@@ -134,8 +156,8 @@ TEST(MemoryPlan, TheOwnAttentionBackwardReplacesCudnnsWorkspaceWhereItRuns) {
   const ModelConfig qwen = preset("qwen2.5-0.5b");  // head_dim 64, 14 q heads
   PlanTarget cudnn, own;
   own.own_attention_sms = 132;
-  const MemoryPlan a = plan_memory(qwen, 8, 2048, 1, Recompute(), cudnn);
-  const MemoryPlan b = plan_memory(qwen, 8, 2048, 1, Recompute(), own);
+  const MemoryPlan a = plan_memory(recipe(qwen, 8, 2048), cudnn);
+  const MemoryPlan b = plan_memory(recipe(qwen, 8, 2048), own);
   EXPECT_GT(row(a, "cuDNN attention workspace"), 0);
   EXPECT_EQ(row(a, "attention backward dQ sums, row sums and turns"), -1);
   EXPECT_EQ(row(b, "cuDNN attention workspace"), -1);
@@ -147,19 +169,19 @@ TEST(MemoryPlan, TheOwnAttentionBackwardReplacesCudnnsWorkspaceWhereItRuns) {
               row(a, "cuDNN attention workspace") + row(a, "cuDNN attention row sums") - (rows * 65 * 4 + counters), 1.0);
   EXPECT_GT(a.total_bytes - b.total_bytes, 0.8 * (1 << 30));  // ~0.9 GiB less, as measured on the H200
   // Where it does not run, cuDNN's rows stay.
-  auto cudnn_rows = [&](const ModelConfig& cfg, int T, PlanTarget t) {
-    return row(plan_memory(cfg, 8, T, 1, Recompute(), t), "cuDNN attention workspace") > 0;
+  auto cudnn_rows = [&](const Recipe& r, PlanTarget t) {
+    return row(plan_memory(r, t), "cuDNN attention workspace") > 0;
   };
-  EXPECT_TRUE(cudnn_rows(qwen, 2050, own));                      // T % 128 != 0
-  EXPECT_TRUE(cudnn_rows(preset("llama3.2-3b"), 2048, own));     // head_dim 128
-  PlanTarget masked = own;
+  EXPECT_TRUE(cudnn_rows(recipe(qwen, 8, 2050), own));                   // T % 128 != 0
+  EXPECT_TRUE(cudnn_rows(recipe(preset("llama3.2-3b"), 8, 2048), own));  // head_dim 128
+  Recipe masked = recipe(qwen, 8, 2048);
   masked.doc_mask = true;
-  EXPECT_TRUE(cudnn_rows(qwen, 2048, masked));                   // the document mask
+  EXPECT_TRUE(cudnn_rows(masked, own));                                  // the document mask
   PlanTarget small = own;
-  small.own_attention_sms = 7;                                   // 8 CTAs of a (batch row, kv head) do not fit
-  EXPECT_TRUE(cudnn_rows(qwen, 2048, small));
+  small.own_attention_sms = 7;  // 8 CTAs of a (batch row, kv head) do not fit
+  EXPECT_TRUE(cudnn_rows(recipe(qwen, 8, 2048), small));
   small.own_attention_sms = 8;
-  EXPECT_FALSE(cudnn_rows(qwen, 2048, small));
+  EXPECT_FALSE(cudnn_rows(recipe(qwen, 8, 2048), small));
 }
 
 // FP8 linears: the backward's FP8 operands of the largest linear (gate+up for Llama-3.2-1B: x^T [N, d],
@@ -169,9 +191,8 @@ TEST(MemoryPlan, TheOwnAttentionBackwardReplacesCudnnsWorkspaceWhereItRuns) {
 TEST(MemoryPlan, Fp8OperandsShareTheLogitsBuffer) {
   PlanTarget gpu;
   const ModelConfig llama = preset("llama3.2-1b");
-  const MemoryPlan plain = plan_memory(llama, 8, 2048, 1, Recompute(), gpu);
-  gpu.fp8 = true;
-  const MemoryPlan fp8 = plan_memory(llama, 8, 2048, 1, Recompute(), gpu);
+  const MemoryPlan plain = plan_memory(recipe(llama, 8, 2048), gpu);
+  const MemoryPlan fp8 = plan_memory(with_fp8(recipe(llama, 8, 2048), false), gpu);
   const double N = 8 * 2048, d = 2048, f = 8192;
   const double operands = N * (d + 2 * 2 * f) + 2 * f * d;
   const double logits = row(plain, "LM head logits chunk");
@@ -181,10 +202,8 @@ TEST(MemoryPlan, Fp8OperandsShareTheLogitsBuffer) {
   EXPECT_EQ(row(fp8, "LM head logits chunk / FP8 operands (shared)"), operands);
   EXPECT_NEAR(fp8.total_bytes - plain.total_bytes, operands - logits, 1.0);
 
-  PlanTarget small_batch = gpu;
-  const MemoryPlan one_row = plan_memory(llama, 1, 512, 1, Recompute(), small_batch);  // operands < logits
-  small_batch.fp8 = false;
-  const MemoryPlan one_row_plain = plan_memory(llama, 1, 512, 1, Recompute(), small_batch);
+  const MemoryPlan one_row = plan_memory(with_fp8(recipe(llama, 1, 512), false), gpu);  // operands < logits
+  const MemoryPlan one_row_plain = plan_memory(recipe(llama, 1, 512), gpu);
   EXPECT_NEAR(one_row.total_bytes, one_row_plain.total_bytes, 1.0);
 }
 
@@ -194,13 +213,11 @@ TEST(MemoryPlan, Fp8OperandsShareTheLogitsBuffer) {
 // parameters' GEMM work).
 TEST(MemoryPlan, Fp8LmHeadOperandsFollowTheLogitsChunk) {
   PlanTarget gpu;
-  gpu.fp8 = true;
-  gpu.fp8_delayed = true;
-  gpu.logits_chunk = 2048.0 * (1 << 20);
-  const ModelConfig qwen = preset("qwen2.5-0.5b");
-  const MemoryPlan linears = plan_memory(qwen, 8, 2048, 1, Recompute(), gpu);
-  gpu.fp8_lm_head = true;
-  const MemoryPlan head = plan_memory(qwen, 8, 2048, 1, Recompute(), gpu);
+  Recipe r = with_fp8(recipe(preset("qwen2.5-0.5b"), 8, 2048), true);
+  r.backend.logits_chunk_bytes = size_t(2048) << 20;
+  const MemoryPlan linears = plan_memory(r, gpu);
+  r.backend.precision.lm_head = true;
+  const MemoryPlan head = plan_memory(r, gpu);
   const double V = 151936, d = 896, rows = std::floor(2048.0 * (1 << 20) / (V * 2) / 128) * 128;
   const double chunk = rows * V * 2, operands = rows * V * 2 + 2 * V * d + 2 * rows * d;
   const char* name = "LM head logits chunk / FP8 operands (shared)";
@@ -219,9 +236,8 @@ TEST(MemoryPlan, Fp8PredictionGainsOnWideModelsMoreThanOnNarrowOnes) {
   auto gain = [](const char* name) {
     PlanTarget gpu;
     gpu.bandwidth = 4.26e12;
-    const MemoryPlan bf16 = plan_memory(preset(name), 8, 2048, 1, Recompute(), gpu);
-    gpu.fp8 = true;
-    const MemoryPlan fp8 = plan_memory(preset(name), 8, 2048, 1, Recompute(), gpu);
+    const MemoryPlan bf16 = plan_memory(recipe(preset(name), 8, 2048), gpu);
+    const MemoryPlan fp8 = plan_memory(with_fp8(recipe(preset(name), 8, 2048), false), gpu);
     return fp8.predicted_tokens_per_s / bf16.predicted_tokens_per_s;
   };
   const double wide = gain("llama3.2-1b"), narrow = gain("qwen2.5-0.5b");
@@ -241,10 +257,8 @@ TEST(MemoryPlan, Fp8DelayedScalingPredictsSeveralPercentMoreThanCurrent) {
   for (const char* name : {"llama3.2-1b", "qwen2.5-0.5b"}) {
     PlanTarget gpu;
     gpu.bandwidth = 4.26e12;
-    gpu.fp8 = true;
-    const MemoryPlan current = plan_memory(preset(name), 8, 2048, 1, Recompute(), gpu);
-    gpu.fp8_delayed = true;
-    const MemoryPlan delayed = plan_memory(preset(name), 8, 2048, 1, Recompute(), gpu);
+    const MemoryPlan current = plan_memory(with_fp8(recipe(preset(name), 8, 2048), false), gpu);
+    const MemoryPlan delayed = plan_memory(with_fp8(recipe(preset(name), 8, 2048), true), gpu);
     const double gain = delayed.predicted_tokens_per_s / current.predicted_tokens_per_s;
     EXPECT_GT(gain, 1.03) << name;
     EXPECT_LT(gain, 1.15) << name;
@@ -255,7 +269,8 @@ TEST(MemoryPlan, Fp8DelayedScalingPredictsSeveralPercentMoreThanCurrent) {
 }
 
 // Which activations are kept as the one-byte x^T: only where the forward runs the fused op and no recompute reads
-// them in bf16, and only for FP8's shapes.
+// them in bf16, and only where the backend keeps them (the recipe's answer: delayed scaling on the GPU, FP8's
+// shapes).
 TEST(MemoryPlan, KeptFp8InputsFollowTheRecomputePolicy) {
   const ModelConfig cfg = preset("qwen2.5-0.5b");
   ModelOptions o;
@@ -276,10 +291,19 @@ TEST(MemoryPlan, KeptFp8InputsFollowTheRecomputePolicy) {
   o.recompute = Recompute::parse("block");
   for (const char* which : {"x_attn", "x_mlp", "act"}) EXPECT_FALSE(kept_fp8_input(cfg, o, which)) << which;
   o.recompute = Recompute();
-  o.T = 1000;  // N not always a multiple of 16: not FP8's shapes
-  EXPECT_FALSE(kept_fp8_input(cfg, o, "act"));
+  // Whether they are kept is the backend's answer, which the recipe gives: on the GPU with delayed scaling, for
+  // FP8's shapes only.
+  Recipe r = with_fp8(recipe(cfg, 8, 2048), true);
+  EXPECT_TRUE(r.model_options().fp8_kept_inputs);
+  r.seq = 1000;  // N not always a multiple of 16
+  EXPECT_FALSE(r.model_options().fp8_kept_inputs);
+  r.seq = 2048;
+  r.backend.precision.delayed = false;  // current scaling fuses no cast
+  EXPECT_FALSE(r.model_options().fp8_kept_inputs);
+  r.backend.precision.delayed = true;
+  r.gpu = false;
+  EXPECT_FALSE(r.model_options().fp8_kept_inputs);
   // The model's memory: act at one byte.
-  o.T = 2048;
   const auto rows = [&](bool keep) {
     ModelOptions m = o;
     m.fp8_kept_inputs = keep;
@@ -298,29 +322,31 @@ TEST(MemoryPlan, MomentPrecisionSetsTheOptimizerRows) {
   const int64_t params = ParamLayout::build(cfg).total;
   const double P = double(params);
   PlanTarget gpu;
+  Recipe r = recipe(cfg, 8, 2048);
   for (MomentPrecision m : {MomentPrecision::F32, MomentPrecision::BF16, MomentPrecision::Int8}) {
     SCOPED_TRACE(moments_name(m));
-    gpu.moments = m;
+    r.optimizer.moments = m;
     const double bytes = m == MomentPrecision::F32 ? 4 : m == MomentPrecision::BF16 ? 2 : 1;
     const double scales = m == MomentPrecision::Int8 ? 8.0 * double((params + 255) / 256) : -1;
-    const MemoryPlan device = plan_memory(cfg, 8, 2048, 1, Recompute(), gpu);
-    EXPECT_EQ(device.moments, m);
+    const MemoryPlan device = plan_memory(r, gpu);
+    EXPECT_EQ(device.recipe.optimizer.moments, m);
     EXPECT_EQ(row(device, "AdamW first moments"), bytes * P);
     EXPECT_EQ(row(device, "AdamW second moments"), bytes * P);
     EXPECT_EQ(row(device, "AdamW int8 block scales"), scales);
     EXPECT_EQ(row(device, "fp32 master weights"), 4 * P);
-    gpu.offload_chunk = 1000;  // rounded down to whole int8 blocks, as the optimizer does; two staging sets
-    const MemoryPlan offload = plan_memory(cfg, 8, 2048, 1, Recompute(), gpu, true);
+    Recipe offloaded = r;
+    offloaded.set_offload("optimizer");
+    offloaded.optimizer.offload_chunk = 1000;  // rounded down to whole int8 blocks, as the optimizer does; two sets
+    const MemoryPlan offload = plan_memory(offloaded, gpu);
     EXPECT_EQ(row(offload, "AdamW first moments (host)"), bytes * P);
     EXPECT_EQ(row(offload, "offload staging: m chunks"), 2 * bytes * 768);
     EXPECT_EQ(row(offload, "offload staging: master weight chunks"), 2 * 4.0 * 768);
     EXPECT_EQ(row(offload, "offload staging: int8 block scale chunks"), scales < 0 ? -1 : 2 * 8.0 * 3);
-    gpu.offload_chunk = PlanTarget().offload_chunk;
   }
-  gpu.moments = MomentPrecision::F32;
-  const double f32_total = plan_memory(cfg, 8, 2048, 1, Recompute(), gpu).total_bytes;
-  gpu.moments = MomentPrecision::Int8;
-  EXPECT_EQ(f32_total - plan_memory(cfg, 8, 2048, 1, Recompute(), gpu).total_bytes,
+  r.optimizer.moments = MomentPrecision::F32;
+  const double f32_total = plan_memory(r, gpu).total_bytes;
+  r.optimizer.moments = MomentPrecision::Int8;
+  EXPECT_EQ(f32_total - plan_memory(r, gpu).total_bytes,
             6 * P - 8.0 * double((params + 255) / 256));
   EXPECT_EQ(parse_moments("bf16"), MomentPrecision::BF16);
   EXPECT_THROW(parse_moments("fp8"), Error);

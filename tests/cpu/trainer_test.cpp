@@ -894,9 +894,14 @@ TEST_F(TrainerTest, AModelLargerThanTheMachineIsRefusedBeforeAllocating) {
 // holds that state; the plan without offload is refused with --memory-budget's help.
 TEST(MachineMemory, APlanThatFitsWithOffloadIsAccepted) {
   const ModelConfig c = ModelConfig::preset("qwen2.5-0.5b");
-  PlanTarget gpu;
-  const MemoryPlan on_device = plan_memory(c, 1, 1024, 1, Recompute::parse("block"), gpu);
-  const MemoryPlan offloaded = plan_memory(c, 1, 1024, 1, Recompute::parse("block"), gpu, true);
+  Recipe r;
+  r.model = c;
+  r.batch = 1;
+  r.seq = 1024;
+  r.recompute = Recompute::parse("block");
+  const MemoryPlan on_device = plan_memory(r, PlanTarget());
+  r.set_offload("optimizer");
+  const MemoryPlan offloaded = plan_memory(r, PlanTarget());
   ASSERT_LT(offloaded.total_bytes, on_device.total_bytes);
   MachineMemory m;
   m.gpu = true;

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -17,6 +16,8 @@
 #include "model/model.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/device_info.h"
+#include "train/recipe.h"
 
 namespace tk {
 namespace {
@@ -104,7 +105,7 @@ struct Case {
 class ModelCuda : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ModelCuda, LossAndEveryGradientMatchTheCpuReference) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (gpu_count() == 0) GTEST_SKIP() << "no CUDA device";
   const Case& c = GetParam();
   const ModelConfig cfg = config_for(c.arch, c.head_dim, c.heads, c.kv_heads);
   auto cpu = make_cpu_ops(DType::F32);
@@ -169,7 +170,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return info.param.name; });
 
 TEST(ModelCudaBatch, ASmallerBatchThanPlannedGivesWhatAModelPlannedForItGives) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (gpu_count() == 0) GTEST_SKIP() << "no CUDA device";
   const ModelConfig cfg = config_for(Arch::Llama, 64, 8, 2);
   auto gpu = make_cuda_ops();
   std::vector<float> params;
@@ -187,10 +188,10 @@ TEST(ModelCudaBatch, ASmallerBatchThanPlannedGivesWhatAModelPlannedForItGives) {
 
 // --fp8 with delayed scaling (--fp8-scaling delayed): the first step scales as current scaling does, bitwise; after
 // end_step the next step scales by the committed amax (so unlike current scaling on the same batch, and
-// close to it); and that step is bitwise the same on another backend given the saved state (a checkpoint's
-// round trip, the weights at another address) under every recompute policy.
+// close to it); and that step is bitwise the same on another backend given the saved state (by parameter name, as
+// a checkpoint's round trip gives it; the weights at other addresses) under every recompute policy.
 TEST(ModelCudaFp8, DelayedScalingCarriesAcrossStepsPoliciesAndBackends) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (gpu_count() == 0) GTEST_SKIP() << "no CUDA device";
   const ModelConfig cfg = config_for(Arch::Llama, 64, 8, 2);
   const int B = 2, T = 256;
   std::vector<float> params;
@@ -214,6 +215,7 @@ TEST(ModelCudaFp8, DelayedScalingCarriesAcrossStepsPoliciesAndBackends) {
   delayed->set_fp8(true, CudaOps::Fp8Scaling::Delayed);
   Model model(cfg, *delayed, {B, T, false});
   model.set_params_f32(params);
+  delayed->name_weights(named_weights(model));  // the state is kept by parameter name
 
   const Result d1 = step(model, first.batch), c1 = run(*current, cfg, B, T, params, first.batch);
   EXPECT_EQ(d1.loss.sum, c1.loss.sum);
@@ -223,13 +225,14 @@ TEST(ModelCudaFp8, DelayedScalingCarriesAcrossStepsPoliciesAndBackends) {
   const Ops::Fp8ScalingState state = delayed->fp8_scaling_state();
   EXPECT_EQ(state.steps, 1);
   EXPECT_EQ(state.history_len, CudaOps::kFp8HistoryLen);
-  EXPECT_EQ(state.weights.size(), size_t(4 * cfg.n_layers)) << "one entry per linear layer";
-  for (const Ops::Fp8AmaxHistory& h : state.weights)
+  EXPECT_EQ(state.amax.size(), size_t(4 * cfg.n_layers)) << "one entry per linear layer";
+  EXPECT_EQ(state.amax.count("model.layers.0.self_attn.q_proj.weight"), 1u) << "the fused qkv weight by its first name";
+  for (const auto& [name, amax] : state.amax)
     for (int r = 0; r < 3; r++) {
-      ASSERT_EQ(h.amax.size(), size_t(3 * state.history_len + 3));
-      EXPECT_EQ(h.amax[size_t(3 * state.history_len + r)], 0.f) << "operand " << r << ": seen after the commit";
-      EXPECT_GT(h.amax[size_t(r * state.history_len)], 0.f) << "operand " << r << ": no amax recorded";
-      EXPECT_EQ(h.amax[size_t(r * state.history_len + 1)], 0.f) << "operand " << r << ": a second step recorded";
+      ASSERT_EQ(amax.size(), size_t(3 * state.history_len + 3)) << name;
+      EXPECT_EQ(amax[size_t(3 * state.history_len + r)], 0.f) << name << " operand " << r << ": seen after the commit";
+      EXPECT_GT(amax[size_t(r * state.history_len)], 0.f) << name << " operand " << r << ": no amax recorded";
+      EXPECT_EQ(amax[size_t(r * state.history_len + 1)], 0.f) << name << " operand " << r << ": a second step recorded";
     }
 
   const Result d2 = step(model, second.batch), c2 = run(*current, cfg, B, T, params, second.batch);
@@ -239,14 +242,10 @@ TEST(ModelCudaFp8, DelayedScalingCarriesAcrossStepsPoliciesAndBackends) {
   // Two FP8 roundings of the same step (each within FP8's bounds of the exact one: ModelCudaFp8 above).
   EXPECT_LT(rel_error(d2.grads.data(), c2.grads.data(), d2.grads.size()), 0.3);
 
-  // The saved state on another backend, each weight's address moved to that model's copy of it (as a
-  // checkpoint's round trip by parameter name does).
+  // The saved state on another backend whose model's weights are named there (as make_model names them).
   auto restore = [&](CudaOps& ops, Model& again) {
-    Ops::Fp8ScalingState moved = state;
-    for (Ops::Fp8AmaxHistory& h : moved.weights)
-      h.weight = static_cast<const char*>(again.params().data) +
-                 (static_cast<const char*>(h.weight) - static_cast<const char*>(model.params().data));
-    ops.set_fp8_scaling_state(moved);
+    ops.name_weights(named_weights(again));
+    ops.set_fp8_scaling_state(state);
   };
   for (const char* policy : {"none", "block", "norm,swiglu", "attention,qkv"}) {
     auto fresh = std::make_unique<CudaOps>(0);
@@ -309,17 +308,14 @@ TEST(ModelCudaFp8, DelayedScalingCarriesAcrossStepsPoliciesAndBackends) {
   const Ops::Fp8ScalingState mid = delayed->fp8_scaling_state();
   auto other = std::make_unique<CudaOps>(0);
   other->set_fp8(true, CudaOps::Fp8Scaling::Delayed);
+  other->name_weights(named_weights(model));
   other->set_fp8_scaling_state(mid);
   delayed->end_step();
   other->end_step();
-  auto by_weight = [](const Ops::Fp8ScalingState& s) {
-    std::map<const void*, std::vector<float>> m;
-    for (const Ops::Fp8AmaxHistory& h : s.weights) m[h.weight] = h.amax;
-    return m;
-  };
-  const auto committed = by_weight(delayed->fp8_scaling_state());
-  EXPECT_EQ(committed, by_weight(other->fp8_scaling_state()));
-  for (const auto& [w, amax] : committed) EXPECT_GT(amax[1], 0.f) << "the second step's x amax was not committed";
+  const Ops::Fp8ScalingState committed = delayed->fp8_scaling_state();
+  EXPECT_EQ(committed.amax, other->fp8_scaling_state().amax);
+  for (const auto& [name, amax] : committed.amax)
+    EXPECT_GT(amax[1], 0.f) << name << ": the second step's x amax was not committed";
 }
 
 }  // namespace
@@ -331,7 +327,7 @@ namespace {
 // On CUDA too, recomputing gives bitwise the loss and gradients of keeping everything: the recomputation
 // repeats the forward's kernels on the same inputs (RMSNorm normalises the rounded residual either way).
 TEST(ModelCudaRecompute, EveryPolicyGivesBitwiseTheSameGradients) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (gpu_count() == 0) GTEST_SKIP() << "no CUDA device";
   for (Arch arch : {Arch::Llama, Arch::Qwen3}) {
     const ModelConfig cfg = config_for(arch, 64, 8, 2);
     auto gpu = make_cuda_ops();
@@ -368,7 +364,7 @@ TEST(ModelCudaRecompute, EveryPolicyGivesBitwiseTheSameGradients) {
 // repeatable; and every recompute policy bitwise the same (a recomputed operand has the same maximum, so the
 // same scale).
 TEST(ModelCudaFp8, CloseToTheReferenceDeterministicAndRecomputeInvariant) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (gpu_count() == 0) GTEST_SKIP() << "no CUDA device";
   for (Arch arch : {Arch::Llama, Arch::Qwen2}) {
     const ModelConfig cfg = config_for(arch, 64, 8, 2);
     const int B = 2, T = 256;

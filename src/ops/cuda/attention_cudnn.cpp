@@ -33,6 +33,7 @@
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/cudnn_backend.h"
 #include "ops/cuda/document_mask.h"
+#include "ops/cuda/workspace_sizes.h"
 
 namespace tk::cuda {
 
@@ -267,15 +268,8 @@ struct Plan {
   int64_t kv_lens_offset = 0;
 };
 
-// The largest divisor of B whose dP workspace fits the budget (at least 1).
-int64_t backward_batch_group(const AttnShape& a) {
-  int64_t t_pad = (int64_t(a.T) + 63) / 64 * 64;
-  int64_t per_row = int64_t(a.n_heads) * t_pad * t_pad * 2;
-  int64_t group = 1;
-  for (int64_t g = 1; g <= a.B; g++)
-    if (a.B % g == 0 && g * per_row <= int64_t(CudnnAttention::kBackwardWorkspaceBudget)) group = g;
-  return group;
-}
+// The backward's batch rows per execution (workspace_sizes.h: its dP workspace under the budget).
+int64_t backward_batch_group(const AttnShape& a) { return attention_backward_batch_group(a.B, a.n_heads, a.T); }
 
 }  // namespace
 

@@ -19,10 +19,6 @@ using bf16 = __nv_bfloat16;
 
 class CudnnAttention {
  public:
-  // The backward's batch is split into groups whose quadratic dP workspace (B*Hq*T^2 bf16, what cuDNN's
-  // deterministic Hopper backward needs) stays under this; each group is one execution of the same plan.
-  static constexpr size_t kBackwardWorkspaceBudget = size_t(1) << 30;
-
   CudnnAttention(cudaStream_t stream, const DeviceAlloc& alloc);
   ~CudnnAttention();
   CudnnAttention(const CudnnAttention&) = delete;

@@ -285,12 +285,6 @@ void transpose_bytes(uint8_t* out, const uint8_t* in, int64_t rows, int64_t cols
   TK_CUDA_CHECK_LAUNCH();
 }
 
-int64_t lm_head_chunk_rows(int64_t N, int64_t V, size_t budget_bytes) {
-  int64_t fit = int64_t(budget_bytes / (size_t(V) * sizeof(bf16)));
-  int64_t rows = std::max<int64_t>(128, fit / 128 * 128);
-  return std::min(rows, N);
-}
-
 void cross_entropy_chunk(bf16* logits, float* losses, const int32_t* targets, int64_t rows, int64_t V,
                          float grad_scale, int ignore_index, bool write_grad, cudaStream_t stream) {
   if (rows <= 0) return;

@@ -8,16 +8,9 @@
 #include <cstdint>
 
 #include "ops/cuda/matmul_cublaslt.h"
+#include "ops/cuda/workspace_sizes.h"  // the chunk's rule: kLogitsChunkBudgetBytes, lm_head_chunk_rows
 
 namespace tk::cuda {
-
-// What the logits chunk may take by default. Larger chunks mean fewer passes of the f32 dW read-modify-write
-// that each chunk's weight-gradient GEMM makes (bench/history/lm-head.md has the numbers).
-constexpr size_t kLogitsChunkBudgetBytes = size_t(512) << 20;
-
-// Tokens per chunk: a multiple of 128 rows (so that chunk offsets keep 256-byte alignment for any d),
-// as many as fit in budget_bytes of bf16 logits, at least 128, at most N.
-int64_t lm_head_chunk_rows(int64_t N, int64_t V, size_t budget_bytes = kLogitsChunkBudgetBytes);
 
 // One chunk of token rows: losses f32[rows] (=) from the bf16 logits [rows, V], and with write_grad the logits
 // replaced by dlogits = grad_scale * (softmax - onehot(target)) (0 for an ignored target).

@@ -1,215 +1,31 @@
 // CudaOps: checks each op's tensors against ops.h (a schedule bug reads as a sentence, not a fault inside
 // a kernel), then hands raw pointers to the kernels (kernels.h), cuBLASLt (matmul_cublaslt.h), cuDNN
-// (attention_cudnn.h) and the fused LM head (cross_entropy.h), all on one stream.
+// (attention_cudnn.h), the fused LM head (cross_entropy.h) and, for FP8 GEMMs, the FP8 linears (fp8_linears.h),
+// all on one stream. This file: set-up, memory and transfers, and the ops without GEMMs; cuda_ops_linear.cpp: the
+// ops that run GEMMs.
 //
-// Memory: every allocation is cudaMalloc'd and recorded under a label. Scratch that an op needs (reduction
-// partials, the RoPE table, the logits chunk, cuDNN's workspace, ...) follows GrowingBuffer's rule: made
-// on the op's first use and grown only when a larger shape first asks, so only a run's first step allocates.
+// Memory: every allocation goes through DeviceMemory, recorded under a label. Scratch that an op needs (reduction
+// partials, the RoPE table, the logits chunk, cuDNN's workspace, ...) follows GrowingBuffer's rule: made on the
+// op's first use and grown only when a larger shape first asks, so only a run's first step allocates. Its sizes
+// follow workspace_sizes.h, which the memory planner counts by.
 #include "ops/cuda/cuda_ops.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
-#include <cstdlib>
-#include <map>
 #include <string>
-#include <unordered_map>
 
 #include "core/error.h"
-#include "core/log.h"
-#include "ops/cuda/attention_cudnn.h"
 #include "ops/cuda/attention_decode.h"
-#include "ops/cuda/cross_entropy.h"
 #include "ops/cuda/cuda_check.h"
-#include "ops/cuda/device_alloc.h"
-#include "ops/cuda/kernels.h"
-#include "ops/cuda/matmul_cublaslt.h"
+#include "ops/cuda/cuda_ops_impl.h"
 #include "ops/op_checks.h"
 
 namespace tk {
 
 using cuda::bf16;
 
-namespace {
-
-// Host <-> device f32 conversions go through a staging buffer of this many floats at a time.
-constexpr int64_t kStagingFloats = int64_t(16) << 20;  // 64 MiB
-
-template <class T>
-T* ptr(const Tensor& t) {
-  return static_cast<T*>(t.data);
-}
-
-// Rows of the last dimension: x[..., d] has numel / d rows.
-int64_t rows_of(const Tensor& x, int64_t d, const char* op) {
-  TK_CHECK(d > 0 && x.numel() % d == 0, "{}: {} is not rows of width {}", op, x.describe(), d);
-  return x.numel() / d;
-}
-
-std::string human_bytes(size_t b) {
-  if (b >= (size_t(1) << 30)) return fmt::format("{:.2f} GiB", double(b) / double(size_t(1) << 30));
-  if (b >= (size_t(1) << 20)) return fmt::format("{:.1f} MiB", double(b) / double(size_t(1) << 20));
-  return fmt::format("{:.1f} KiB", double(b) / 1024.0);
-}
-
-}  // namespace
-
-// An AdamW segment table on the device, one per distinct segment list (the offloaded update's chunks
-// each have their own), uploaded once.
-struct AdamWTable {
-  std::vector<cuda::AdamWSegment> host;
-  void* device = nullptr;
-  int blocks = 0;
-};
-
-struct CudaOps::Impl {
-  int device = 0;
-  cudaStream_t stream = nullptr;
-  // The copy queues: created on first use, with a ring of events that orders them against the compute
-  // stream (an event may be recorded again once every wait on it has been queued, which record/wait
-  // pairs in program order guarantee long before the ring comes round).
-  cudaStream_t upload_stream = nullptr, download_stream = nullptr;
-  std::vector<cudaEvent_t> events;
-  size_t next_event = 0;
-  MemoryLedger ledger;
-  cuda::DeviceAlloc alloc;  // hands CudaOps::allocate / release to the building blocks
-
-  std::unique_ptr<cuda::Matmul> matmul;
-  std::string gemm_tuning_path;  // "" when GEMM tuning is off
-  std::unique_ptr<cuda::CudnnAttention> attention;
-
-  // Scratch, each with GrowingBuffer's rule.
-  // `transient` holds the LM head's logits chunk during lm_head_cross_entropy and the FP8 operands during a
-  // linear op: never both at once, so one buffer of the larger size serves both.
-  cuda::GrowingBuffer staging, embedding_scratch, rmsnorm_scratch, rope_scratch, rope_table, transient,
-      grad_norm_scratch, moment_book, attention_scratch;
-  cuda::RopeTable rope_table_view;      // what rope_table holds: the angles for positions below max_pos
-  std::vector<double> rope_table_freq;  // of these frequencies
-  size_t logits_budget = cuda::kLogitsChunkBudgetBytes;
-  std::vector<AdamWTable> adamw_tables;
-
-  // FP8 linears (set_fp8). Each operand (x, w, dy of the linear with a given weight) has a slot of
-  // kFp8SlotFloats floats on the device: [0] the amax its casts scale by, [1] the amax they saw this step
-  // (delayed scaling), [4] the dequant scale (cuBLASLt takes only 16-byte aligned scale pointers: a 4-byte
-  // aligned one makes the GEMM "not supported"), and a history of kFp8HistoryLen amax values.
-  bool fp8 = false, fp8_fusion = true, fp8_lm_head = false;
-  float* fp8_dlogits_slot = nullptr;  // the LM head's dlogits: [4] their dequant scale (16-byte aligned)
-  float fp8_margin = 1.f;  // 2^margin (set_fp8)
-  unsigned long long* fp8_recasts = nullptr;  // on the device, after the slots: the recasts of committed steps
-  int64_t fp8_fused_casts = 0;
-  CudaOps::Fp8Scaling fp8_scaling = CudaOps::Fp8Scaling::Current;
-  static constexpr int kFp8MaxSlots = 3 * 4096;  // 4,096 linear layers
-  float* fp8_slots = nullptr;
-  float* fp8_history = nullptr;
-  std::unordered_map<const void*, int> fp8_first_slot;  // weight -> its x slot (w and dy follow)
-  std::vector<uint8_t> fp8_primed, fp8_used;            // per slot: a committed step has an amax / used now
-  int64_t fp8_steps = 0;                                // steps committed
-  // The slot of operand `role` (0: x, 1: w, 2: dy) of the linear with weight w, its scale set for a cast of
-  // x[n]: an amax pass over x unless delayed scaling has a committed amax for it.
-  float* fp8_slot(const void* w, int role, const bf16* x, int64_t n) {
-    const auto it = fp8_first_slot.try_emplace(w, int(fp8_first_slot.size()) * 3).first;
-    TK_CHECK(it->second + 3 <= kFp8MaxSlots, "--fp8 keeps scales for at most {} linear layers", kFp8MaxSlots / 3);
-    const int i = it->second + role;
-    float* slot = fp8_slots + int64_t(i) * cuda::kFp8SlotFloats;
-    fp8_used[size_t(i)] = 1;
-    if (fp8_scaling == CudaOps::Fp8Scaling::Current || !fp8_primed[size_t(i)]) cuda::amax_bf16(slot, x, n, stream);
-    return slot;
-  }
-  // The slot as the op that kept an x^T left it: no amax pass, whether or not a committed step primed it (the first
-  // step's forward took the pass itself).
-  float* fp8_slot_as_kept(const void* w, int role) {
-    const int i = fp8_first_slot.at(w) + role;
-    fp8_used[size_t(i)] = 1;
-    return fp8_slots + int64_t(i) * cuda::kFp8SlotFloats;
-  }
-  // The cast of x[rows, cols] into x8 and/or xt8 with the slot's scale (recording what it saw when delayed).
-  void fp8_cast(uint8_t* x8, uint8_t* xt8, float* slot, const bf16* x, int64_t rows, int64_t cols,
-                cuda::Fp8Format f) {
-    if (fp8_scaling != CudaOps::Fp8Scaling::Delayed) {
-      cuda::quantize_fp8(x8, xt8, slot + 4, x, rows, cols, slot, f, stream);
-      return;
-    }
-    // Delayed: the cast records what it saw; a cast that saturated is done again with that (the guard, launched
-    // with the op's other casts' guards before its GEMMs: fp8_flush_guards).
-    cuda::quantize_fp8(x8, xt8, slot + 4, x, rows, cols, slot, f, stream, slot + 1);
-    if (fp8_guards.size() == size_t(cuda::kFp8MaxGuarded)) fp8_flush_guards();
-    fp8_guards.push_back(
-        {x8, xt8, slot + 4, x, rows, cols, slot, slot + 1, reinterpret_cast<unsigned int*>(slot + 2), f});
-  }
-  std::vector<cuda::Fp8GuardOperand> fp8_guards;  // casts whose guard has not been launched yet
-  // Activations whose memory holds, instead of their bf16 values, the e4m3 transpose that their linear's weight
-  // gradient takes (x -> the linear's weight): the fused SwiGLU and norm forwards write the down, gate/up and qkv
-  // projections' x^T there, since the backward needs x only for that GEMM. Consumed by the linear_backward of that
-  // weight; any other write of the activation (swiglu_forward, the norms: recomputes) drops it.
-  std::unordered_map<const void*, const void*> fp8_kept_xt;
-  void fp8_flush_guards() {
-    cuda::fp8_guard_all(fp8_guards.data(), int(fp8_guards.size()), stream);
-    fp8_guards.clear();
-  }
-  // Whether the operand's slot has a committed amax (delayed scaling scales its next cast without a pass).
-  bool fp8_slot_primed(const void* w, int role) const {
-    const auto it = fp8_first_slot.find(w);
-    return it != fp8_first_slot.end() && fp8_primed[size_t(it->second + role)];
-  }
-  // Space in `transient` for the given FP8 operands (element counts, 0: not needed), each 256-byte aligned.
-  template <size_t K>
-  std::array<uint8_t*, K> fp8_space(const std::array<int64_t, K>& sizes) {
-    auto up = [](int64_t n) { return size_t(n + 255) / 256 * 256; };
-    size_t total = 0;
-    for (int64_t n : sizes) total += up(n);
-    auto* base = static_cast<uint8_t*>(transient.ensure(alloc, total, kTransientLabel));
-    std::array<uint8_t*, K> out{};
-    for (size_t i = 0; i < K; i++) {
-      out[i] = sizes[i] > 0 ? base : nullptr;
-      base += up(sizes[i]);
-    }
-    return out;
-  }
-  // linear_backward's FP8 operands in `transient`: dy as is and transposed, w^T, x^T (those the GEMMs asked need).
-  std::array<uint8_t*, 4> fp8_backward_space(const Tensor& dx, const Tensor& dw, int64_t N,
-                                             int64_t in, int64_t out) {
-    const bool want_dx = !dx.empty(), want_dw = !dw.empty();
-    return fp8_space<4>({want_dx ? N * out : 0, want_dw ? N * out : 0, want_dx ? out * in : 0, want_dw ? N * in : 0});
-  }
-
-  // linear_backward's FP8 GEMMs once dy is cast (dy8 / dyt8 with the scale in slot sdy): w^T and x^T cast, then
-  // dx = dy w and dw += dy^T x.
-  void fp8_backward_gemms(const Tensor& dx, const Tensor& dw, uint8_t* dy8, uint8_t* dyt8, float* sdy,
-                          uint8_t* wt8, uint8_t* xt8, const Tensor& x, const Tensor& w, int64_t N, int64_t in,
-                          int64_t out) {
-    float *sw = nullptr, *sx = nullptr;
-    if (!dx.empty()) {
-      sw = fp8_slot(w.data, 1, ptr<bf16>(w), out * in);
-      fp8_cast(nullptr, wt8, sw, ptr<bf16>(w), out, in, cuda::Fp8Format::E4M3);
-    }
-    if (!dw.empty()) {
-      const auto kept = fp8_kept_xt.find(x.data);
-      if (kept != fp8_kept_xt.end()) {
-        TK_CHECK(kept->second == w.data,
-                 "linear_backward: x holds the FP8 transpose a fused forward wrote for another linear");
-        fp8_kept_xt.erase(kept);
-        sx = fp8_slot_as_kept(w.data, 0);  // the forward's scale; its guard saw to saturation
-        xt8 = static_cast<uint8_t*>(x.data);
-      } else {
-        sx = fp8_slot(w.data, 0, ptr<bf16>(x), N * in);
-        fp8_cast(nullptr, xt8, sx, ptr<bf16>(x), N, in, cuda::Fp8Format::E4M3);
-      }
-    }
-    fp8_flush_guards();
-    if (sw) matmul->linear_backward_input_fp8(ptr<bf16>(dx), dy8, sdy + 4, wt8, sw + 4, N, in, out);
-    if (sx) matmul->linear_backward_weight_fp8(ptr<float>(dw), dyt8, sdy + 4, xt8, sx + 4, N, in, out);
-  }
-  static constexpr const char* kTransientLabel = "LM head logits chunk / FP8 operands (shared)";
-
-  cudaStream_t queue(Queue q) {
-    if (q == Queue::compute) return stream;
-    cudaStream_t& s = q == Queue::upload ? upload_stream : download_stream;
-    if (!s) TK_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    return s;
-  }
-
-  const cuda::RopeTable& rope_table_for(int max_pos, const std::vector<double>& inv_freq);
-};
+using cuda_ops::ptr;
+using cuda_ops::rows_of;
 
 const cuda::RopeTable& CudaOps::Impl::rope_table_for(int max_pos, const std::vector<double>& inv_freq) {
   if (max_pos != rope_table_view.max_pos || inv_freq != rope_table_freq) {
@@ -222,28 +38,30 @@ const cuda::RopeTable& CudaOps::Impl::rope_table_for(int max_pos, const std::vec
 }
 
 CudaOps::CudaOps(int device) : impl_(std::make_unique<Impl>()) {
-  TK_CHECK(cuda_available(), "no CUDA device is available (no GPU, or no working NVIDIA driver)");
-  impl_->device = device;
+  int devices = 0;
+  const bool found = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+  if (!found) cudaGetLastError();  // leave no sticky error behind
+  TK_CHECK(found, "no CUDA device is available (no GPU, or no working NVIDIA driver)");
+  Impl& m = *impl_;
+  m.device = device;
   TK_CUDA_CHECK(cudaSetDevice(device));
-  TK_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
-  impl_->alloc.allocate = [this](size_t bytes, const char* label) { return allocate(bytes, label); };
-  impl_->alloc.release = [this](void* p) { release(p); };
-  impl_->matmul = std::make_unique<cuda::Matmul>(impl_->stream, impl_->alloc);
-  impl_->attention = std::make_unique<cuda::CudnnAttention>(impl_->stream, impl_->alloc);
+  TK_CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
+  m.memory = std::make_unique<cuda::DeviceMemory>(m.stream);
+  m.alloc.allocate = [this](size_t bytes, const char* label) { return allocate(bytes, label); };
+  m.alloc.release = [this](void* p) { release(p); };
+  m.matmul = std::make_unique<cuda::Matmul>(m.stream, m.alloc);
+  m.attention = std::make_unique<cuda::CudnnAttention>(m.stream, m.alloc);
+  m.fp8 =
+      std::make_unique<cuda::Fp8Linears>(device, m.stream, m.alloc, *m.matmul, m.transient, Impl::kTransientLabel);
 }
 
 CudaOps::~CudaOps() {
   // Nothing may still run on memory about to be freed; errors are beyond reporting in a destructor.
   cudaStreamSynchronize(impl_->stream);
-  for (cudaStream_t s : {impl_->upload_stream, impl_->download_stream})
-    if (s) {
-      cudaStreamSynchronize(s);
-      cudaStreamDestroy(s);
-    }
-  for (cudaEvent_t e : impl_->events) cudaEventDestroy(e);
   impl_->attention.reset();
   impl_->matmul.reset();
-  for (void* p : impl_->ledger.pointers()) cudaFree(p);
+  impl_->fp8.reset();
+  impl_->memory.reset();  // the copy queues, then every allocation
   cudaStreamDestroy(impl_->stream);
 }
 
@@ -251,35 +69,13 @@ std::unique_ptr<Ops> make_cuda_ops(int device) { return std::make_unique<CudaOps
 
 // ---- memory ---------------------------------------------------------------------------------------
 
-void* CudaOps::allocate(size_t bytes, const char* label) {
-  void* p = nullptr;
-  cudaError_t err = cudaMalloc(&p, bytes ? bytes : 1);  // cudaMalloc aligns to at least 256 bytes
-  if (err != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky out-of-memory status
-    size_t free_b = 0, total_b = 0;
-    cudaMemGetInfo(&free_b, &total_b);
-    fail("out of GPU memory: {} for '{}' did not fit ({} already held by tokamak, {} free of {}); lower the "
-         "micro-batch or the sequence length ({})",
-         human_bytes(bytes), label, human_bytes(impl_->ledger.total()), human_bytes(free_b), human_bytes(total_b),
-         cudaGetErrorString(err));
-  }
-  impl_->ledger.add(p, bytes, label);
-  log::debug("cuda: allocated {} for {}", human_bytes(bytes), label);
-  return p;
-}
+void* CudaOps::allocate(size_t bytes, const char* label) { return impl_->memory->allocate(bytes, label); }
 
 void CudaOps::release(void* p) {
   if (!p) return;
-  TK_CHECK(impl_->ledger.contains(p), "release: {} was not allocated by this CUDA backend", p);
-  // Kept FP8 transposes inside the memory go with it: a later allocation at the same address holds other data.
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(p), end = begin + impl_->ledger.bytes_of(p);
-  auto& kept = impl_->fp8_kept_xt;
-  for (auto it = kept.begin(); it != kept.end();) {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(it->first);
-    it = a >= begin && a < end ? kept.erase(it) : std::next(it);
-  }
-  TK_CUDA_CHECK(cudaFree(p));
-  impl_->ledger.remove(p);
+  // Kept FP8 transposes inside the memory go with it.
+  impl_->fp8->drop_within(p, impl_->memory->bytes_of(p));
+  impl_->memory->release(p);
 }
 
 void CudaOps::zero(const Tensor& t) {
@@ -294,8 +90,8 @@ void CudaOps::upload_f32(const Tensor& dst, const float* src) {
   if (dst.dtype == DType::F32) {
     TK_CUDA_CHECK(cudaMemcpyAsync(dst.data, src, size_t(n) * sizeof(float), cudaMemcpyHostToDevice, s));
   } else {
-    int64_t chunk = std::min(n, kStagingFloats);
-    auto* staging = static_cast<float*>(impl_->staging.ensure(impl_->alloc, size_t(chunk) * 4, "f32 staging"));
+    int64_t chunk = std::min(n, cuda::kStagingFloats);
+    auto* staging = static_cast<float*>(impl_->staging.ensure(impl_->alloc, cuda::staging_bytes(n), "f32 staging"));
     for (int64_t i = 0; i < n; i += chunk) {
       int64_t len = std::min(chunk, n - i);
       TK_CUDA_CHECK(cudaMemcpyAsync(staging, src + i, size_t(len) * 4, cudaMemcpyHostToDevice, s));
@@ -313,8 +109,8 @@ void CudaOps::download_f32(float* dst, const Tensor& src) {
   if (src.dtype == DType::F32) {
     TK_CUDA_CHECK(cudaMemcpyAsync(dst, src.data, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost, s));
   } else {
-    int64_t chunk = std::min(n, kStagingFloats);
-    auto* staging = static_cast<float*>(impl_->staging.ensure(impl_->alloc, size_t(chunk) * 4, "f32 staging"));
+    int64_t chunk = std::min(n, cuda::kStagingFloats);
+    auto* staging = static_cast<float*>(impl_->staging.ensure(impl_->alloc, cuda::staging_bytes(n), "f32 staging"));
     for (int64_t i = 0; i < n; i += chunk) {
       int64_t len = std::min(chunk, n - i);
       cuda::bf16_to_f32(staging, ptr<bf16>(src) + i, len, s);
@@ -337,46 +133,19 @@ void CudaOps::download(void* dst, const void* src, size_t bytes) {
 void CudaOps::synchronize() { TK_CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
 
 void CudaOps::copy_async(void* dst, const void* src, size_t bytes, Queue q) {
-  TK_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, impl_->queue(q)));
+  impl_->memory->copy_async(dst, src, bytes, q);
 }
-
-int CudaOps::record_event(Queue q) {
-  constexpr size_t kEvents = 64;
-  if (impl_->events.empty()) {
-    impl_->events.resize(kEvents);
-    for (cudaEvent_t& e : impl_->events) TK_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  }
-  const int id = int(impl_->next_event++ % kEvents);
-  TK_CUDA_CHECK(cudaEventRecord(impl_->events[size_t(id)], impl_->queue(q)));
-  return id;
-}
-
-void CudaOps::wait_event(Queue waiter, int event) {
-  TK_CHECK(event >= 0 && size_t(event) < impl_->events.size(), "wait_event: no event {} was recorded", event);
-  TK_CUDA_CHECK(cudaStreamWaitEvent(impl_->queue(waiter), impl_->events[size_t(event)], 0));
-}
+int CudaOps::record_event(Queue q) { return impl_->memory->record_event(q); }
+void CudaOps::wait_event(Queue waiter, int event) { impl_->memory->wait_event(waiter, event); }
 
 cudaStream_t CudaOps::stream() const { return impl_->stream; }
 int CudaOps::device() const { return impl_->device; }
-size_t CudaOps::allocated_bytes() const { return impl_->ledger.total(); }
-std::vector<MemoryRow> CudaOps::memory_rows() const { return impl_->ledger.rows(); }
-
+std::vector<MemoryRow> CudaOps::memory_rows() const { return impl_->memory->rows(); }
+void CudaOps::seal_memory() { impl_->memory->seal(); }
 void* CudaOps::allocate_host(size_t bytes, const char* label) {
-  void* p = nullptr;
-  cudaError_t err = cudaMallocHost(&p, bytes ? bytes : 1);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    fail("could not page-lock {} of host memory for '{}' ({}); free host memory or offload less",
-         human_bytes(bytes), label, cudaGetErrorString(err));
-  }
-  log::debug("cuda: page-locked {} of host memory for {}", human_bytes(bytes), label);
-  return p;
+  return cuda::DeviceMemory::allocate_host(bytes, label);
 }
-
-void CudaOps::release_host(void* p) {
-  if (p) cudaFreeHost(p);
-}
-void CudaOps::seal_memory() { impl_->ledger.seal(); }
+void CudaOps::release_host(void* p) { cuda::DeviceMemory::release_host(p); }
 void CudaOps::set_logits_chunk_budget(size_t bytes) { impl_->logits_budget = bytes; }
 
 void CudaOps::enable_gemm_tuning(const std::string& cache_path) {
@@ -398,15 +167,19 @@ std::string CudaOps::gemm_tuning_summary() const {
   return line;
 }
 
-std::string CudaOps::memory_report() const {
-  std::string out;
-  for (const MemoryRow& r : impl_->ledger.rows()) {
-    std::string count = r.count > 1 ? fmt::format(" (x{})", r.count) : "";
-    out += fmt::format("  {:>12}  {}{}\n", human_bytes(r.bytes), r.label, count);
-  }
-  out += fmt::format("  {:>12}  total on {}\n", human_bytes(impl_->ledger.total()), cuda_device_name(impl_->device));
-  return out;
-}
+// ---- FP8 settings and state (fp8_linears.h) -----------------------------------------------------------
+
+void CudaOps::set_fp8(bool on, Fp8Scaling scaling, int margin) { impl_->fp8->enable(on, scaling, margin); }
+int64_t CudaOps::fp8_recasts() const { return impl_->fp8->recasts(); }
+void CudaOps::set_fp8_fusion(bool on) { impl_->fp8->set_fusion(on); }
+void CudaOps::set_fp8_lm_head(bool on) { impl_->fp8->set_lm_head(on); }
+int64_t CudaOps::fp8_fused_casts() const { return impl_->fp8->fused_casts(); }
+bool CudaOps::fuses_swiglu_linear() const { return impl_->fp8->fuses(); }
+bool CudaOps::fuses_rmsnorm_linear() const { return impl_->fp8->fuses(); }  // the same conditions
+void CudaOps::name_weights(const std::vector<NamedWeight>& weights) { impl_->fp8->name_weights(weights); }
+void CudaOps::end_step() { impl_->fp8->end_step(); }
+Ops::Fp8ScalingState CudaOps::fp8_scaling_state() const { return impl_->fp8->state(); }
+void CudaOps::set_fp8_scaling_state(const Fp8ScalingState& state) { impl_->fp8->restore(state); }
 
 // ---- embedding ------------------------------------------------------------------------------------
 
@@ -443,7 +216,7 @@ void CudaOps::rmsnorm_forward(const Tensor& y, const Tensor& rstd, const Tensor&
   expect(x, DType::BF16, {N, d}, op, "x");
   expect(y, DType::BF16, {N, d}, op, "y");
   expect(rstd, DType::F32, {N}, op, "rstd");
-  impl_->fp8_kept_xt.erase(y.data);  // y holds bf16 values again
+  impl_->fp8->drop(y.data);  // y holds bf16 values again
   cuda::rmsnorm_forward(ptr<bf16>(y), ptr<float>(rstd), ptr<bf16>(x), ptr<bf16>(w), N, int(d), eps, impl_->stream);
 }
 
@@ -457,7 +230,7 @@ void CudaOps::residual_rmsnorm_forward(const Tensor& h_out, const Tensor& y, con
   expect(h_out, DType::BF16, {N, d}, op, "h_out");
   expect(y, DType::BF16, {N, d}, op, "y");
   expect(rstd, DType::F32, {N}, op, "rstd");
-  impl_->fp8_kept_xt.erase(y.data);  // y holds bf16 values again
+  impl_->fp8->drop(y.data);  // y holds bf16 values again
   cuda::residual_rmsnorm_forward(ptr<bf16>(h_out), ptr<bf16>(y), ptr<float>(rstd), ptr<bf16>(h_in), ptr<bf16>(x),
                                  ptr<bf16>(w), N, int(d), eps, impl_->stream);
 }
@@ -477,197 +250,6 @@ void CudaOps::rmsnorm_backward(const Tensor& dh, const Tensor& dw, const Tensor&
   void* scratch = impl_->rmsnorm_scratch.ensure(impl_->alloc, bytes, "rmsnorm backward partials");
   cuda::rmsnorm_backward(ptr<bf16>(dh), ptr<float>(dw), ptr<bf16>(dy), ptr<bf16>(dresidual), ptr<bf16>(h),
                          ptr<float>(rstd), ptr<bf16>(w), N, int(d), scratch, bytes, impl_->stream);
-}
-
-// ---- linear ---------------------------------------------------------------------------------------
-
-void CudaOps::set_fp8(bool on, Fp8Scaling scaling, int margin) {
-  TK_CHECK(margin >= 0 && margin <= 8, "--fp8-margin is {}: it must be 0 to 8 (the scale's headroom, 2^margin)",
-           margin);
-  Impl& m = *impl_;
-  if (on) {
-    cudaDeviceProp prop{};
-    TK_CUDA_CHECK(cudaGetDeviceProperties(&prop, m.device));
-    TK_CHECK(prop.major * 10 + prop.minor >= 89,
-             "--fp8 needs FP8 tensor cores (compute capability 8.9 or newer); {} is {}.{}", prop.name, prop.major,
-             prop.minor);
-    if (!m.fp8_slots) {
-      // + the recasts' count (16 bytes), then the LM head dlogits' slot (16-byte aligned)
-      const size_t slots = size_t(Impl::kFp8MaxSlots + 1) * cuda::kFp8SlotFloats * sizeof(float) + 16;
-      const size_t history = size_t(Impl::kFp8MaxSlots) * kFp8HistoryLen * sizeof(float);
-      m.fp8_slots = static_cast<float*>(allocate(slots, "FP8 scales"));
-      m.fp8_history = static_cast<float*>(allocate(history, "FP8 amax history"));
-      m.fp8_recasts = reinterpret_cast<unsigned long long*>(m.fp8_slots + size_t(Impl::kFp8MaxSlots) *
-                                                                               cuda::kFp8SlotFloats);
-      m.fp8_dlogits_slot = m.fp8_slots + size_t(Impl::kFp8MaxSlots) * cuda::kFp8SlotFloats + 4;
-      TK_CUDA_CHECK(cudaMemsetAsync(m.fp8_slots, 0, slots, m.stream));
-      TK_CUDA_CHECK(cudaMemsetAsync(m.fp8_history, 0, history, m.stream));
-      m.fp8_primed.assign(Impl::kFp8MaxSlots, 0);
-      m.fp8_used.assign(Impl::kFp8MaxSlots, 0);
-    }
-  }
-  m.fp8 = on;
-  m.fp8_scaling = scaling;
-  m.fp8_margin = std::ldexp(1.f, margin);
-}
-
-int64_t CudaOps::fp8_recasts() const {
-  if (!impl_->fp8_recasts) return 0;
-  unsigned long long n = 0;
-  TK_CUDA_CHECK(cudaMemcpyAsync(&n, impl_->fp8_recasts, sizeof n, cudaMemcpyDeviceToHost, impl_->stream));
-  TK_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
-  return int64_t(n);
-}
-
-void CudaOps::end_step() {
-  Impl& m = *impl_;
-  if (!m.fp8 || m.fp8_scaling != Fp8Scaling::Delayed || m.fp8_first_slot.empty()) return;
-  const int n = int(m.fp8_first_slot.size()) * 3;
-  cuda::fp8_commit_amax(m.fp8_slots, m.fp8_history, n, kFp8HistoryLen, int(m.fp8_steps % kFp8HistoryLen),
-                        m.fp8_margin, m.fp8_recasts, m.stream);
-  for (int i = 0; i < n; i++) {
-    m.fp8_primed[size_t(i)] |= m.fp8_used[size_t(i)];
-    m.fp8_used[size_t(i)] = 0;
-  }
-  m.fp8_steps++;
-}
-
-Ops::Fp8ScalingState CudaOps::fp8_scaling_state() const {
-  const Impl& m = *impl_;
-  Fp8ScalingState st;
-  if (!m.fp8 || m.fp8_scaling != Fp8Scaling::Delayed) return st;
-  st.history_len = kFp8HistoryLen;
-  st.steps = m.fp8_steps;
-  const size_t per = size_t(3) * kFp8HistoryLen, n = m.fp8_first_slot.size() * 3;
-  std::vector<float> all(n * kFp8HistoryLen), slots(n * cuda::kFp8SlotFloats);
-  if (n > 0) {
-    TK_CUDA_CHECK(cudaStreamSynchronize(m.stream));
-    TK_CUDA_CHECK(cudaMemcpy(all.data(), m.fp8_history, all.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    TK_CUDA_CHECK(cudaMemcpy(slots.data(), m.fp8_slots, slots.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  }
-  for (const auto& [w, first] : m.fp8_first_slot) {
-    const float* h = all.data() + size_t(first) * kFp8HistoryLen;
-    std::vector<float> v(h, h + per);
-    for (int r = 0; r < 3; r++) v.push_back(slots[(size_t(first) + size_t(r)) * cuda::kFp8SlotFloats + 1]);
-    st.weights.push_back({w, std::move(v)});
-  }
-  return st;
-}
-
-void CudaOps::set_fp8_scaling_state(const Fp8ScalingState& st) {
-  Impl& m = *impl_;
-  if (!m.fp8 || m.fp8_scaling != Fp8Scaling::Delayed || st.weights.empty()) return;
-  TK_CHECK(st.history_len == kFp8HistoryLen, "the FP8 amax history saved has {} steps a value, this build keeps {}",
-           st.history_len, kFp8HistoryLen);
-  TK_CHECK(m.fp8_first_slot.empty(), "internal error: FP8 scaling state restored after the first FP8 cast");
-  const size_t per = size_t(3) * kFp8HistoryLen;
-  std::vector<float> history(st.weights.size() * per), slots(st.weights.size() * 3 * cuda::kFp8SlotFloats, 0.f);
-  for (size_t e = 0; e < st.weights.size(); e++) {
-    const Fp8AmaxHistory& h = st.weights[e];
-    TK_CHECK(h.amax.size() == per + 3, "an FP8 amax history holds {} values where {} were expected",
-             h.amax.size(), per + 3);
-    TK_CHECK(3 * (e + 1) <= size_t(Impl::kFp8MaxSlots), "--fp8 keeps scales for at most {} linear layers",
-             Impl::kFp8MaxSlots / 3);
-    m.fp8_first_slot[h.weight] = int(e) * 3;
-    std::copy(h.amax.begin(), h.amax.begin() + ptrdiff_t(per), history.begin() + ptrdiff_t(e * per));
-    for (int r = 0; r < 3; r++) {
-      const float* v = h.amax.data() + r * kFp8HistoryLen;
-      const float mx = *std::max_element(v, v + kFp8HistoryLen);
-      const float seen = h.amax[per + size_t(r)];
-      slots[(e * 3 + size_t(r)) * cuda::kFp8SlotFloats] = mx * m.fp8_margin;  // as fp8_commit_amax leaves it
-      slots[(e * 3 + size_t(r)) * cuda::kFp8SlotFloats + 1] = seen;
-      m.fp8_primed[e * 3 + size_t(r)] = mx > 0.f;
-      m.fp8_used[e * 3 + size_t(r)] = seen > 0.f;
-    }
-  }
-  TK_CUDA_CHECK(cudaMemcpyAsync(m.fp8_history, history.data(), history.size() * sizeof(float),
-                                cudaMemcpyHostToDevice, m.stream));
-  TK_CUDA_CHECK(cudaMemcpyAsync(m.fp8_slots, slots.data(), slots.size() * sizeof(float), cudaMemcpyHostToDevice,
-                                m.stream));
-  TK_CUDA_CHECK(cudaStreamSynchronize(m.stream));
-  m.fp8_steps = st.steps;
-}
-
-bool CudaOps::fp8() const { return impl_->fp8; }
-void CudaOps::set_fp8_fusion(bool on) { impl_->fp8_fusion = on; }
-void CudaOps::set_fp8_lm_head(bool on) { impl_->fp8_lm_head = on; }
-bool CudaOps::fp8_lm_head() const { return impl_->fp8_lm_head; }
-bool CudaOps::fuses_swiglu_linear() const {
-  return impl_->fp8 && impl_->fp8_fusion && impl_->fp8_scaling == Fp8Scaling::Delayed;
-}
-bool CudaOps::fuses_rmsnorm_linear() const { return fuses_swiglu_linear(); }  // the same conditions
-int64_t CudaOps::fp8_fused_casts() const { return impl_->fp8_fused_casts; }
-
-namespace {
-// The FP8 path's conditions: cuBLASLt's (every dimension a multiple of 16) and quantize_fp8's (16-byte rows).
-bool fp8_shape(int64_t N, int64_t in, int64_t out, std::initializer_list<const Tensor*> operands) {
-  for (const Tensor* t : operands)
-    if (!t->empty() && (reinterpret_cast<uintptr_t>(t->data) & 15) != 0) return false;
-  return N % 16 == 0 && in % 16 == 0 && out % 16 == 0;
-}
-}  // namespace
-
-// x of a linear's backward: bf16, or one byte an element (ModelOptions::fp8_kept_inputs) holding the x^T that a
-// fused forward kept for it.
-void CudaOps::expect_linear_input(const Tensor& x, int64_t N, int64_t in, const char* op) const {
-  if (x.dtype != DType::U8) return expect(x, DType::BF16, {N, in}, op, "x");
-  expect(x, DType::U8, {N, in}, op, "x");
-  TK_CHECK(impl_->fp8_kept_xt.count(x.data),
-           "{}: x is one byte an element, the FP8 x^T a fused forward keeps (--fp8 with delayed scaling), but no "
-           "forward kept one there since its last backward",
-           op);
-}
-
-void CudaOps::linear_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) {
-  const char* op = "linear_forward";
-  TK_CHECK(w.ndim == 2, "{}: w is {} but must be [out, in]", op, w.describe());
-  int64_t out = w.dim(0), in = w.dim(1), N = rows_of(x, in, op);
-  expect(w, DType::BF16, {out, in}, op, "w");
-  expect(x, DType::BF16, {N, in}, op, "x");
-  expect(y, DType::BF16, {N, out}, op, "y");
-  expect_optional(bias, DType::BF16, {out}, op, "bias");
-  TK_CHECK(!impl_->fp8_kept_xt.count(x.data),
-           "{}: x holds the FP8 transpose a fused forward kept for a linear's backward, not its values", op);
-  if (impl_->fp8 && fp8_shape(N, in, out, {&x, &w})) {
-    Impl& m = *impl_;
-    const auto [x8, w8] = m.fp8_space<2>({N * in, out * in});
-    float* sx = m.fp8_slot(w.data, 0, ptr<bf16>(x), N * in);
-    m.fp8_cast(x8, nullptr, sx, ptr<bf16>(x), N, in, cuda::Fp8Format::E4M3);
-    float* sw = m.fp8_slot(w.data, 1, ptr<bf16>(w), out * in);
-    m.fp8_cast(w8, nullptr, sw, ptr<bf16>(w), out, in, cuda::Fp8Format::E4M3);
-    m.fp8_flush_guards();
-    m.matmul->linear_forward_fp8(ptr<bf16>(y), x8, sx + 4, w8, sw + 4, ptr<bf16>(bias), N, in, out);
-    return;
-  }
-  impl_->matmul->linear_forward(ptr<bf16>(y), ptr<bf16>(x), ptr<bf16>(w), ptr<bf16>(bias), N, in, out);
-}
-
-void CudaOps::linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dbias, const Tensor& dy,
-                              const Tensor& x, const Tensor& w) {
-  const char* op = "linear_backward";
-  TK_CHECK(w.ndim == 2, "{}: w is {} but must be [out, in]", op, w.describe());
-  int64_t out = w.dim(0), in = w.dim(1), N = rows_of(x, in, op);
-  expect(w, DType::BF16, {out, in}, op, "w");
-  expect_linear_input(x, N, in, op);
-  expect(dy, DType::BF16, {N, out}, op, "dy");
-  expect_optional(dx, DType::BF16, {N, in}, op, "dx");
-  expect_optional(dw, DType::F32, {out, in}, op, "dw");
-  expect_optional(dbias, DType::F32, {out}, op, "dbias");
-  cuda::Matmul& mm = *impl_->matmul;
-  if (impl_->fp8 && fp8_shape(N, in, out, {&x, &w, &dy}) && (!dx.empty() || !dw.empty())) {
-    Impl& m = *impl_;
-    const auto [dy8, dyt8, wt8, xt8] = m.fp8_backward_space(dx, dw, N, in, out);
-    float* sdy = m.fp8_slot(w.data, 2, ptr<bf16>(dy), N * out);
-    m.fp8_cast(dy8, dyt8, sdy, ptr<bf16>(dy), N, out, cuda::Fp8Format::E5M2);
-    m.fp8_backward_gemms(dx, dw, dy8, dyt8, sdy, wt8, xt8, x, w, N, in, out);
-    if (!dbias.empty()) mm.bias_backward(ptr<float>(dbias), ptr<bf16>(dy), N, out);
-    return;
-  }
-  TK_CHECK(dw.empty() || !impl_->fp8_kept_xt.count(x.data),
-           "{}: x holds the FP8 transpose a fused forward kept, but this backward is not on the FP8 path", op);
-  if (!dx.empty()) mm.linear_backward_input(ptr<bf16>(dx), ptr<bf16>(dy), ptr<bf16>(w), N, in, out);
-  if (!dw.empty()) mm.linear_backward_weight(ptr<float>(dw), ptr<bf16>(dy), ptr<bf16>(x), N, in, out);
-  if (!dbias.empty()) mm.bias_backward(ptr<float>(dbias), ptr<bf16>(dy), N, out);
 }
 
 // ---- q/k norm and RoPE ----------------------------------------------------------------------------
@@ -795,7 +377,7 @@ void CudaOps::swiglu_forward(const Tensor& out, const Tensor& gate_up) {
   int64_t f = out.dim(-1), N = rows_of(out, f, op);
   expect(out, DType::BF16, {N, f}, op, "out");
   expect(gate_up, DType::BF16, {N, 2 * f}, op, "gate_up");
-  impl_->fp8_kept_xt.erase(out.data);  // out holds bf16 values again
+  impl_->fp8->drop(out.data);  // out holds bf16 values again
   cuda::swiglu_forward(ptr<bf16>(out), ptr<bf16>(gate_up), N, int(f), impl_->stream);
 }
 
@@ -806,207 +388,6 @@ void CudaOps::swiglu_backward(const Tensor& dgate_up, const Tensor& dout, const 
   expect(gate_up, DType::BF16, {N, 2 * f}, op, "gate_up");
   expect(dgate_up, DType::BF16, {N, 2 * f}, op, "dgate_up");
   cuda::swiglu_backward(ptr<bf16>(dgate_up), ptr<bf16>(dout), ptr<bf16>(gate_up), N, int(f), impl_->stream);
-}
-
-void CudaOps::swiglu_linear_forward(const Tensor& y, const Tensor& act, const Tensor& gate_up, const Tensor& w) {
-  Impl& m = *impl_;
-  const int64_t f = act.dim(-1), N = rows_of(act, f, "swiglu_linear_forward");
-  // SwiGLU's output cast to FP8 as it is written: with delayed scaling once the operand has a committed amax,
-  // when linear_forward would take the FP8 path for it.
-  const bool fused = fuses_swiglu_linear() && w.ndim == 2 && w.dim(1) == f && f % 8 == 0 &&
-                     fp8_shape(N, f, w.dim(0), {&act, &w, &gate_up}) && m.fp8_slot_primed(w.data, 0);
-  const char* op = "swiglu_linear_forward";
-  const bool kept_u8 = act.dtype == DType::U8;  // ModelOptions::fp8_kept_inputs: act holds only the x^T
-  if (!fused && !kept_u8) {
-    Ops::swiglu_linear_forward(y, act, gate_up, w);  // swiglu_forward drops act from fp8_kept_xt
-    return;
-  }
-  TK_CHECK(fused || (fuses_swiglu_linear() && w.ndim == 2 && w.dim(1) == f &&
-                     fp8_shape(N, f, w.dim(0), {&act, &w, &gate_up})),
-           "{}: act is one byte an element (the kept FP8 x^T of --fp8 with delayed scaling) but this linear is not on "
-           "that path",
-           op);
-  const int64_t out = w.dim(0), in = f;
-  expect(act, kept_u8 ? DType::U8 : DType::BF16, {N, f}, op, "act");
-  expect(gate_up, DType::BF16, {N, 2 * f}, op, "gate_up");
-  expect(w, DType::BF16, {out, in}, op, "w");
-  expect(y, DType::BF16, {N, out}, op, "y");
-  // The backward needs act only for the weight gradient's x^T: that is what act's memory keeps, so the bf16
-  // output is never kept and the backward casts nothing for it. Once the operand has a history the cast is fused
-  // into SwiGLU; before (the first step, act one byte an element) SwiGLU's output goes to bf16 scratch after the
-  // FP8 operands, then its amax and the cast both ways: the bytes the unfused ops give.
-  const bool first = !fused;
-  const auto [x8, w8, scratch] = m.fp8_space<3>({N * in, out * in, first ? 2 * N * in : 0});
-  auto* xt8 = static_cast<uint8_t*>(act.data);
-  float* sx = nullptr;
-  if (first) {
-    auto* x = reinterpret_cast<bf16*>(scratch);
-    cuda::swiglu_forward(x, ptr<bf16>(gate_up), N, int(f), m.stream);
-    sx = m.fp8_slot(w.data, 0, x, N * in);
-    m.fp8_cast(x8, xt8, sx, x, N, in, cuda::Fp8Format::E4M3);
-  } else {
-    sx = m.fp8_slot(w.data, 0, nullptr, 0);  // primed: no amax pass
-    m.fp8_fused_casts++;
-    cuda::swiglu_forward_fp8(nullptr, x8, xt8, sx + 4, ptr<bf16>(gate_up), N, int(f), sx, sx + 1,
-                             cuda::Fp8Format::E4M3, m.stream);
-    m.fp8_guards.push_back({x8, xt8, sx + 4, nullptr, N, in, sx, sx + 1, reinterpret_cast<unsigned int*>(sx + 2),
-                            cuda::Fp8Format::E4M3, ptr<bf16>(gate_up)});
-  }
-  m.fp8_kept_xt[act.data] = w.data;
-  float* sw = m.fp8_slot(w.data, 1, ptr<bf16>(w), out * in);
-  m.fp8_cast(w8, nullptr, sw, ptr<bf16>(w), out, in, cuda::Fp8Format::E4M3);
-  m.fp8_flush_guards();
-  m.matmul->linear_forward_fp8(ptr<bf16>(y), x8, sx + 4, w8, sw + 4, nullptr, N, in, out);
-}
-
-void CudaOps::rmsnorm_linear_forward(const Tensor& y, const Tensor& x_norm, const Tensor& rstd, const Tensor& h_out,
-                                     const Tensor& h_in, const Tensor& x, const Tensor& norm_w, const Tensor& w,
-                                     const Tensor& bias, float eps) {
-  Impl& m = *impl_;
-  const char* op = "rmsnorm_linear_forward";
-  const int64_t d = norm_w.numel(), N = rows_of(x, d, op);
-  // The norm's output cast to FP8 from its input and rstd: with delayed scaling once the operand has a committed
-  // amax, when linear_forward would take the FP8 path, and for the norm kernels' warp-per-row widths.
-  const bool fused = fuses_rmsnorm_linear() && w.ndim == 2 && w.dim(1) == d && d % 8 == 0 && d <= 4096 &&
-                     fp8_shape(N, d, w.dim(0), {&x, &x_norm, &w, &norm_w, &h_in, &h_out}) &&
-                     m.fp8_slot_primed(w.data, 0);
-  const bool kept_u8 = x_norm.dtype == DType::U8;  // ModelOptions::fp8_kept_inputs: x_norm holds only the x^T
-  if (!fused && !kept_u8) {
-    Ops::rmsnorm_linear_forward(y, x_norm, rstd, h_out, h_in, x, norm_w, w, bias, eps);
-    return;
-  }
-  TK_CHECK(fused || (fuses_rmsnorm_linear() && w.ndim == 2 && w.dim(1) == d && d % 8 == 0 && d <= 4096 &&
-                     fp8_shape(N, d, w.dim(0), {&x, &x_norm, &w, &norm_w, &h_in, &h_out})),
-           "{}: x_norm is one byte an element (the kept FP8 x^T of --fp8 with delayed scaling) but this linear is "
-           "not on that path",
-           op);
-  const int64_t out = w.dim(0), in = d;
-  expect(norm_w, DType::BF16, {d}, op, "norm_w");
-  expect(x, DType::BF16, {N, d}, op, "x");
-  expect(x_norm, kept_u8 ? DType::U8 : DType::BF16, {N, d}, op, "x_norm");
-  expect(rstd, DType::F32, {N}, op, "rstd");
-  expect(w, DType::BF16, {out, in}, op, "w");
-  expect(y, DType::BF16, {N, out}, op, "y");
-  expect_optional(bias, DType::BF16, {out}, op, "bias");
-  // As for SwiGLU's output: x_norm's memory keeps the transpose the weight gradient takes, not the bf16 values.
-  // Once the operand has a history the norm writes no output and its cast is fused; before (the first step,
-  // x_norm one byte an element) the norm writes bf16 scratch after the FP8 operands, then its amax and the cast.
-  const bool first = !fused;
-  const auto [x8, w8, scratch] = m.fp8_space<3>({N * in, out * in, first ? 2 * N * in : 0});
-  auto* y_first = reinterpret_cast<bf16*>(scratch);  // null when fused
-  const bf16* h = ptr<bf16>(x);  // the norm's input
-  if (h_in.empty()) {
-    cuda::rmsnorm_forward(y_first, ptr<float>(rstd), ptr<bf16>(x), ptr<bf16>(norm_w), N, int(d), eps, m.stream);
-  } else {
-    expect(h_in, DType::BF16, {N, d}, op, "h_in");
-    expect(h_out, DType::BF16, {N, d}, op, "h_out");
-    cuda::residual_rmsnorm_forward(ptr<bf16>(h_out), y_first, ptr<float>(rstd), ptr<bf16>(h_in), ptr<bf16>(x),
-                                   ptr<bf16>(norm_w), N, int(d), eps, m.stream);
-    h = ptr<bf16>(h_out);
-  }
-  auto* xt8 = static_cast<uint8_t*>(x_norm.data);
-  float* sx = nullptr;
-  if (first) {
-    sx = m.fp8_slot(w.data, 0, y_first, N * in);
-    m.fp8_cast(x8, xt8, sx, y_first, N, in, cuda::Fp8Format::E4M3);
-  } else {
-    sx = m.fp8_slot(w.data, 0, nullptr, 0);  // primed: no amax pass
-    m.fp8_fused_casts++;
-    cuda::rmsnorm_cast_fp8(x8, xt8, sx + 4, h, ptr<float>(rstd), ptr<bf16>(norm_w), N, int(d), sx, sx + 1,
-                           cuda::Fp8Format::E4M3, m.stream);
-    m.fp8_guards.push_back({x8, xt8, sx + 4, h, N, in, sx, sx + 1, reinterpret_cast<unsigned int*>(sx + 2),
-                            cuda::Fp8Format::E4M3, nullptr, ptr<float>(rstd), ptr<bf16>(norm_w)});
-  }
-  m.fp8_kept_xt[x_norm.data] = w.data;
-  float* sw = m.fp8_slot(w.data, 1, ptr<bf16>(w), out * in);
-  m.fp8_cast(w8, nullptr, sw, ptr<bf16>(w), out, in, cuda::Fp8Format::E4M3);
-  m.fp8_flush_guards();
-  m.matmul->linear_forward_fp8(ptr<bf16>(y), x8, sx + 4, w8, sw + 4, ptr<bf16>(bias), N, in, out);
-}
-
-void CudaOps::swiglu_linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dgate_up, const Tensor& dout,
-                                     const Tensor& gate_up, const Tensor& x, const Tensor& w) {
-  Impl& m = *impl_;
-  const int64_t f = dout.dim(-1), N = rows_of(dout, f, "swiglu_linear_backward");
-  // SwiGLU's gradient cast to FP8 as it is computed: with delayed scaling once the operand has a committed amax
-  // (its scale is known before the values are), when linear_backward would take the FP8 path for it.
-  const bool fused = fuses_swiglu_linear() && w.ndim == 2 && w.dim(0) == 2 * f && f % 8 == 0 &&
-                     (!dx.empty() || !dw.empty()) &&
-                     fp8_shape(N, w.dim(1), 2 * f, {&x, &w, &dgate_up, &dout, &gate_up}) &&
-                     m.fp8_slot_primed(w.data, 2);
-  if (!fused) {
-    Ops::swiglu_linear_backward(dx, dw, dgate_up, dout, gate_up, x, w);
-    return;
-  }
-  const char* op = "swiglu_linear_backward";
-  const int64_t out = 2 * f, in = w.dim(1);
-  expect(dout, DType::BF16, {N, f}, op, "dout");
-  expect(gate_up, DType::BF16, {N, out}, op, "gate_up");
-  expect(dgate_up, DType::BF16, {N, out}, op, "dgate_up");
-  expect(w, DType::BF16, {out, in}, op, "w");
-  expect_linear_input(x, N, in, op);
-  expect_optional(dx, DType::BF16, {N, in}, op, "dx");
-  expect_optional(dw, DType::F32, {out, in}, op, "dw");
-  const auto [dy8, dyt8, wt8, xt8] = m.fp8_backward_space(dx, dw, N, in, out);
-  float* sdy = m.fp8_slot(w.data, 2, nullptr, 0);  // primed: no amax pass
-  m.fp8_fused_casts++;
-  cuda::swiglu_backward_fp8(dy8, dyt8, sdy + 4, ptr<bf16>(dout), ptr<bf16>(gate_up), N, int(f), sdy, sdy + 1,
-                            reinterpret_cast<unsigned int*>(sdy + 2), cuda::Fp8Format::E5M2, m.stream);
-  m.fp8_backward_gemms(dx, dw, dy8, dyt8, sdy, wt8, xt8, x, w, N, in, out);
-}
-
-// ---- LM head + cross-entropy ------------------------------------------------------------------------
-
-void CudaOps::lm_head_cross_entropy(const Tensor& losses, const Tensor& dx, const Tensor& dw, const Tensor& x,
-                                    const Tensor& w, const Tensor& targets, float grad_scale, int ignore_index) {
-  const char* op = "lm_head_cross_entropy";
-  TK_CHECK(w.ndim == 2, "{}: w is {} but must be [V, d]", op, w.describe());
-  int64_t V = w.dim(0), d = w.dim(1), N = rows_of(x, d, op);
-  expect(w, DType::BF16, {V, d}, op, "w");
-  expect(x, DType::BF16, {N, d}, op, "x");
-  expect(targets, DType::I32, {N}, op, "targets");
-  expect(losses, DType::F32, {N}, op, "losses");
-  expect_optional(dx, DType::BF16, {N, d}, op, "dx");
-  expect_optional(dw, DType::F32, {V, d}, op, "dw");
-  int64_t rows = cuda::lm_head_chunk_rows(N, V, impl_->logits_budget);
-  Impl& m = *impl_;
-  if (m.fp8 && m.fp8_lm_head && fp8_shape(N, d, V, {&x, &w})) {
-    // FP8 (set_fp8_lm_head): per chunk of token rows, x's rows cast (as is for the logits, transposed for dw), the
-    // logits' GEMM, the softmax rows writing the dlogits in e5m2 with the scale of their bound (for dx), their
-    // transpose (for dw), then the two gradient GEMMs. The weight is cast once a call (as is for the logits,
-    // transposed for dx). Every operand lives in `transient`, after the logits chunk.
-    const bool want_dx = !dx.empty(), want_dw = !dw.empty(), grads = want_dx || want_dw;
-    const auto [logit_bytes, dl8, dlt8, w8, wt8, x8, xt8] = m.fp8_space<7>(
-        {2 * rows * V, grads ? rows * V : 0, want_dw ? rows * V : 0, V * d, want_dx ? d * V : 0, rows * d,
-         want_dw ? d * rows : 0});
-    auto* logits = reinterpret_cast<bf16*>(logit_bytes);
-    float* sw = m.fp8_slot(w.data, 1, ptr<bf16>(w), V * d);
-    m.fp8_cast(w8, wt8, sw, ptr<bf16>(w), V, d, cuda::Fp8Format::E4M3);
-    float* sx = m.fp8_slot(w.data, 0, ptr<bf16>(x), N * d);
-    float* sdl = m.fp8_dlogits_slot;
-    for (int64_t r0 = 0; r0 < N; r0 += rows) {
-      const int64_t n = std::min(rows, N - r0);
-      m.fp8_cast(x8, xt8, sx, ptr<bf16>(x) + r0 * d, n, d, cuda::Fp8Format::E4M3);
-      m.fp8_flush_guards();
-      m.matmul->linear_forward_fp8(logits, x8, sx + 4, w8, sw + 4, nullptr, n, d, V);
-      if (!grads) {
-        cuda::cross_entropy_chunk(logits, ptr<float>(losses) + r0, ptr<int32_t>(targets) + r0, n, V, grad_scale,
-                                  ignore_index, false, m.stream);
-        continue;
-      }
-      cuda::cross_entropy_chunk_fp8(logits, dl8, sdl + 4, ptr<float>(losses) + r0, ptr<int32_t>(targets) + r0, n, V,
-                                    grad_scale, ignore_index, m.stream);
-      if (want_dw) cuda::transpose_bytes(dlt8, dl8, n, V, m.stream);
-      if (want_dx) m.matmul->linear_backward_input_fp8(ptr<bf16>(dx) + r0 * d, dl8, sdl + 4, wt8, sw + 4, n, d, V);
-      if (want_dw) m.matmul->linear_backward_weight_fp8(ptr<float>(dw), dlt8, sdl + 4, xt8, sx + 4, n, d, V);
-    }
-    return;
-  }
-  auto* logits = static_cast<bf16*>(
-      impl_->transient.ensure(impl_->alloc, size_t(rows * V) * sizeof(bf16), Impl::kTransientLabel));
-  cuda::lm_head_cross_entropy(*impl_->matmul, logits, rows, ptr<float>(losses), ptr<bf16>(dx), ptr<float>(dw),
-                              ptr<bf16>(x), ptr<bf16>(w), ptr<int32_t>(targets), N, d, V, grad_scale, ignore_index,
-                              impl_->stream);
 }
 
 // ---- optimizer ------------------------------------------------------------------------------------
@@ -1093,33 +474,6 @@ void CudaOps::adamw_update(const Tensor& params, const Tensor& master, const Ten
   cuda::adamw_update(ptr<bf16>(params), ptr<float>(master), ptr<float>(grads), mo, P,
                      static_cast<const cuda::AdamWSegment*>(found->device), int(found->host.size()), found->blocks,
                      step, impl_->stream);
-}
-
-// ---- device information ----------------------------------------------------------------------------
-
-bool cuda_available() {
-  int count = 0;
-  cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) {
-    cudaGetLastError();  // leave no sticky error behind for later calls
-    return false;
-  }
-  return count > 0;
-}
-
-CudaDeviceInfo cuda_device_info(int device) {
-  TK_CHECK(cuda_available(), "no CUDA device is available (no GPU, or no working NVIDIA driver)");
-  cudaDeviceProp prop{};
-  TK_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  return {prop.name, prop.multiProcessorCount, prop.major, prop.minor, prop.totalGlobalMem};
-}
-
-std::string cuda_device_name(int device) { return cuda_device_info(device).name; }
-
-size_t cuda_memory_used() {
-  size_t free_b = 0, total_b = 0;
-  TK_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  return total_b - free_b;
 }
 
 }  // namespace tk

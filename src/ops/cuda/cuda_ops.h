@@ -1,6 +1,6 @@
 // CudaOps: the CUDA backend of ops.h. bf16 activations and weights, f32 parameter gradients; every op runs
 // on one compute stream: the fused kernels of kernels.h, cuBLASLt GEMMs, cuDNN flash attention and the fused
-// LM head + cross-entropy. Device memory is tracked by label so the memory plan can be printed.
+// LM head + cross-entropy. Memory and copy queues live in DeviceMemory, the FP8 linears' state in Fp8Linears.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/cuda/fp8_linears.h"
 #include "ops/cuda/matmul_cublaslt.h"
 #include "ops/ops.h"
 
@@ -16,7 +17,7 @@ namespace tk {
 
 class CudaOps final : public Ops {
  public:
-  // Selects `device` and creates the stream, the cuBLASLt handle (and its 32 MiB workspace) and cuDNN.
+  // Selects `device` and creates the stream, the cuBLASLt handle (and its workspace) and cuDNN.
   explicit CudaOps(int device = 0);
   ~CudaOps() override;
   CudaOps(const CudaOps&) = delete;
@@ -26,7 +27,7 @@ class CudaOps final : public Ops {
   DType act_dtype() const override { return DType::BF16; }
   DType grad_dtype() const override { return DType::F32; }
 
-  // ---- memory (cuda_ops.cpp) ----
+  // ---- memory (device_memory.h) ----
   // cudaMalloc (256-byte aligned), recorded under `label` in the memory plan.
   void* allocate(size_t bytes, const char* label = "unlabelled") override;
   void release(void* p) override;
@@ -47,39 +48,30 @@ class CudaOps final : public Ops {
 
   cudaStream_t stream() const;
   int device() const;
-  size_t allocated_bytes() const;
-  // One line per label (bytes, largest first) and the total: what this backend holds on the device.
-  std::string memory_report() const;
-  // The budget of lm_head_cross_entropy's bf16 logits chunk (default kLogitsChunkBudgetBytes, 512 MiB);
-  // takes effect at the next call.
+  // The budget of lm_head_cross_entropy's bf16 logits chunk (default kLogitsChunkBudgetBytes, 512 MiB:
+  // workspace_sizes.h); takes effect at the next call.
   void set_logits_chunk_budget(size_t bytes);
   // GEMM algorithms chosen by timing, kept in `cache_path` (cuda::Matmul::enable_tuning); before the first
   // GEMM. A line on what it did so far ("" when off).
   void enable_gemm_tuning(const std::string& cache_path);
   std::string gemm_tuning_summary() const;
   cuda::Matmul::TuningStats gemm_tuning_stats() const;
-  // FP8 GEMMs for linear_forward / linear_backward (sm_89 and newer): each operand cast to e4m3 (x, w) or
-  // e5m2 (dy) with a per-tensor scale q = fmax / amax, accumulated in f32 by cuBLASLt. A GEMM with a
-  // dimension that is not a multiple of 16 stays bf16. The LM head and attention stay bf16. Throws when the
-  // GPU has no FP8 tensor cores. The amax:
-  //  - current (this class's default; the command line's is delayed): the tensor's own, from a pass of its own
-  //    before each cast;
-  //  - delayed: the largest amax the same operand (x, w or dy of the linear with that weight)
-  //    had over the last kFp8HistoryLen committed steps (end_step), recorded by the casts themselves; an
-  //    operand with no committed step yet takes its own, as current scaling does. A cast whose tensor
-  //    exceeds the scale is done again with the tensor's own amax (fp8_guard), which then scales the
-  //    step's later casts of that operand: nothing saturates, and a recomputed forward casts to the same
-  //    bytes. The scale being known before the values are, SwiGLU's gradient is cast as it is computed
-  //    (swiglu_linear_backward), never written in bf16.
-  enum class Fp8Scaling { Current, Delayed };
-  static constexpr int kFp8HistoryLen = 16;
+
+  // ---- FP8 (fp8_linears.h) ----
+  // FP8 GEMMs for linear_forward / linear_backward (sm_89 and newer): each operand cast to e4m3 (x, w) or e5m2
+  // (dy) with a per-tensor scale q = fmax / amax, accumulated in f32 by cuBLASLt. A GEMM with a dimension that is
+  // not a multiple of 16 stays bf16 (fp8_shapes.h). The LM head (unless set_fp8_lm_head) and attention stay bf16.
+  // Throws when the GPU has no FP8 tensor cores. Scaling: current (this class's default; the command line's is
+  // delayed) or delayed (cuda::Fp8Scaling); with delayed scaling SwiGLU's gradient is cast as it is computed
+  // (swiglu_linear_backward), never written in bf16.
+  using Fp8Scaling = cuda::Fp8Scaling;
+  static constexpr int kFp8HistoryLen = cuda::kFp8HistoryLen;
   // margin: delayed scaling scales by the history's amax times 2^margin, so that an amax growing by less than that
   // past its history does not saturate a cast (and make its guard cast it again).
   void set_fp8(bool on, Fp8Scaling scaling = Fp8Scaling::Current, int margin = 0);
   // The casts delayed scaling's guards have done again (they saturated) over the steps committed so far; waits for
   // the device.
   int64_t fp8_recasts() const;
-  bool fp8() const;
   // With delayed scaling, swiglu_linear_forward / swiglu_linear_backward cast SwiGLU's output / gradient to FP8
   // as they compute it, and rmsnorm_linear_forward the norm's output; the forwards keep the transposed bytes the
   // linear's weight gradient takes in their output's memory (on by default; off runs the ops apart, to the same
@@ -90,8 +82,8 @@ class CudaOps final : public Ops {
   // at most that), the logits still bf16 and the softmax f32. Shapes whose N, d or V is not a multiple of 16 stay
   // bf16.
   void set_fp8_lm_head(bool on);
-  bool fp8_lm_head() const;
   int64_t fp8_fused_casts() const;  // swiglu_linear_* and rmsnorm_linear_forward calls that took the fused cast
+  void name_weights(const std::vector<NamedWeight>& weights) override;
   void end_step() override;
   Fp8ScalingState fp8_scaling_state() const override;
   void set_fp8_scaling_state(const Fp8ScalingState& state) override;
@@ -112,8 +104,6 @@ class CudaOps final : public Ops {
                               const Tensor& h_in, const Tensor& x, const Tensor& norm_w, const Tensor& w,
                               const Tensor& bias, float eps) override;
   bool fuses_rmsnorm_linear() const override;
-  // x of a linear's backward: bf16, or the one-byte x^T a fused forward kept for it (ModelOptions::fp8_kept_inputs).
-  void expect_linear_input(const Tensor& x, int64_t N, int64_t in, const char* op) const;
   bool fuses_swiglu_linear() const override;
   void swiglu_linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dgate_up, const Tensor& dout,
                               const Tensor& gate_up, const Tensor& x, const Tensor& w) override;
@@ -147,6 +137,9 @@ class CudaOps final : public Ops {
   void range_pop() override;
 
  private:
+  // x of a linear's backward: bf16, or the one-byte x^T a fused forward kept for it (ModelOptions::fp8_kept_inputs).
+  void expect_linear_input(const Tensor& x, int64_t N, int64_t in, const char* op) const;
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
   struct TimingEvents;                    // the event pool, made by the first mark
@@ -154,20 +147,5 @@ class CudaOps final : public Ops {
 };
 
 std::unique_ptr<Ops> make_cuda_ops(int device = 0);
-
-// ---- device information (safe to call on a machine without a GPU or driver) ----
-struct CudaDeviceInfo {
-  std::string name;        // "NVIDIA H200"
-  int sm_count = 0;
-  int cc_major = 0, cc_minor = 0;
-  size_t total_memory = 0;  // bytes
-};
-// True when a CUDA device and a working driver are present; never throws.
-bool cuda_available();
-// The device's properties; throws tk::Error when there is no such device.
-CudaDeviceInfo cuda_device_info(int device = 0);
-std::string cuda_device_name(int device = 0);
-// Bytes in use on the current device by every process (total minus free), for memory reports.
-size_t cuda_memory_used();
 
 }  // namespace tk

@@ -88,7 +88,7 @@ constexpr int kFp8SlotFloats = 8;  // 32 bytes: slot[2] the guard's counter, slo
 void fp8_commit_amax(float* slots, float* history, int n, int history_len, int position, float margin,
                      unsigned long long* recasts, cudaStream_t s);
 
-// ---- attention backward of our own (attention_bwd_sm90.cu) ------------------------------------------------
+// ---- attention backward of our own (attention_bwd_sm90.cu) ----------------------------------------
 // Causal GQA attention backward for head_dim 64 on Hopper (warpgroup MMA), deterministic, without cuDNN's dP
 // workspace: dqkv bf16[B,T,Hq+2Hkv,64] (=) from dout bf16[B,T,Hq,64] and the forward's qkv, out and lse f32[B,Hq,T]
 // (natural log of the scaled scores). supported: built with sm_90a code, a 9.0 device, not turned off
@@ -131,7 +131,7 @@ size_t rmsnorm_backward_scratch_bytes(int64_t N, int d);
 void rmsnorm_backward(bf16* dh, float* dw, const bf16* dy, const bf16* dresidual, const bf16* h, const float* rstd,
                       const bf16* w, int64_t N, int d, void* scratch, size_t scratch_bytes, cudaStream_t s);
 
-// ---- q/k RMSNorm + RoPE (qk_norm_rope.cu) -----------------------------------------------------------------
+// ---- q/k RMSNorm + RoPE (qk_norm_rope.cu) ---------------------------------------------------------
 // Layout qkv[N, (Hq + 2*Hkv) * hd]: per token Hq query heads, Hkv key heads, Hkv value heads.
 // hd even, <= 256. positions i32[N].
 struct QkvShape {

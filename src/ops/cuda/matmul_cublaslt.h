@@ -11,6 +11,7 @@
 #include <string>
 
 #include "ops/cuda/device_alloc.h"
+#include "ops/cuda/workspace_sizes.h"
 
 namespace tk::cuda {
 
@@ -18,8 +19,8 @@ using bf16 = __nv_bfloat16;
 
 class Matmul {
  public:
-  // The one workspace every GEMM shares (the stream orders them, so one is enough).
-  static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+  // The one workspace every GEMM shares (workspace_sizes.h).
+  static constexpr size_t kWorkspaceBytes = kCublasWorkspaceBytes;
 
   // Creates the cuBLASLt handle and allocates the workspace through `alloc`.
   Matmul(cudaStream_t stream, const DeviceAlloc& alloc);

@@ -1,0 +1,62 @@
+// Recipe: what a training step computes and how, in one description: the model, the micro-batch and the
+// accumulation, the precision, what is recomputed and offloaded, AdamW's settings and the backend's tuning. The
+// backend's settings, the Model's options, AdamW's options and the memory plan (memory_plan.h) are all built from
+// it, by `train`, `bench`, `plan` and `profile` alike: what the planner counts is what a run allocates, and every
+// command runs the steps train runs. A setting a later command line adds (the precision chosen for the device,
+// data-parallel sharding) belongs here.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/model.h"
+#include "ops/backend.h"
+#include "train/optimizer.h"
+
+namespace tk {
+
+struct TrainConfig;
+
+struct Recipe {
+  ModelConfig model;
+  bool gpu = true;                 // the CUDA backend (bf16 activations, f32 gradients); false: the CPU's f32
+  int batch = 8;                   // micro-batch rows B
+  int seq = 2048;                  // sequence length T
+  int accumulation = 1;            // micro-batches per optimizer step
+  bool doc_mask = false;           // attention stays within documents
+  Recompute recompute;
+  bool offload_gradients = false;  // the parameter gradients in host memory too (with optimizer.offload)
+  AdamWOptions optimizer;          // the hyperparameters, m and v's precision, the optimizer state's offload
+  BackendSettings backend;         // the precision, GEMM tuning, the LM head's logits chunk
+
+  int64_t micro_tokens() const { return int64_t(batch) * seq; }
+  // "none", "optimizer" or "optimizer,gradients", as train --offload spells it; set_offload reads the same (a
+  // tk::Error for anything else).
+  std::string offload_name() const;
+  void set_offload(const std::string& name);
+  // The LM head's bf16 logits chunk in bytes: the backend's default unless set.
+  size_t logits_chunk_bytes() const;
+  // Whether the CUDA backend's fused FP8 forwards (delayed scaling) keep the norms' and SwiGLU's outputs as their
+  // linears' one-byte x^T: for its FP8 shapes (ops/cuda/fp8_shapes.h) at this model and sequence length.
+  bool keeps_fp8_inputs() const;
+  // Whether the LM head's shapes at this micro-batch take its FP8 GEMMs (--fp8-lm-head; fp8_shapes.h).
+  bool lm_head_fp8_shapes() const;
+
+  ModelOptions model_options() const;
+  const AdamWOptions& adamw_options() const { return optimizer; }
+};
+
+// The recipe of `tokamak train`'s flags for `model` (the config found, its vocabulary resized) on the backend
+// chosen: a tk::Error for a precision, recompute policy, offload or moments that the flags spell wrong.
+Recipe train_recipe(const TrainConfig& c, const ModelConfig& model, bool gpu);
+
+// The recipe's model on `ops`, its weights named to the backend (Ops::name_weights) so that the state the backend
+// keeps per weight is saved and restored by parameter name; its parameters are not initialised.
+std::unique_ptr<Model> make_model(const Recipe& r, Ops& ops);
+// A model's parameters by name, where its ops find them (what make_model gives Ops::name_weights).
+std::vector<Ops::NamedWeight> named_weights(const Model& model);
+
+}  // namespace tk
