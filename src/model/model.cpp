@@ -353,20 +353,17 @@ void Model::Impl::layer_forward(const Step& s, int l) {
   const Tensor h = shaped(a.h, {N, d}), x_attn = shaped(a.x_attn, {N, d}), branch = shaped(buf.branch, {N, d});
   const Tensor qkv = shaped(a.qkv, {N, cfg.qkv_dim()});
   const Tensor qkv_pre = cfg.qk_norm ? shaped(a.qkv_pre, {N, cfg.qkv_dim()}) : qkv;  // RoPE in place without norms
-  // The norms and the linears they feed as one op each (a backend may then keep, in place of x_attn and x_mlp, what
-  // only those linears' backwards read), unless the backward recomputes a linear from a kept norm output.
+  // The norms and the linears they feed as one op each: a backend may then keep, in place of x_attn and x_mlp, what
+  // only those linears' backwards read, unless the backward recomputes a linear from a kept norm output.
   const Recomputed rc = recomputed(opt.recompute);
+  auto keeps = [](bool linear_recomputed_from_it) {
+    return linear_recomputed_from_it ? Ops::NormOutput::values : Ops::NormOutput::linear_backward_only;
+  };
   const Tensor rstd_attn = shaped(a.rstd_attn, {N});
   const Tensor h_prev = l == 0 ? Tensor() : shaped(buf.layers[l - 1].h_mid, {N, d});
   const Tensor h_out = l == 0 ? Tensor() : h, norm_in = l == 0 ? h : branch;
-  // (Ops::rmsnorm_linear_forward, called as the base class's, is the two ops apart on every backend.)
-  if (!rc.qkv || rc.x_attn) {
-    ops.rmsnorm_linear_forward(qkv_pre, x_attn, rstd_attn, h_out, h_prev, norm_in, lw.attn_norm, lw.qkv_w, lw.qkv_b,
-                               eps);
-  } else {
-    ops.Ops::rmsnorm_linear_forward(qkv_pre, x_attn, rstd_attn, h_out, h_prev, norm_in, lw.attn_norm, lw.qkv_w,
-                                    lw.qkv_b, eps);
-  }
+  ops.rmsnorm_linear_forward(qkv_pre, x_attn, rstd_attn, h_out, h_prev, norm_in, lw.attn_norm, lw.qkv_w, lw.qkv_b,
+                             eps, keeps(rc.qkv && !rc.x_attn));
   ops.qk_norm_rope_forward(qkv, shaped(a.qk_rstd, {N, cfg.n_heads + cfg.n_kv_heads}), qkv_pre, lw.q_norm, lw.k_norm,
                            shaped(buf.positions, {N}), s.attn, cfg.rope(), eps);
   const Tensor segments = opt.doc_mask ? shaped(buf.segments, {s.B, s.T}) : Tensor();
@@ -374,13 +371,8 @@ void Model::Impl::layer_forward(const Step& s, int l) {
                         shaped(a.qkv, {s.B, s.T, H3, cfg.head_dim}), segments, s.attn);
   ops.linear_forward(branch, shaped(a.att, {N, cfg.q_dim()}), lw.o_w, lw.o_b);
   const Tensor x_mlp = shaped(a.x_mlp, {N, d}), gate_up = shaped(a.gate_up, {N, 2 * f}), act = shaped(a.act, {N, f});
-  if (!rc.gate_up || rc.x_mlp) {
-    ops.rmsnorm_linear_forward(gate_up, x_mlp, shaped(a.rstd_mlp, {N}), shaped(a.h_mid, {N, d}), h, branch,
-                               lw.mlp_norm, lw.gate_up_w, Tensor(), eps);
-  } else {
-    ops.Ops::rmsnorm_linear_forward(gate_up, x_mlp, shaped(a.rstd_mlp, {N}), shaped(a.h_mid, {N, d}), h, branch,
-                                    lw.mlp_norm, lw.gate_up_w, Tensor(), eps);
-  }
+  ops.rmsnorm_linear_forward(gate_up, x_mlp, shaped(a.rstd_mlp, {N}), shaped(a.h_mid, {N, d}), h, branch,
+                             lw.mlp_norm, lw.gate_up_w, Tensor(), eps, keeps(rc.gate_up && !rc.x_mlp));
   ops.swiglu_linear_forward(branch, act, gate_up, lw.down_w);
 }
 

@@ -127,15 +127,19 @@ class Ops {
   virtual void rmsnorm_backward(const Tensor& dh, const Tensor& dw, const Tensor& dy, const Tensor& dresidual,
                                 const Tensor& h, const Tensor& rstd, const Tensor& w) = 0;
 
+  // What x_norm, the norm's output, must hold after rmsnorm_linear_forward:
+  //  - values: the norm's values, for any later reader. The op is then exactly the two ops it composes.
+  //  - linear_backward_only: only that linear's backward will read it (linear_backward or swiglu_linear_backward
+  //    with x = x_norm and this w), so a backend may keep there, instead of the values, what that backward needs
+  //    of them (CUDA with --fp8 and delayed scaling: the FP8 x^T of the weight gradient).
+  enum class NormOutput { values, linear_backward_only };
   // The norm, then the linear that takes its output: rmsnorm_forward(x_norm, rstd, x, norm_w, eps), or with h_in
   // residual_rmsnorm_forward(h_out, x_norm, rstd, h_in, x, norm_w, eps); then linear_forward(y, x_norm, w, bias).
   // One op, so that a backend may cast the norm's output for the linear's GEMMs as it makes it (CUDA with --fp8
-  // and delayed scaling). x_norm is kept for that linear's backward and may be read only by it (linear_backward or
-  // swiglu_linear_backward with x = x_norm and this w): a backend may keep there, instead of the values, what that
-  // backward needs of them. h_out and h_in are empty without the residual add.
+  // and delayed scaling) where `keeps` allows it. h_out and h_in are empty without the residual add.
   virtual void rmsnorm_linear_forward(const Tensor& y, const Tensor& x_norm, const Tensor& rstd, const Tensor& h_out,
                                       const Tensor& h_in, const Tensor& x, const Tensor& norm_w, const Tensor& w,
-                                      const Tensor& bias, float eps) {
+                                      const Tensor& bias, float eps, NormOutput keeps) {
     if (h_in.empty()) {
       rmsnorm_forward(x_norm, rstd, x, norm_w, eps);
     } else {
@@ -143,8 +147,8 @@ class Ops {
     }
     linear_forward(y, x_norm, w, bias);
   }
-  // Whether rmsnorm_linear_forward runs as one fused piece of work on this backend (then a profiler times it as
-  // one op; otherwise as the two ops it composes).
+  // Whether rmsnorm_linear_forward with NormOutput::linear_backward_only runs as one fused piece of work on this
+  // backend (then a profiler times it as one op; otherwise as the two ops it composes).
   virtual bool fuses_rmsnorm_linear() const { return false; }
 
   // ---- linear ---------------------------------------------------------------------------------

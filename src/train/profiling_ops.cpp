@@ -298,16 +298,17 @@ void ProfilingOps::swiglu_linear_backward(const Tensor& dx, const Tensor& dw, co
 // SwiGLU-linear ones above (the linear's GEMM FLOPs; the norm's and the linear's bytes).
 void ProfilingOps::rmsnorm_linear_forward(const Tensor& y, const Tensor& x_norm, const Tensor& rstd,
                                           const Tensor& h_out, const Tensor& h_in, const Tensor& x,
-                                          const Tensor& norm_w, const Tensor& w, const Tensor& bias, float eps) {
-  if (!inner_->fuses_rmsnorm_linear()) {
-    Ops::rmsnorm_linear_forward(y, x_norm, rstd, h_out, h_in, x, norm_w, w, bias, eps);  // each op timed
+                                          const Tensor& norm_w, const Tensor& w, const Tensor& bias, float eps,
+                                          NormOutput keeps) {
+  if (!inner_->fuses_rmsnorm_linear() || keeps == NormOutput::values) {
+    Ops::rmsnorm_linear_forward(y, x_norm, rstd, h_out, h_in, x, norm_w, w, bias, eps, keeps);  // each op timed
     return;
   }
   const double in = double(w.dim(-1)), out = double(w.dim(0)), N = rows(x, w.dim(-1));
   const OpCost c{2.0 * N * in * out, bytes_of(x) + bytes_of(h_in) + bytes_of(h_out) + bytes_of(rstd) +
                                          bytes_of(norm_w) + bytes_of(w) + bytes_of(bias) + bytes_of(y)};
   timed("rmsnorm_linear_forward", OpCategory::Matmul, c, x, y,
-        [&] { inner_->rmsnorm_linear_forward(y, x_norm, rstd, h_out, h_in, x, norm_w, w, bias, eps); });
+        [&] { inner_->rmsnorm_linear_forward(y, x_norm, rstd, h_out, h_in, x, norm_w, w, bias, eps, keeps); });
 }
 
 // ---- LM head + cross-entropy: the logits GEMM, and the dx and dw GEMMs when asked ---------------------------

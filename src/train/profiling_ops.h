@@ -100,7 +100,7 @@ class ProfilingOps final : public Ops {
   // Timed as one op (category matmul) where the inner backend fuses it, else as the norm and linear_forward.
   void rmsnorm_linear_forward(const Tensor& y, const Tensor& x_norm, const Tensor& rstd, const Tensor& h_out,
                               const Tensor& h_in, const Tensor& x, const Tensor& norm_w, const Tensor& w,
-                              const Tensor& bias, float eps) override;
+                              const Tensor& bias, float eps, NormOutput keeps) override;
   bool fuses_rmsnorm_linear() const override { return inner_->fuses_rmsnorm_linear(); }
   void lm_head_cross_entropy(const Tensor& losses, const Tensor& dx, const Tensor& dw, const Tensor& x,
                              const Tensor& w, const Tensor& targets, float grad_scale, int ignore_index) override;

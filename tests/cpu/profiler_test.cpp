@@ -201,12 +201,13 @@ TEST(OpCost, RmsnormLinearIsTimedAsItsTwoOpsWhereTheBackendDoesNotFuseThem) {
   Tensor x = c.t.f32({6, 8}), xn = c.t.f32({6, 8}), rstd = c.t.f32({6}), nw = c.t.f32({8}), w = c.t.f32({4, 8}),
          y = c.t.f32({6, 4}), h_in = c.t.f32({6, 8}), h_out = c.t.f32({6, 8});
   const size_t before = c.ops.records().size();
-  c.ops.rmsnorm_linear_forward(y, xn, rstd, Tensor(), Tensor(), x, nw, w, Tensor(), 1e-6f);
+  c.ops.rmsnorm_linear_forward(y, xn, rstd, Tensor(), Tensor(), x, nw, w, Tensor(), 1e-6f,
+                               Ops::NormOutput::linear_backward_only);
   ASSERT_EQ(c.ops.records().size(), before + 2);
   EXPECT_STREQ(c.ops.records()[before].name, "rmsnorm_forward");
   EXPECT_STREQ(c.last().name, "linear_forward");
   EXPECT_DOUBLE_EQ(c.last().cost.flops, 2.0 * 6 * 8 * 4);
-  c.ops.rmsnorm_linear_forward(y, xn, rstd, h_out, h_in, x, nw, w, Tensor(), 1e-6f);
+  c.ops.rmsnorm_linear_forward(y, xn, rstd, h_out, h_in, x, nw, w, Tensor(), 1e-6f, Ops::NormOutput::values);
   ASSERT_EQ(c.ops.records().size(), before + 4);
   EXPECT_STREQ(c.ops.records()[before + 2].name, "residual_rmsnorm_forward");
   EXPECT_STREQ(c.last().name, "linear_forward");

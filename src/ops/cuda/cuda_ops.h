@@ -102,7 +102,7 @@ class CudaOps final : public Ops {
   void swiglu_linear_forward(const Tensor& y, const Tensor& act, const Tensor& gate_up, const Tensor& w) override;
   void rmsnorm_linear_forward(const Tensor& y, const Tensor& x_norm, const Tensor& rstd, const Tensor& h_out,
                               const Tensor& h_in, const Tensor& x, const Tensor& norm_w, const Tensor& w,
-                              const Tensor& bias, float eps) override;
+                              const Tensor& bias, float eps, NormOutput keeps) override;
   bool fuses_rmsnorm_linear() const override;
   bool fuses_swiglu_linear() const override;
   void swiglu_linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dgate_up, const Tensor& dout,

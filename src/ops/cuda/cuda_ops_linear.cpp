@@ -96,7 +96,11 @@ void CudaOps::swiglu_linear_forward(const Tensor& y, const Tensor& act, const Te
 
 void CudaOps::rmsnorm_linear_forward(const Tensor& y, const Tensor& x_norm, const Tensor& rstd, const Tensor& h_out,
                                      const Tensor& h_in, const Tensor& x, const Tensor& norm_w, const Tensor& w,
-                                     const Tensor& bias, float eps) {
+                                     const Tensor& bias, float eps, NormOutput keeps) {
+  if (keeps == NormOutput::values) {  // x_norm is read again as values: the two ops apart
+    Ops::rmsnorm_linear_forward(y, x_norm, rstd, h_out, h_in, x, norm_w, w, bias, eps, keeps);
+    return;
+  }
   cuda::Fp8Linears& fp8 = *impl_->fp8;
   const char* op = "rmsnorm_linear_forward";
   const int64_t d = norm_w.numel(), N = rows_of(x, d, op);
@@ -107,7 +111,7 @@ void CudaOps::rmsnorm_linear_forward(const Tensor& y, const Tensor& x_norm, cons
                      fp8.primed(w.data, 0);
   const bool kept_u8 = x_norm.dtype == DType::U8;  // ModelOptions::fp8_kept_inputs: x_norm holds only the x^T
   if (!fused && !kept_u8) {
-    Ops::rmsnorm_linear_forward(y, x_norm, rstd, h_out, h_in, x, norm_w, w, bias, eps);
+    Ops::rmsnorm_linear_forward(y, x_norm, rstd, h_out, h_in, x, norm_w, w, bias, eps, keeps);
     return;
   }
   TK_CHECK(fused || (fp8.fuses() && w.ndim == 2 && w.dim(1) == d && cuda::fp8_shapes::norm_cast(d) &&
