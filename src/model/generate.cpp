@@ -1,11 +1,12 @@
-// Generation: the forward of the layer schedule without what only the backward needs, keeping each
-// layer's keys and values in a cache so that a new token costs one token's work, plus host sampling.
+// Generation: the block's forward (model/block.h) over work buffers that every layer reuses, keeping each layer's
+// keys and values in a cache so that a new token costs one token's work, plus host sampling.
 #include "model/generate.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
+#include "model/block.h"
 #include "model/buffer_carver.h"
 #include "model/weights.h"
 
@@ -73,8 +74,10 @@ struct Generator::Impl {
   int length = 0;
   void* memory = nullptr;
   std::vector<Tensor> k_cache, v_cache;  // per layer [max_len, Hkv, hd]
-  // Work buffers for a chunk of up to max_len tokens; each layer overwrites the previous one's.
-  Tensor h, x, rstd, qkv, qk_rstd, att, lse, branch, gate_up, act, logits, tokens, positions;
+  // Work buffers for a chunk of up to max_len tokens; each layer overwrites the previous one's. The residual stream
+  // is added to in place (h_mid is h), both norms share one output, and q/k norms and RoPE run in place in qkv.
+  BlockActivations work;
+  Tensor branch, logits, tokens, positions;
   std::vector<int32_t> host_positions;
 
   Impl(const ModelConfig& c, const ParamLayout& layout, const Tensor& params, Ops& o, int max_tokens)
@@ -102,16 +105,17 @@ struct Generator::Impl {
       k_cache.push_back(c.take(a, M * cfg.kv_dim()).view({M, cfg.n_kv_heads, cfg.head_dim}));
       v_cache.push_back(c.take(a, M * cfg.kv_dim()).view({M, cfg.n_kv_heads, cfg.head_dim}));
     }
-    h = c.take(a, M * d);
-    x = c.take(a, M * d);
-    rstd = c.take(stat, M);
-    qkv = c.take(a, M * cfg.qkv_dim());
-    qk_rstd = cfg.qk_norm ? c.take(stat, M * (cfg.n_heads + cfg.n_kv_heads)) : Tensor();
-    att = c.take(a, M * cfg.q_dim());
-    lse = c.take(stat, M * cfg.n_heads);
+    BlockActivations& b = work;
+    b.h = b.h_mid = c.take(a, M * d);
+    b.x_attn = b.x_mlp = c.take(a, M * d);
+    b.rstd_attn = b.rstd_mlp = c.take(stat, M);
+    b.qkv = c.take(a, M * cfg.qkv_dim());
+    b.qk_rstd = cfg.qk_norm ? c.take(stat, M * (cfg.n_heads + cfg.n_kv_heads)) : Tensor();
+    b.att = c.take(a, M * cfg.q_dim());
+    b.lse = c.take(stat, M * cfg.n_heads);
     branch = c.take(a, M * d);
-    gate_up = c.take(a, M * 2 * f);
-    act = c.take(a, M * f);
+    b.gate_up = c.take(a, M * 2 * f);
+    b.act = c.take(a, M * f);
     logits = c.take(a, cfg.vocab_size);
     tokens = c.take(DType::I32, M);
     positions = c.take(DType::I32, M);
@@ -120,19 +124,7 @@ struct Generator::Impl {
   // Runs `ids` at positions [pos, pos + n) and returns the logits after the last one. Cached: keys
   // and values join the cache and attention reads it; uncached: causal attention over `ids` alone.
   std::vector<float> run(const std::vector<int32_t>& ids, int pos, bool cached);
-  void attention(int l, int n, int pos, bool cached);
 };
-
-void Generator::Impl::attention(int l, int n, int pos, bool cached) {
-  const int H3 = cfg.n_heads + 2 * cfg.n_kv_heads, hd = cfg.head_dim;
-  const AttnShape s{1, n, cfg.n_heads, cfg.n_kv_heads, hd};
-  if (cached) {
-    ops.attention_decode(shaped(att, {n, cfg.n_heads, hd}), k_cache[l], v_cache[l], shaped(qkv, {n, H3, hd}), pos, s);
-  } else {
-    ops.attention_forward(shaped(att, {1, n, cfg.n_heads, hd}), shaped(lse, {1, cfg.n_heads, n}),
-                          shaped(qkv, {1, n, H3, hd}), Tensor(), s);
-  }
-}
 
 std::vector<float> Generator::Impl::run(const std::vector<int32_t>& ids, int pos, bool cached) {
   const int n = int(ids.size());
@@ -146,32 +138,28 @@ std::vector<float> Generator::Impl::run(const std::vector<int32_t>& ids, int pos
   ops.upload(tokens.data, ids.data(), size_t(n) * sizeof(int32_t));
   ops.upload(positions.data, host_positions.data(), size_t(n) * sizeof(int32_t));
 
-  const int64_t d = cfg.d_model, f = cfg.ffn_dim;
-  const float eps = float(cfg.norm_eps);
-  const Tensor hn = shaped(h, {n, d}), xn = shaped(x, {n, d}), rn = shaped(rstd, {n}), bn = shaped(branch, {n, d});
-  const Tensor qkvn = shaped(qkv, {n, cfg.qkv_dim()}), gate_upn = shaped(gate_up, {n, 2 * f}), actn = shaped(act, {n, f});
-  const AttnShape s{1, n, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim};
-  ops.embedding_forward(hn, shaped(tokens, {n}), w.embed);
+  const int64_t d = cfg.d_model;
+  BlockStep s;
+  s.B = 1;
+  s.T = n;
+  s.N = n;
+  s.attn = {1, n, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim};
+  s.positions = positions;
+  s.branch = branch;
+  s.cache_pos = pos;
+  const Tensor h = shaped(work.h, {n, d}), x = shaped(work.x_mlp, {n, d}), bn = shaped(branch, {n, d});
+  ops.embedding_forward(h, shaped(tokens, {n}), w.embed);
+  const BlockPass pass = BlockPass::generation();
   for (int l = 0; l < cfg.n_layers; l++) {
-    const LayerWeights& lw = w.layers[l];
-    if (l == 0) {
-      ops.rmsnorm_forward(xn, rn, hn, lw.attn_norm, eps);
-    } else {
-      ops.residual_rmsnorm_forward(hn, xn, rn, hn, bn, lw.attn_norm, eps);
+    if (cached) {
+      s.k_cache = k_cache[l];
+      s.v_cache = v_cache[l];
     }
-    ops.linear_forward(qkvn, xn, lw.qkv_w, lw.qkv_b);
-    ops.qk_norm_rope_forward(qkvn, shaped(qk_rstd, {n, cfg.n_heads + cfg.n_kv_heads}), qkvn, lw.q_norm, lw.k_norm,
-                             shaped(positions, {n}), s, cfg.rope(), eps);
-    attention(l, n, pos, cached);
-    ops.linear_forward(bn, shaped(att, {n, cfg.q_dim()}), lw.o_w, lw.o_b);
-    ops.residual_rmsnorm_forward(hn, xn, rn, hn, bn, lw.mlp_norm, eps);
-    ops.linear_forward(gate_upn, xn, lw.gate_up_w, Tensor());
-    ops.swiglu_forward(actn, gate_upn);
-    ops.linear_forward(bn, actn, lw.down_w, Tensor());
+    block_forward(ops, cfg, w.layers[l], work, l == 0 ? Tensor() : work.h_mid, s, pass);
   }
-  ops.residual_rmsnorm_forward(hn, xn, rn, hn, bn, w.final_norm, eps);
+  ops.residual_rmsnorm_forward(h, x, shaped(work.rstd_mlp, {n}), h, bn, w.final_norm, float(cfg.norm_eps));
   const Tensor last_logits = shaped(logits, {1, cfg.vocab_size});
-  ops.linear_forward(last_logits, xn.rows(n - 1, n), w.lm_head, Tensor());
+  ops.linear_forward(last_logits, x.rows(n - 1, n), w.lm_head, Tensor());
   std::vector<float> out(size_t(cfg.vocab_size));
   ops.download_f32(out.data(), last_logits);
   return out;

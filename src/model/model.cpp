@@ -1,6 +1,6 @@
-// Model: the planned buffers of one model on one backend, and the layer schedule (forward and backward)
-// written once against the op vocabulary of ops.h. Everything is allocated in the constructor; a step
-// only takes views of those buffers shaped for the batch at hand.
+// Model: the planned buffers of one model on one backend, and the schedule of a step: the batch's upload, the
+// embedding, the blocks (model/block.h) forward and backward, the final norm and the LM head. Everything is allocated
+// in the constructor; a step only takes views of those buffers shaped for the batch at hand.
 #include "model/model.h"
 
 #include <atomic>
@@ -11,7 +11,9 @@
 #include <thread>
 
 #include "core/hash.h"
+#include "model/block.h"
 #include "model/buffer_carver.h"
+#include "model/grad_offload.h"
 #include "model/weights.h"
 
 namespace tk {
@@ -21,42 +23,22 @@ namespace {
 // no token id can equal.
 constexpr int kNoIgnoredTarget = -1;
 
-// What one layer keeps from its forward for its backward. N = B*T tokens.
-struct LayerActivations {
-  Tensor h;          // [N, d] residual stream entering the layer: the attention norm's input
-  Tensor x_attn;     // [N, d] attention norm output: the qkv projection's input
-  Tensor rstd_attn;  // [N]
-  Tensor qkv_pre;    // [N, qkv] projection before the q/k norms (Qwen3 only: their backward needs it)
-  Tensor qkv;        // [N, qkv] after q/k norm and RoPE: attention's input
-  Tensor qk_rstd;    // [N, Hq + Hkv] (Qwen3 only)
-  Tensor att;        // [N, q] attention output
-  Tensor lse;        // [B, Hq, T]
-  Tensor h_mid;      // [N, d] residual stream after the attention block: the MLP norm's input
-  Tensor x_mlp;      // [N, d] MLP norm output
-  Tensor rstd_mlp;   // [N]
-  Tensor gate_up;    // [N, 2f]
-  Tensor act;        // [N, f] SwiGLU output: the down projection's input
-};
-
 struct Buffers {
-  std::vector<LayerActivations> layers;
+  // Per layer, what its forward keeps for its backward; an activation that the policy recomputes is instead the one
+  // layer's worth of scratch that all layers share.
+  std::vector<BlockActivations> layers;
   Tensor h_out;       // [N, d] residual stream after the last layer: the final norm's input
   Tensor x_final;     // [N, d] final norm output: the LM head's input
   Tensor rstd_final;  // [N]
   Tensor branch;      // [N, d] output of o_proj, then of down_proj, before its residual add
   Tensor losses;      // [N]
-  // Gradient scratch, reused by every layer.
   Tensor dh;          // [N, d] gradient of the residual stream
-  Tensor dx;          // [N, d] gradient of a norm's output
-  Tensor dact, dgate_up, datt, dqkv;
+  BlockGradScratch grad;  // the blocks' gradient scratch, reused by every layer
   // The batch's ids.
   Tensor tokens, targets, positions, segments;  // i32 [N]
 };
 
 // Which of a layer's activations the backward recomputes (the rest are kept per layer).
-struct Recomputed {
-  bool x_attn, rstd_attn, qkv, att, h_mid, x_mlp, rstd_mlp, gate_up, act;
-};
 Recomputed recomputed(const Recompute& r) {
   const bool b = r.block;
   return {b || r.norm, b, b || r.qkv, b || r.attention, b, b || r.norm, b, b, b || r.swiglu};
@@ -67,7 +49,7 @@ Recomputed recomputed(const Recompute& r) {
 bool kept_fp8_input(const ModelConfig& cfg, const ModelOptions& opt, const std::string& which) {
   if (!opt.fp8_kept_inputs) return false;  // the backend's answer for these shapes (ModelOptions)
   const Recomputed rc = recomputed(opt.recompute);
-  // Only where the forward runs the fused op and nothing reads the activation in bf16 again (layer_forward).
+  // Only where the forward runs the fused op and nothing reads the activation in bf16 again (BlockPass::training).
   if (which == "x_attn") return !rc.x_attn && !rc.qkv;
   if (which == "x_mlp") return !rc.x_mlp && !rc.gate_up;
   if (which == "act") return !rc.act;
@@ -82,7 +64,7 @@ template <class F>
 void for_each_activation(const ModelConfig& cfg, const ModelOptions& opt, int64_t N, DType act, DType stat,
                          const Recomputed& rc, F&& fn) {
   const int64_t d = cfg.d_model, f = cfg.ffn_dim;
-  using A = LayerActivations;
+  using A = BlockActivations;
   auto input = [&](const char* which) { return kept_fp8_input(cfg, opt, which) ? DType::U8 : act; };
   fn(&A::x_attn, rc.x_attn, input("x_attn"), N * d);
   fn(&A::rstd_attn, rc.rstd_attn, stat, N);
@@ -107,14 +89,14 @@ Buffers plan_buffers(BufferCarver& c, BufferCarver& s, const ModelConfig& cfg, c
   const int64_t N = int64_t(opt.B) * opt.T, d = cfg.d_model, f = cfg.ffn_dim;
   const Recomputed rc = recomputed(opt.recompute);
   Buffers b;
-  LayerActivations shared;
-  for_each_activation(cfg, opt, N, act, stat, rc, [&](Tensor LayerActivations::*field, bool re, DType dt, int64_t n) {
+  BlockActivations shared;
+  for_each_activation(cfg, opt, N, act, stat, rc, [&](Tensor BlockActivations::*field, bool re, DType dt, int64_t n) {
     if (re) shared.*field = s.take(dt, n);
   });
   for (int l = 0; l < cfg.n_layers; l++) {
-    LayerActivations a;
+    BlockActivations a;
     a.h = c.take(act, N * d);  // the block input: always kept
-    for_each_activation(cfg, opt, N, act, stat, rc, [&](Tensor LayerActivations::*field, bool re, DType dt, int64_t n) {
+    for_each_activation(cfg, opt, N, act, stat, rc, [&](Tensor BlockActivations::*field, bool re, DType dt, int64_t n) {
       a.*field = re ? shared.*field : c.take(dt, n);
     });
     b.layers.push_back(a);
@@ -125,24 +107,17 @@ Buffers plan_buffers(BufferCarver& c, BufferCarver& s, const ModelConfig& cfg, c
   b.branch = s.take(act, N * d);
   b.losses = s.take(stat, N);
   b.dh = s.take(act, N * d);
-  b.dx = s.take(act, N * d);
-  b.dact = s.take(act, N * f);
-  b.dgate_up = s.take(act, N * 2 * f);
-  b.datt = s.take(act, N * cfg.q_dim());
-  b.dqkv = s.take(act, N * cfg.qkv_dim());
+  b.grad.dx = s.take(act, N * d);
+  b.grad.dact = s.take(act, N * f);
+  b.grad.dgate_up = s.take(act, N * 2 * f);
+  b.grad.datt = s.take(act, N * cfg.q_dim());
+  b.grad.dqkv = s.take(act, N * cfg.qkv_dim());
   b.tokens = s.take(DType::I32, N);
   b.targets = s.take(DType::I32, N);
   b.positions = s.take(DType::I32, N);
   b.segments = s.take(DType::I32, N);
   return b;
 }
-
-// The geometry of one step: the batch may be smaller than the planned B x T.
-struct Step {
-  int B = 0, T = 0;
-  int64_t N = 0;
-  AttnShape attn;
-};
 
 // normal(0, std) from a 64-bit Mersenne twister via Box-Muller, both written out here so that the
 // same seed gives the same weights with any standard library.
@@ -154,27 +129,6 @@ void fill_normal(std::vector<float>& out, uint64_t seed, double std_dev) {
     out[i] = float(std_dev * radius * std::cos(angle));
     if (i + 1 < out.size()) out[i + 1] = float(std_dev * radius * std::sin(angle));
   }
-}
-
-// Gradient offload's groups: [bounds[k], bounds[k+1]) for the embedding (k = 0), layer l (k = l + 1) and
-// the tail (the final norm and an untied LM head), alignment padding included.
-std::vector<int64_t> gradient_groups(const ParamLayout& layout) {
-  std::vector<int64_t> bounds{0};
-  for (const LayerOffsets& l : layout.layers) bounds.push_back(l.attn_norm);
-  bounds.push_back(layout.final_norm);
-  bounds.push_back(layout.total);
-  return bounds;
-}
-
-// Elements of the staging buffers: the embedding / tail one, and each of the two layer ones.
-std::pair<int64_t, int64_t> gradient_stage_sizes(const std::vector<int64_t>& bounds, bool tied) {
-  // The tail takes buffer 0 (untied) or a layer buffer (tied: then it is the final norm alone, smaller than
-  // any layer).
-  const size_t tail = bounds.size() - 2;
-  const int64_t tail_n = bounds[tail + 1] - bounds[tail];
-  int64_t layer = tied ? tail_n : 0;
-  for (size_t k = 1; k < tail; k++) layer = std::max(layer, bounds[k + 1] - bounds[k]);
-  return {tied ? bounds[1] - bounds[0] : std::max(bounds[1] - bounds[0], tail_n), layer};
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -193,14 +147,7 @@ struct Model::Impl {
   size_t buffer_bytes = 0;
   Tensor params, grads;
   ModelWeights w, g;  // views of params and of grads (with offload_grads: of the staging buffers in use)
-  // Gradient offload (ModelOptions::offload_grads): the groups' bounds in the layout, the staging buffers
-  // ([0] the embedding and tail groups, [1] and [2] the layers in turn), the download that last read each
-  // (-1: none since the micro-step began), and whether the host gradients are all zero (the first
-  // micro-step after zero_grads: the staging is cleared instead of brought up).
-  std::vector<int64_t> group_bounds;  // group k is [bounds[k], bounds[k+1]): embedding, layers, tail
-  Tensor grad_stage[3];
-  int stage_free[3] = {-1, -1, -1};
-  bool host_grads_zero = true;
+  std::unique_ptr<GradientOffload> offload;  // with ModelOptions::offload_grads
   Buffers buf;
   std::vector<int32_t> host_tokens, host_targets, host_positions, host_segments;
 
@@ -220,14 +167,7 @@ struct Model::Impl {
     ops.zero(params);
     if (opt.offload_grads) {
       std::memset(grad_mem, 0, grad_bytes);
-      group_bounds = gradient_groups(layout);
-      const auto [outer, layer] = gradient_stage_sizes(group_bounds, cfg.tied_embeddings);
-      const char* labels[3] = {"gradient staging: embedding / LM head group", "gradient staging: layers",
-                               "gradient staging: layers"};
-      for (int i = 0; i < 3; i++) {
-        const int64_t n = i == 0 ? outer : layer;
-        grad_stage[i] = Tensor(ops.allocate(size_t(n) * dtype_size(ops.grad_dtype()), labels[i]), ops.grad_dtype(), {n});
-      }
+      offload = std::make_unique<GradientOffload>(cfg, layout, ops, grads);
     } else {
       ops.zero(grads);
     }
@@ -247,41 +187,36 @@ struct Model::Impl {
     ops.synchronize();  // no copy may still use what is freed
     ops.release(scratch_mem);
     ops.release(kept_mem);
+    offload.reset();
     if (opt.offload_grads) {
       ops.release_host(grad_mem);
-      for (Tensor& t : grad_stage) ops.release(t.data);
     } else {
       ops.release(grad_mem);
     }
     ops.release(param_mem);
   }
 
-  // Gradient offload: which staging buffer a group uses. Tied embeddings: the embedding group receives the
-  // LM head's gradient first and the embedding's last, so it holds buffer 0 for the whole backward and the
-  // tail (the final norm) takes a layer buffer. Untied: the tail (final norm, LM head) uses buffer 0 first
-  // and the embedding after it.
-  int stage_of(size_t group) const {
-    const size_t tail = group_bounds.size() - 2;
-    if (group == 0) return 0;
-    if (group == tail) return cfg.tied_embeddings ? 1 : 0;
-    return 1 + int((tail - group + (cfg.tied_embeddings ? 0 : 1)) % 2);
+  // The gradient groups of the backward, each a point where per-group work hangs (gradient offload brings a group's
+  // gradients up before its backward and takes them down after): k = 0 the embedding (with a tied LM head), l + 1
+  // layer l, and the tail (the final norm, with an untied LM head).
+  size_t tail_group() const { return size_t(cfg.n_layers) + 1; }
+  size_t lm_head_group() const { return cfg.tied_embeddings ? 0 : tail_group(); }
+  void grad_group_begin(size_t k) {
+    if (offload) offload->begin_group(k, g);
   }
-  void grads_begin_microstep();
-  void grad_group_begin(size_t group);
-  void grad_group_end(size_t group);
+  void grad_group_end(size_t k) {
+    if (offload) offload->end_group(k);
+  }
 
-  Step stage_batch(const Batch& batch);
-  void forward_pass(const Step& s);
-  void layer_forward(const Step& s, int l);
-  void recompute_layer(const Step& s, int l);
-  void lm_head(const Step& s, bool with_grads, float grad_scale);
-  LossSum read_loss(const Step& s);
-  void backward_pass(const Step& s);
-  void layer_backward(const Step& s, int l);
+  BlockStep stage_batch(const Batch& batch);
+  void forward_pass(const BlockStep& s);
+  void lm_head(const BlockStep& s, bool with_grads, float grad_scale);
+  LossSum read_loss(const BlockStep& s);
+  void backward_pass(const BlockStep& s);
 };
 
 // Copies the batch's inputs, targets, positions and document ids to the device, checking them first.
-Step Model::Impl::stage_batch(const Batch& batch) {
+BlockStep Model::Impl::stage_batch(const Batch& batch) {
   TK_CHECK(batch.tokens != nullptr, "model {}: the batch holds no tokens", cfg.name);
   TK_CHECK(batch.B > 0 && batch.T > 0 && batch.B <= opt.B && batch.T <= opt.T,
            "model {}: a batch of B={} T={} does not fit the planned micro-batch B={} T={}", cfg.name, batch.B, batch.T,
@@ -289,11 +224,14 @@ Step Model::Impl::stage_batch(const Batch& batch) {
   TK_CHECK(!opt.doc_mask || int(batch.doc_starts.size()) == batch.B,
            "model {}: document masking needs the document starts of all {} rows, the batch has {}", cfg.name, batch.B,
            batch.doc_starts.size());
-  Step s;
+  BlockStep s;
   s.B = batch.B;
   s.T = batch.T;
   s.N = int64_t(s.B) * s.T;
   s.attn = {s.B, s.T, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim};
+  s.positions = shaped(buf.positions, {s.N});
+  s.segments = opt.doc_mask ? shaped(buf.segments, {s.B, s.T}) : Tensor();
+  s.branch = buf.branch;
   host_tokens.resize(s.N);
   host_targets.resize(s.N);
   host_positions.resize(s.N);
@@ -333,61 +271,30 @@ Step Model::Impl::stage_batch(const Batch& batch) {
   return s;
 }
 
-// h0 = embedding; each layer; the last residual add fused with the final norm.
-void Model::Impl::forward_pass(const Step& s) {
+// h0 = embedding; each block; the last residual add fused with the final norm.
+void Model::Impl::forward_pass(const BlockStep& s) {
   const int64_t N = s.N, d = cfg.d_model;
   ops.embedding_forward(shaped(buf.layers[0].h, {N, d}), shaped(buf.tokens, {N}), w.embed);
-  for (int l = 0; l < cfg.n_layers; l++) layer_forward(s, l);
+  const BlockPass pass = BlockPass::training(recomputed(opt.recompute));
+  for (int l = 0; l < cfg.n_layers; l++)
+    block_forward(ops, cfg, w.layers[l], buf.layers[l], l == 0 ? Tensor() : buf.layers[l - 1].h_mid, s, pass);
   ops.residual_rmsnorm_forward(shaped(buf.h_out, {N, d}), shaped(buf.x_final, {N, d}), shaped(buf.rstd_final, {N}),
                                shaped(buf.layers.back().h_mid, {N, d}), shaped(buf.branch, {N, d}), w.final_norm,
                                float(cfg.norm_eps));
 }
 
-// x = norm(h) (fused with the previous MLP's residual add); qkv = x Wqkv + b; q/k norm + RoPE; attention;
-// h_mid = h + att Wo; x = norm(h_mid); branch = swiglu(x Wgate_up) Wdown (added by the next norm).
-void Model::Impl::layer_forward(const Step& s, int l) {
-  const int64_t N = s.N, d = cfg.d_model, f = cfg.ffn_dim, H3 = cfg.n_heads + 2 * cfg.n_kv_heads;
-  const float eps = float(cfg.norm_eps);
-  const LayerActivations& a = buf.layers[l];
-  const LayerWeights& lw = w.layers[l];
-  const Tensor h = shaped(a.h, {N, d}), x_attn = shaped(a.x_attn, {N, d}), branch = shaped(buf.branch, {N, d});
-  const Tensor qkv = shaped(a.qkv, {N, cfg.qkv_dim()});
-  const Tensor qkv_pre = cfg.qk_norm ? shaped(a.qkv_pre, {N, cfg.qkv_dim()}) : qkv;  // RoPE in place without norms
-  // The norms and the linears they feed as one op each: a backend may then keep, in place of x_attn and x_mlp, what
-  // only those linears' backwards read, unless the backward recomputes a linear from a kept norm output.
-  const Recomputed rc = recomputed(opt.recompute);
-  auto keeps = [](bool linear_recomputed_from_it) {
-    return linear_recomputed_from_it ? Ops::NormOutput::values : Ops::NormOutput::linear_backward_only;
-  };
-  const Tensor rstd_attn = shaped(a.rstd_attn, {N});
-  const Tensor h_prev = l == 0 ? Tensor() : shaped(buf.layers[l - 1].h_mid, {N, d});
-  const Tensor h_out = l == 0 ? Tensor() : h, norm_in = l == 0 ? h : branch;
-  ops.rmsnorm_linear_forward(qkv_pre, x_attn, rstd_attn, h_out, h_prev, norm_in, lw.attn_norm, lw.qkv_w, lw.qkv_b,
-                             eps, keeps(rc.qkv && !rc.x_attn));
-  ops.qk_norm_rope_forward(qkv, shaped(a.qk_rstd, {N, cfg.n_heads + cfg.n_kv_heads}), qkv_pre, lw.q_norm, lw.k_norm,
-                           shaped(buf.positions, {N}), s.attn, cfg.rope(), eps);
-  const Tensor segments = opt.doc_mask ? shaped(buf.segments, {s.B, s.T}) : Tensor();
-  ops.attention_forward(shaped(a.att, {s.B, s.T, cfg.n_heads, cfg.head_dim}), shaped(a.lse, {s.B, cfg.n_heads, s.T}),
-                        shaped(a.qkv, {s.B, s.T, H3, cfg.head_dim}), segments, s.attn);
-  ops.linear_forward(branch, shaped(a.att, {N, cfg.q_dim()}), lw.o_w, lw.o_b);
-  const Tensor x_mlp = shaped(a.x_mlp, {N, d}), gate_up = shaped(a.gate_up, {N, 2 * f}), act = shaped(a.act, {N, f});
-  ops.rmsnorm_linear_forward(gate_up, x_mlp, shaped(a.rstd_mlp, {N}), shaped(a.h_mid, {N, d}), h, branch,
-                             lw.mlp_norm, lw.gate_up_w, Tensor(), eps, keeps(rc.gate_up && !rc.x_mlp));
-  ops.swiglu_linear_forward(branch, act, gate_up, lw.down_w);
-}
-
-// Per-token losses over targets tokens[:, 1:]; with grads, dL/dx_final lands in buf.dx and the LM
-// head's weight gradient accumulates (into the embedding's when tied).
-void Model::Impl::lm_head(const Step& s, bool with_grads, float grad_scale) {
+// Per-token losses over the targets; with grads, dL/dx_final lands in buf.grad.dx and the LM head's weight gradient
+// accumulates (into the embedding's when tied).
+void Model::Impl::lm_head(const BlockStep& s, bool with_grads, float grad_scale) {
   const int64_t N = s.N, d = cfg.d_model;
-  ops.lm_head_cross_entropy(shaped(buf.losses, {N}), with_grads ? shaped(buf.dx, {N, d}) : Tensor(),
+  ops.lm_head_cross_entropy(shaped(buf.losses, {N}), with_grads ? shaped(buf.grad.dx, {N, d}) : Tensor(),
                             with_grads ? g.lm_head : Tensor(), shaped(buf.x_final, {N, d}), w.lm_head,
                             shaped(buf.targets, {N}), grad_scale, kNoIgnoredTarget);
 }
 
 // Sums the losses on the host, in token order, at the precision the backend computed them in. Called
 // after the backward is queued: the download is the step's one synchronisation.
-LossSum Model::Impl::read_loss(const Step& s) {
+LossSum Model::Impl::read_loss(const BlockStep& s) {
   const Tensor losses = shaped(buf.losses, {s.N});
   LossSum sum;
   sum.count = s.N;
@@ -403,146 +310,29 @@ LossSum Model::Impl::read_loss(const Step& s) {
   return sum;
 }
 
-// The forward in reverse. dh carries dL/d(residual stream) down through the layers; each norm's
-// backward adds the gradient reaching its input through the norm to the one flowing past it.
-void Model::Impl::backward_pass(const Step& s) {
+// The forward in reverse, after the LM head (whose gradient group is open). dh carries dL/d(residual stream) down
+// through the layers; before each block's backward, what its policy did not keep is recomputed.
+void Model::Impl::backward_pass(const BlockStep& s) {
   const int64_t N = s.N, d = cfg.d_model;
   const Tensor dh = shaped(buf.dh, {N, d});
-  const size_t tail = group_bounds.size() - 2;
-  if (opt.offload_grads && cfg.tied_embeddings) grad_group_begin(tail);
-  ops.rmsnorm_backward(dh, g.final_norm, shaped(buf.dx, {N, d}), Tensor(), shaped(buf.h_out, {N, d}),
+  if (lm_head_group() != tail_group()) grad_group_begin(tail_group());
+  ops.rmsnorm_backward(dh, g.final_norm, shaped(buf.grad.dx, {N, d}), Tensor(), shaped(buf.h_out, {N, d}),
                        shaped(buf.rstd_final, {N}), w.final_norm);
-  if (opt.offload_grads) grad_group_end(tail);
+  grad_group_end(tail_group());
+  const BlockPass recompute = BlockPass::recompute(recomputed(opt.recompute));
   for (int l = cfg.n_layers - 1; l >= 0; l--) {
-    if (opt.offload_grads) grad_group_begin(size_t(l) + 1);
-    layer_backward(s, l);
-    if (opt.offload_grads) grad_group_end(size_t(l) + 1);
+    grad_group_begin(size_t(l) + 1);
+    if (opt.recompute.any()) {
+      ops.range_push("recompute");
+      block_forward(ops, cfg, w.layers[l], buf.layers[l], Tensor(), s, recompute);
+      ops.range_pop();
+    }
+    block_backward(ops, cfg, w.layers[l], g.layers[l], buf.layers[l], s, buf.dh, buf.grad);
+    grad_group_end(size_t(l) + 1);
   }
-  if (opt.offload_grads && !cfg.tied_embeddings) grad_group_begin(0);
+  if (lm_head_group() != 0) grad_group_begin(0);
   ops.embedding_backward(g.embed, shaped(buf.tokens, {N}), dh);
-  if (opt.offload_grads) {
-    grad_group_end(0);
-    // Whatever the compute queue runs next (the next micro-step, the optimizer) comes after every download.
-    ops.wait_event(Ops::Queue::compute, ops.record_event(Ops::Queue::download));
-    host_grads_zero = false;
-  }
-}
-
-// Gradient offload. A micro-step starts with the uploads ordered after every download of the last one
-// (the event ring is reused, so an older event cannot be waited on safely).
-void Model::Impl::grads_begin_microstep() {
-  ops.wait_event(Ops::Queue::upload, ops.record_event(Ops::Queue::download));
-  for (int& e : stage_free) e = -1;
-}
-
-// Brings group k's gradients so far into its staging buffer (or clears it when they are all zero) and
-// points the gradient views of the group's parameters at it.
-void Model::Impl::grad_group_begin(size_t k) {
-  using Q = Ops::Queue;
-  const int st = stage_of(k);
-  const int64_t b = group_bounds[k], n = group_bounds[k + 1] - b;
-  const Tensor stage = grad_stage[st].rows(0, n);
-  if (host_grads_zero) {
-    if (stage_free[st] >= 0) ops.wait_event(Q::compute, stage_free[st]);
-    ops.zero(stage);
-  } else {
-    if (stage_free[st] >= 0) ops.wait_event(Q::upload, stage_free[st]);
-    ops.copy_async(stage.data, static_cast<char*>(grad_mem) + size_t(b) * dtype_size(grads.dtype), stage.nbytes(),
-                   Q::upload);
-    ops.wait_event(Q::compute, ops.record_event(Q::upload));
-  }
-  // Views of a flat buffer that starts b elements before the staging buffer: the group's own views land
-  // inside it, the others are not used until their group begins.
-  const uintptr_t base = reinterpret_cast<uintptr_t>(stage.data) - uintptr_t(b) * dtype_size(grads.dtype);
-  ModelWeights v = weight_views(cfg, layout, reinterpret_cast<void*>(base), grads.dtype);
-  const size_t tail = group_bounds.size() - 2;
-  if (k == 0) {
-    g.embed = v.embed;
-    if (cfg.tied_embeddings) g.lm_head = v.lm_head;
-  } else if (k == tail) {
-    g.final_norm = v.final_norm;
-    if (!cfg.tied_embeddings) g.lm_head = v.lm_head;
-  } else {
-    g.layers[k - 1] = v.layers[k - 1];
-  }
-}
-
-// Takes group k's gradients down to host memory once the compute queue has made them.
-void Model::Impl::grad_group_end(size_t k) {
-  using Q = Ops::Queue;
-  const int st = stage_of(k);
-  const int64_t b = group_bounds[k], n = group_bounds[k + 1] - b;
-  ops.wait_event(Q::download, ops.record_event(Q::compute));
-  ops.copy_async(static_cast<char*>(grad_mem) + size_t(b) * dtype_size(grads.dtype), grad_stage[st].data,
-                 size_t(n) * dtype_size(grads.dtype), Q::download);
-  stage_free[st] = ops.record_event(Q::download);
-}
-
-// Before a layer's backward: the activations its policy did not keep, by the forward's own ops in the
-// forward's order, so they come out bitwise as the forward made them.
-void Model::Impl::recompute_layer(const Step& s, int l) {
-  const Recomputed rc = recomputed(opt.recompute);
-  const int64_t N = s.N, d = cfg.d_model, f = cfg.ffn_dim, H3 = cfg.n_heads + 2 * cfg.n_kv_heads;
-  const float eps = float(cfg.norm_eps);
-  const LayerActivations& a = buf.layers[l];
-  const LayerWeights& lw = w.layers[l];
-  const Tensor h = shaped(a.h, {N, d}), x_attn = shaped(a.x_attn, {N, d});
-  if (rc.x_attn) ops.rmsnorm_forward(x_attn, shaped(a.rstd_attn, {N}), h, lw.attn_norm, eps);
-  if (rc.qkv) {
-    const Tensor qkv = shaped(a.qkv, {N, cfg.qkv_dim()});
-    const Tensor qkv_pre = cfg.qk_norm ? shaped(a.qkv_pre, {N, cfg.qkv_dim()}) : qkv;
-    ops.linear_forward(qkv_pre, x_attn, lw.qkv_w, lw.qkv_b);
-    ops.qk_norm_rope_forward(qkv, shaped(a.qk_rstd, {N, cfg.n_heads + cfg.n_kv_heads}), qkv_pre, lw.q_norm,
-                             lw.k_norm, shaped(buf.positions, {N}), s.attn, cfg.rope(), eps);
-  }
-  if (rc.att) {
-    const Tensor segments = opt.doc_mask ? shaped(buf.segments, {s.B, s.T}) : Tensor();
-    ops.attention_forward(shaped(a.att, {s.B, s.T, cfg.n_heads, cfg.head_dim}), shaped(a.lse, {s.B, cfg.n_heads, s.T}),
-                          shaped(a.qkv, {s.B, s.T, H3, cfg.head_dim}), segments, s.attn);
-  }
-  const Tensor x_mlp = shaped(a.x_mlp, {N, d});
-  if (rc.h_mid) {
-    const Tensor branch = shaped(buf.branch, {N, d});
-    ops.linear_forward(branch, shaped(a.att, {N, cfg.q_dim()}), lw.o_w, lw.o_b);
-    ops.residual_rmsnorm_forward(shaped(a.h_mid, {N, d}), x_mlp, shaped(a.rstd_mlp, {N}), h, branch, lw.mlp_norm, eps);
-  } else if (rc.x_mlp) {
-    ops.rmsnorm_forward(x_mlp, shaped(a.rstd_mlp, {N}), shaped(a.h_mid, {N, d}), lw.mlp_norm, eps);
-  }
-  if (rc.gate_up) ops.linear_forward(shaped(a.gate_up, {N, 2 * f}), x_mlp, lw.gate_up_w, Tensor());
-  if (rc.act) ops.swiglu_forward(shaped(a.act, {N, f}), shaped(a.gate_up, {N, 2 * f}));
-}
-
-void Model::Impl::layer_backward(const Step& s, int l) {
-  if (opt.recompute.any()) {
-    ops.range_push("recompute");
-    recompute_layer(s, l);
-    ops.range_pop();
-  }
-  const int64_t N = s.N, d = cfg.d_model, f = cfg.ffn_dim, H3 = cfg.n_heads + 2 * cfg.n_kv_heads;
-  const float eps = float(cfg.norm_eps);
-  const LayerActivations& a = buf.layers[l];
-  const LayerWeights &lw = w.layers[l], &lg = g.layers[l];
-  const Tensor dh = shaped(buf.dh, {N, d}), dx = shaped(buf.dx, {N, d});
-  const Tensor dgate_up = shaped(buf.dgate_up, {N, 2 * f}), dqkv = shaped(buf.dqkv, {N, cfg.qkv_dim()});
-
-  // MLP: dh is dL/d(branch) as well as the gradient flowing on to h_mid.
-  ops.linear_backward(shaped(buf.dact, {N, f}), lg.down_w, Tensor(), dh, shaped(a.act, {N, f}), lw.down_w);
-  ops.swiglu_linear_backward(dx, lg.gate_up_w, dgate_up, shaped(buf.dact, {N, f}), shaped(a.gate_up, {N, 2 * f}),
-                             shaped(a.x_mlp, {N, d}), lw.gate_up_w);
-  ops.rmsnorm_backward(dh, lg.mlp_norm, dx, dh, shaped(a.h_mid, {N, d}), shaped(a.rstd_mlp, {N}), lw.mlp_norm);
-
-  // Attention: dh is now dL/d(h_mid), the gradient of o_proj's output.
-  const Tensor att = shaped(a.att, {s.B, s.T, cfg.n_heads, cfg.head_dim});
-  const Tensor datt = shaped(buf.datt, {s.B, s.T, cfg.n_heads, cfg.head_dim});
-  ops.linear_backward(shaped(buf.datt, {N, cfg.q_dim()}), lg.o_w, lg.o_b, dh, shaped(a.att, {N, cfg.q_dim()}), lw.o_w);
-  const Tensor segments = opt.doc_mask ? shaped(buf.segments, {s.B, s.T}) : Tensor();
-  ops.attention_backward(shaped(buf.dqkv, {s.B, s.T, H3, cfg.head_dim}), datt, shaped(a.qkv, {s.B, s.T, H3, cfg.head_dim}),
-                         att, shaped(a.lse, {s.B, cfg.n_heads, s.T}), segments, s.attn);
-  ops.qk_norm_rope_backward(dqkv, lg.q_norm, lg.k_norm, dqkv, shaped(a.qkv_pre, {N, cfg.qkv_dim()}),
-                            shaped(a.qk_rstd, {N, cfg.n_heads + cfg.n_kv_heads}), lw.q_norm, lw.k_norm,
-                            shaped(buf.positions, {N}), s.attn, cfg.rope(), eps);
-  ops.linear_backward(dx, lg.qkv_w, lg.qkv_b, dqkv, shaped(a.x_attn, {N, d}), lw.qkv_w);
-  ops.rmsnorm_backward(dh, lg.attn_norm, dx, dh, shaped(a.h, {N, d}), shaped(a.rstd_attn, {N}), lw.attn_norm);
+  grad_group_end(0);
 }
 
 // ---- recompute policies and the memory they leave ------------------------------------------------
@@ -589,7 +379,7 @@ std::vector<std::pair<std::string, size_t>> model_memory(const ModelConfig& cfg,
   plan_buffers(kept, scratch, cfg, opt, act, stat);
   std::vector<std::pair<std::string, size_t>> rows{{"parameters", size_t(layout.total) * dtype_size(act)}};
   if (opt.offload_grads) {
-    const auto [outer, layer] = gradient_stage_sizes(gradient_groups(layout), cfg.tied_embeddings);
+    const auto [outer, layer] = gradient_stage_elements(cfg, layout);
     rows.push_back({"gradient staging: embedding / LM head group", size_t(outer) * dtype_size(grad)});
     rows.push_back({"gradient staging: layers", 2 * size_t(layer) * dtype_size(grad)});
   } else {
@@ -685,7 +475,7 @@ void Model::zero_grads() {
   if (m.opt.offload_grads) {
     m.ops.synchronize();
     std::memset(m.grad_mem, 0, m.grads.nbytes());
-    m.host_grads_zero = true;
+    m.offload->host_zeroed();
   } else {
     m.ops.zero(m.grads);
   }
@@ -695,19 +485,18 @@ bool Model::grads_on_host() const { return impl_->opt.offload_grads; }
 
 LossSum Model::forward_backward(const Batch& batch, float grad_scale) {
   Impl& m = *impl_;
-  Step s = m.stage_batch(batch);
+  const BlockStep s = m.stage_batch(batch);
   m.forward_pass(s);
-  if (m.opt.offload_grads) {
-    m.grads_begin_microstep();
-    m.grad_group_begin(m.cfg.tied_embeddings ? 0 : m.group_bounds.size() - 2);  // where the LM head's gradient goes
-  }
+  if (m.offload) m.offload->begin_microstep();
+  m.grad_group_begin(m.lm_head_group());
   m.lm_head(s, true, grad_scale);
   m.backward_pass(s);
+  if (m.offload) m.offload->end_microstep();
   return m.read_loss(s);
 }
 
 LossSum Model::forward(const Batch& batch) {
-  Step s = impl_->stage_batch(batch);
+  const BlockStep s = impl_->stage_batch(batch);
   impl_->forward_pass(s);
   impl_->lm_head(s, false, 0.0f);
   return impl_->read_loss(s);

@@ -1,5 +1,5 @@
 // Model: the parameters, gradients and planned activation buffers of one Llama-family model on one
-// backend, and the layer schedule (forward and backward) written once against the op vocabulary.
+// backend, and the schedule of a training step around the block that model/block.h writes once.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -1,5 +1,5 @@
 // Tensor views of a model's parameters inside one flat buffer (ParamLayout order), by role: what the
-// layer schedule and the generator pass to ops. The same views over the gradient buffer give each
+// model's schedule and its block (model/block.h) pass to ops. The same views over the gradient buffer give each
 // parameter's gradient, so forward and backward address weights and gradients alike.
 #pragma once
 #include <vector>
