@@ -36,18 +36,14 @@ struct BenchOptions {
 };
 
 // Four batches of uniform random tokens, cycled (as the peer does), each row one document.
-std::vector<tk::Batch> random_batches(int B, int T, int vocab, uint64_t seed, std::vector<std::vector<int32_t>>& store) {
+std::vector<tk::OwnedBatch> random_batches(int B, int T, int vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int32_t> tok(0, vocab - 1);
-  std::vector<tk::Batch> batches(4);
-  store.resize(4);
+  std::vector<tk::OwnedBatch> batches;
   for (int i = 0; i < 4; i++) {
-    store[i].resize(size_t(B) * (T + 1));
-    for (auto& t : store[i]) t = tok(rng);
-    batches[i].B = B;
-    batches[i].T = T;
-    batches[i].tokens = store[i].data();
-    batches[i].doc_starts.assign(B, std::vector<int32_t>{0});
+    std::vector<int32_t> tokens(size_t(B) * (T + 1));
+    for (auto& t : tokens) t = tok(rng);
+    batches.emplace_back(B, T, tokens);
   }
   return batches;
 }
@@ -75,14 +71,13 @@ int run_bench(const BenchOptions& o) {
   const std::unique_ptr<tk::Model> model = tk::make_model(recipe, *be.ops);
   model->init_params(o.seed);
   tk::AdamW opt(*model, recipe.adamw_options());
-  std::vector<std::vector<int32_t>> store;
-  auto batches = random_batches(o.batch, o.seq, cfg.vocab_size, o.seed + 1, store);
+  const std::vector<tk::OwnedBatch> batches = random_batches(o.batch, o.seq, cfg.vocab_size, o.seed + 1);
   const float grad_scale = 1.0f / float(int64_t(o.batch) * o.seq);
 
   double loss = 0;
   auto step = [&](int i) {
     model->zero_grads();
-    loss = model->forward_backward(batches[i % 4], grad_scale).mean();
+    loss = model->forward_backward(batches[i % 4].batch(), grad_scale).mean();
     opt.step(1e-4);
   };
   using clock = std::chrono::steady_clock;

@@ -78,13 +78,9 @@ int run_grads(const GradsOptions& o) {
   model.set_params_f32(tk::load_params(cfg, model.layout(), o.model));
   model.zero_grads();
 
-  tk::Batch batch;
-  batch.B = tokens.B;
-  batch.T = tokens.T;
-  batch.tokens = tokens.ids.data();
-  batch.doc_starts.assign(size_t(tokens.B), {0});
+  const tk::OwnedBatch batch(tokens.B, tokens.T, tokens.ids);  // each row one document
   // Every target counts, so 1/(B*T) per token makes these the gradients of the mean loss.
-  tk::LossSum loss = model.forward_backward(batch, 1.0f / float(tokens.B * tokens.T));
+  tk::LossSum loss = model.forward_backward(batch.batch(), 1.0f / float(tokens.B * tokens.T));
   std::vector<float> grads = model.grads_f32();
   float mean = float(loss.mean());
   std::vector<float> logits = cached_logits(model, tokens);

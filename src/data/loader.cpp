@@ -18,10 +18,6 @@
 #include <set>
 #include <thread>
 
-#ifdef TK_HAVE_CUDA
-#include <cuda_runtime.h>
-#endif
-
 #include "core/error.h"
 #include "core/format.h"
 #include "core/fs.h"
@@ -104,60 +100,31 @@ class BatchOrder {
   LoaderOptions opts_;
 };
 
-// Token memory for one batch: page-locked (cudaHostAlloc) when pinning is asked for in a CUDA build,
-// so that copies to the GPU run as asynchronous DMA; 64-byte aligned ordinary memory otherwise.
+// Host memory for one batch, from the caller's allocator (LoaderOptions::allocate) or 64-byte aligned otherwise.
 class HostBuffer {
  public:
-  HostBuffer(size_t count, bool pinned) {
-    const size_t bytes = (count * sizeof(int32_t) + 63) / 64 * 64;
-#ifdef TK_HAVE_CUDA
-    if (pinned) {
-      void* p = nullptr;
-      const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
-      if (e == cudaSuccess) {
-        data_ = static_cast<int32_t*>(p);
-        pinned_ = true;
-        return;
-      }
-      // A CUDA build on a machine without a usable GPU: nothing will copy to a device, so ordinary
-      // memory serves. Any other failure (out of pinned memory) is the user's to know.
-      if (e != cudaErrorNoDevice && e != cudaErrorInsufficientDriver)
-        fail("cannot allocate {} of pinned host memory for batches: cudaHostAlloc: {}",
-             format_bytes_decimal(double(bytes)), cudaGetErrorString(e));
-      cudaGetLastError();
-    }
-#endif
-    data_ = static_cast<int32_t*>(std::aligned_alloc(64, bytes));
+  HostBuffer(size_t bytes, const LoaderOptions& o) : release_(o.release) {
+    bytes = (bytes + 63) / 64 * 64;
+    data_ = o.allocate ? o.allocate(bytes) : std::aligned_alloc(64, bytes);
     if (!data_) fail("cannot allocate {} of host memory for batches", format_bytes_decimal(double(bytes)));
   }
-  ~HostBuffer() {
-#ifdef TK_HAVE_CUDA
-    if (pinned_) {
-      cudaFreeHost(data_);
-      return;
-    }
-#endif
-    std::free(data_);
-  }
+  ~HostBuffer() { release_ ? release_(data_) : std::free(data_); }
   HostBuffer(const HostBuffer&) = delete;
   HostBuffer& operator=(const HostBuffer&) = delete;
 
-  int32_t* data() const { return data_; }
+  void* data() const { return data_; }
 
  private:
-  int32_t* data_ = nullptr;
-  bool pinned_ = false;
+  std::function<void(void*)> release_;
+  void* data_ = nullptr;
 };
 
 struct Slot {
-  Slot(int B, int T, bool pinned) : tokens(size_t(B) * (T + 1), pinned) {
-    batch.B = B;
-    batch.T = T;
-    batch.tokens = tokens.data();
-    batch.doc_starts.resize(B);
-  }
-  HostBuffer tokens;
+  explicit Slot(const LoaderOptions& o)
+      : memory(batch_bytes(o.B, o.T), o), batch(batch_in(memory.data(), o.B, o.T, o.doc_mask)) {}
+  HostBuffer memory;
   Batch batch;
+  std::vector<int32_t> doc_starts;  // one row's, while the slot is filled
 };
 
 // Reads up to 32 MB of a shard with its cached pages dropped first, so the rate is the mount's.
@@ -279,7 +246,7 @@ class ShardLoader final : public DataLoader {
     if (order_.batches_per_epoch() == 0)
       fail("the {} split of {} has {} tokens: too few for one step of {} rows of {} tokens ({} ranks x B={}, T+1={})",
            o.split, o.data_dir, split_.stream.size(), uint64_t(o.world) * o.B, o.T + 1, o.world, o.B, o.T + 1);
-    for (int i = 0; i < std::max(1, o.prefetch + 1); i++) slots_.push_back(std::make_unique<Slot>(o.B, o.T, o.pinned));
+    for (int i = 0; i < std::max(1, o.prefetch + 1); i++) slots_.push_back(std::make_unique<Slot>(o));
     if (o.prefetch > 0) start_producer(0);
   }
 
@@ -344,13 +311,19 @@ class ShardLoader final : public DataLoader {
             {"world", opts_.world}, {"shuffle", opts_.shuffle},       {"seed", opts_.seed}};
   }
 
+  // Row b: the window's first T tokens as inputs, its last T as targets, then positions and segments.
   void fill(Slot& slot, uint64_t batch) const {
     if (delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
     const uint64_t T = uint64_t(opts_.T);
+    const Batch& out = slot.batch;
     for (int b = 0; b < opts_.B; b++) {
       const uint64_t begin = order_.window(batch, b) * T;
-      split_.stream.read(begin, T + 1, slot.tokens.data() + b * (T + 1));
-      split_.stream.doc_starts(begin, T + 1, slot.batch.doc_starts[b]);
+      int32_t *inputs = out.inputs + b * T, *targets = out.targets + b * T;
+      split_.stream.read(begin, T, inputs);
+      std::copy(inputs + 1, inputs + T, targets);
+      split_.stream.read(begin + T, 1, targets + T - 1);
+      split_.stream.doc_starts(begin, T + 1, slot.doc_starts);
+      fill_batch_positions(out, b, slot.doc_starts);
     }
   }
 

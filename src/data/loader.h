@@ -1,25 +1,20 @@
-// DataLoader: memory-maps prepared token shards and yields packed micro-batches of [B, T+1] tokens
-// (inputs are [:, :T], targets [:, 1:]), with each row's document starts, a deterministic order from
-// a seed, a serialisable position for bit-exact resume, and disjoint slices for data-parallel ranks.
-// Which window each row reads, per epoch and per rank, is specified in docs/data.md.
+// DataLoader: memory-maps prepared token shards and yields packed micro-batches (core/batch.h): per row a window of
+// T+1 tokens as its T inputs and T targets, with the positions and document segments the model uploads, in a
+// deterministic order from a seed, a serialisable position for bit-exact resume, and disjoint slices for
+// data-parallel ranks. Which window each row reads, per epoch and per rank, is specified in docs/data.md.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-namespace tk {
+#include "core/batch.h"
 
-struct Batch {
-  int B = 0, T = 0;
-  // [B, T+1] tokens, row-major. Lives in pinned host memory when the loader was built with pinning.
-  int32_t* tokens = nullptr;
-  // For row b, doc_starts[b] lists the offsets t in [0, T] at which a new document begins within
-  // the T+1 window (0 is always listed: the row's first token starts a segment).
-  std::vector<std::vector<int32_t>> doc_starts;
-};
+namespace tk {
 
 struct LoaderOptions {
   std::string data_dir;       // holds meta.json and the shards written by `tokamak prepare`
@@ -29,7 +24,12 @@ struct LoaderOptions {
   bool shuffle = true;        // false: consecutive windows from the split's start (validation)
   int rank = 0, world = 1;    // data-parallel slice
   int prefetch = 2;           // batches prepared ahead on a background thread (0: on the caller's thread)
-  bool pinned = false;        // allocate batch buffers with cudaHostAlloc (CUDA builds only)
+  bool doc_mask = false;      // positions and segments restart at each document (Batch::doc_mask)
+  // The batch buffers' host memory, allocated and released on the caller's thread: the trainer passes its backend's
+  // Ops::allocate_host / release_host (page-locked on CUDA, so that the model's upload reads the buffer directly as
+  // an asynchronous copy). Unset: ordinary 64-byte aligned memory. Whatever `release` needs must outlive the loader.
+  std::function<void*(size_t bytes)> allocate;
+  std::function<void(void*)> release;
   int64_t expect_vocab = -1;  // when >= 0: refuse shards whose vocab size differs
   uint64_t expect_fingerprint = 0;  // when != 0: refuse shards of another tokenizer
 };

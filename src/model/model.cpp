@@ -149,7 +149,6 @@ struct Model::Impl {
   ModelWeights w, g;  // views of params and of grads (with offload_grads: of the staging buffers in use)
   std::unique_ptr<GradientOffload> offload;  // with ModelOptions::offload_grads
   Buffers buf;
-  std::vector<int32_t> host_tokens, host_targets, host_positions, host_segments;
 
   Impl(const ModelConfig& c, Ops& o, const ModelOptions& options)
       : cfg(c), opt(options), ops(o), layout(ParamLayout::build(c)), act(o.act_dtype()),
@@ -209,65 +208,55 @@ struct Model::Impl {
   }
 
   BlockStep stage_batch(const Batch& batch);
+  void check_tokens(const Batch& batch) const;
   void forward_pass(const BlockStep& s);
   void lm_head(const BlockStep& s, bool with_grads, float grad_scale);
   LossSum read_loss(const BlockStep& s);
   void backward_pass(const BlockStep& s);
 };
 
-// Copies the batch's inputs, targets, positions and document ids to the device, checking them first.
+// Every id the step reads within the vocabulary, before anything is uploaded: row b's window of T+1 tokens is its
+// inputs and, after them, its last target.
+void Model::Impl::check_tokens(const Batch& batch) const {
+  auto check = [&](int32_t id, int b, int t) {
+    TK_CHECK(id >= 0 && id < cfg.vocab_size,
+             "token id {} (row {}, position {}) is outside the vocabulary of {} tokens of model {}: was the data "
+             "prepared with another tokenizer?",
+             id, b, t, cfg.vocab_size, cfg.name);
+  };
+  for (int b = 0; b < batch.B; b++) {
+    const int64_t row = int64_t(b) * batch.T;
+    for (int t = 0; t < batch.T; t++) check(batch.inputs[row + t], b, t);
+    for (int t = 0; t < batch.T; t++) check(batch.targets[row + t], b, t + 1);
+  }
+}
+
+// Uploads the batch's inputs, targets, positions and document ids from the memory the batch lives in, checking them
+// first. The step's loss read-back waits for the copies, so the batch may change once forward_backward returns.
 BlockStep Model::Impl::stage_batch(const Batch& batch) {
-  TK_CHECK(batch.tokens != nullptr, "model {}: the batch holds no tokens", cfg.name);
+  TK_CHECK(batch.inputs != nullptr && batch.targets != nullptr && batch.positions != nullptr &&
+               batch.segments != nullptr,
+           "model {}: the batch holds no tokens", cfg.name);
   TK_CHECK(batch.B > 0 && batch.T > 0 && batch.B <= opt.B && batch.T <= opt.T,
            "model {}: a batch of B={} T={} does not fit the planned micro-batch B={} T={}", cfg.name, batch.B, batch.T,
            opt.B, opt.T);
-  TK_CHECK(!opt.doc_mask || int(batch.doc_starts.size()) == batch.B,
-           "model {}: document masking needs the document starts of all {} rows, the batch has {}", cfg.name, batch.B,
-           batch.doc_starts.size());
+  TK_CHECK(batch.doc_mask == opt.doc_mask,
+           "model {}: the batch's positions are those {} document masking, but the model trains {} it", cfg.name,
+           batch.doc_mask ? "of" : "without", opt.doc_mask ? "with" : "without");
+  check_tokens(batch);
   BlockStep s;
   s.B = batch.B;
   s.T = batch.T;
-  s.N = int64_t(s.B) * s.T;
+  s.N = batch.tokens();
   s.attn = {s.B, s.T, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim};
   s.positions = shaped(buf.positions, {s.N});
   s.segments = opt.doc_mask ? shaped(buf.segments, {s.B, s.T}) : Tensor();
   s.branch = buf.branch;
-  host_tokens.resize(s.N);
-  host_targets.resize(s.N);
-  host_positions.resize(s.N);
-  host_segments.resize(s.N);
-  for (int b = 0; b < s.B; b++) {
-    const int32_t* row = batch.tokens + int64_t(b) * (s.T + 1);
-    for (int t = 0; t <= s.T; t++)
-      TK_CHECK(row[t] >= 0 && row[t] < cfg.vocab_size,
-               "token id {} (row {}, position {}) is outside the vocabulary of {} tokens of model {}: was the data "
-               "prepared with another tokenizer?",
-               row[t], b, t, cfg.vocab_size, cfg.name);
-    // Positions restart at each document start (with doc_mask), and the segment id counts documents.
-    const std::vector<int32_t>* starts = opt.doc_mask ? &batch.doc_starts[b] : nullptr;
-    size_t next = 0;
-    int32_t doc_start = 0, segment = 0;
-    for (int t = 0; t < s.T; t++) {
-      while (starts && next < starts->size() && (*starts)[next] <= t) {
-        TK_CHECK(next == 0 || (*starts)[next] > (*starts)[next - 1], "row {}: document starts must increase", b);
-        if ((*starts)[next] > 0) {
-          doc_start = (*starts)[next];
-          segment++;
-        }
-        next++;
-      }
-      const int64_t n = int64_t(b) * s.T + t;
-      host_tokens[n] = row[t];
-      host_targets[n] = row[t + 1];
-      host_positions[n] = t - doc_start;
-      host_segments[n] = segment;
-    }
-  }
   const size_t bytes = size_t(s.N) * sizeof(int32_t);
-  ops.upload(buf.tokens.data, host_tokens.data(), bytes);
-  ops.upload(buf.targets.data, host_targets.data(), bytes);
-  ops.upload(buf.positions.data, host_positions.data(), bytes);
-  if (opt.doc_mask) ops.upload(buf.segments.data, host_segments.data(), bytes);
+  ops.upload(buf.tokens.data, batch.inputs, bytes);
+  ops.upload(buf.targets.data, batch.targets, bytes);
+  ops.upload(buf.positions.data, batch.positions, bytes);
+  if (opt.doc_mask) ops.upload(buf.segments.data, batch.segments, bytes);
   return s;
 }
 

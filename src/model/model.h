@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "data/loader.h"
+#include "core/batch.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "ops/ops.h"
@@ -89,8 +89,9 @@ class Model {
   std::vector<float> grads_f32() const;
   void zero_grads();
 
-  // One micro-batch (batch.tokens is host memory [B, T+1]): forward, loss over targets tokens[:,1:],
-  // backward with dL = grad_scale per token; gradients accumulate (+=) into grads().
+  // One micro-batch (in host memory; made with doc_mask as the model trains): forward, loss over its targets,
+  // backward with dL = grad_scale per token; gradients accumulate (+=) into grads(). The batch's memory is read
+  // (uploaded) before the call returns.
   LossSum forward_backward(const Batch& batch, float grad_scale);
   // Forward and loss only (evaluation); gradients untouched.
   LossSum forward(const Batch& batch);

@@ -91,7 +91,9 @@ class Ops {
   // Host float32 <-> tensor of any float dtype (converting; rounds to nearest even for bf16).
   virtual void upload_f32(const Tensor& dst, const float* src) = 0;
   virtual void download_f32(float* dst, const Tensor& src) = 0;
-  // Raw bytes host <-> device (same dtype both sides), e.g. token ids.
+  // Raw bytes host <-> device (same dtype both sides), e.g. token ids. An upload from memory of allocate_host may
+  // still be reading it when the call returns: keep it unchanged until the compute queue has passed the upload (a
+  // download or synchronize() waits for that).
   virtual void upload(void* dst, const void* src, size_t bytes) = 0;
   virtual void download(void* dst, const void* src, size_t bytes) = 0;
   virtual void synchronize() = 0;

@@ -202,13 +202,13 @@ class TrainingRun {
   int accum_steps_ = 1;
   int64_t global_batch_tokens_ = 0;
 
+  Backend backend_;  // before what holds its memory (the loaders' batches, the model), so destroyed after it
   DatasetMeta meta_;
   std::unique_ptr<DataLoader> train_data_, val_data_;
   json val_start_;              // the validation loader's initial state: every validation reads the same windows
   int64_t val_batches_ = 0;
   std::string tokenizer_path_;
 
-  Backend backend_;
   ModelSource source_;
   Recipe recipe_;  // what each step computes: the model, batch, precision, recompute, offload, AdamW (recipe.h)
   std::unique_ptr<Model> model_;
@@ -297,7 +297,11 @@ void TrainingRun::open_data() {
   o.B = cfg_.batch;
   o.T = cfg_.seq;
   o.seed = cfg_.seed;
-  o.pinned = backend_.gpu;
+  o.doc_mask = cfg_.doc_mask;
+  // Batches in the backend's host memory (page-locked on CUDA): the model uploads them from there.
+  Ops& ops = *backend_.ops;
+  o.allocate = [&ops](size_t bytes) { return ops.allocate_host(bytes, "batches (host)"); };
+  o.release = [&ops](void* p) { ops.release_host(p); };
   o.split = "train";
   train_data_ = DataLoader::open(o);
   if (hooks_.wrap_loader) train_data_ = hooks_.wrap_loader(std::move(train_data_));

@@ -1,12 +1,13 @@
-// DataLoader: batches are the documented windows of the split's token stream, with correct document
-// starts; shuffling is deterministic and covers each window once per epoch; a restored position sees
-// exactly the same batches; ranks are disjoint; bad or unfinished datasets are refused; the consumer's
-// wait is measured; a slow mount is reported once.
+// DataLoader: batches are the documented windows of the split's token stream as inputs and targets, with
+// positions and segments that restart at each document; shuffling is deterministic and covers each window once
+// per epoch; a restored position sees exactly the same batches; ranks are disjoint; bad or unfinished datasets are
+// refused; the consumer's wait is measured; a slow mount is reported once; batches live in the caller's memory.
 #include "data/loader.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -30,18 +31,39 @@ using testing::write_text;
 
 constexpr int32_t kEot = ByteTokenizer::kEot;
 
-std::vector<int32_t> row_of(const Batch& b, int row) {
-  const int32_t* p = b.tokens + size_t(row) * (b.T + 1);
-  return std::vector<int32_t>(p, p + b.T + 1);
+std::vector<int32_t> array_row(const int32_t* array, const Batch& b, int row) {
+  const int32_t* p = array + size_t(row) * b.T;
+  return std::vector<int32_t>(p, p + b.T);
 }
 
-// What doc_starts must be: 0, and every position that follows an end-of-text token.
-std::vector<int32_t> starts_after_eot(const std::vector<int32_t>& row) {
-  std::vector<int32_t> starts = {0};
-  for (size_t t = 1; t < row.size(); t++)
-    if (row[t - 1] == kEot) starts.push_back(int32_t(t));
-  return starts;
+// The row's window of T+1 tokens: its inputs, then its last target (the targets are the inputs shifted by one).
+std::vector<int32_t> row_of(const Batch& b, int row) {
+  std::vector<int32_t> window = array_row(b.inputs, b, row), targets = array_row(b.targets, b, row);
+  EXPECT_TRUE(std::equal(targets.begin(), targets.end() - 1, window.begin() + 1)) << "row " << row;
+  window.push_back(targets.back());
+  return window;
 }
+
+// What positions and segments must be for a window: with document masking both restart after every end-of-text
+// token (a new document begins at every position that follows one); without, positions 0..T-1 and segments 0.
+struct Positions {
+  std::vector<int32_t> positions, segments;
+  bool operator==(const Positions&) const = default;
+};
+Positions positions_of(const std::vector<int32_t>& window, bool doc_mask) {
+  Positions p;
+  int32_t position = 0, segment = 0;
+  for (size_t t = 0; t + 1 < window.size(); t++, position++) {
+    if (doc_mask && t > 0 && window[t - 1] == kEot) {
+      position = 0;
+      segment++;
+    }
+    p.positions.push_back(position);
+    p.segments.push_back(segment);
+  }
+  return p;
+}
+Positions positions_in(const Batch& b, int row) { return {array_row(b.positions, b, row), array_row(b.segments, b, row)}; }
 
 class LoaderTest : public ::testing::Test {
  protected:
@@ -66,12 +88,13 @@ class LoaderTest : public ::testing::Test {
 
   std::string data_dir() const { return dir_.path("data"); }
 
-  LoaderOptions options(int B, int T, bool shuffle = true) const {
+  LoaderOptions options(int B, int T, bool shuffle = true, bool doc_mask = false) const {
     LoaderOptions o;
     o.data_dir = data_dir();
     o.B = B;
     o.T = T;
     o.shuffle = shuffle;
+    o.doc_mask = doc_mask;
     o.seed = 42;
     return o;
   }
@@ -119,28 +142,29 @@ TEST_F(LoaderTest, UnshuffledBatchesAreConsecutiveWindowsFromTheStart) {
       const uint64_t w = uint64_t(k % loader->batches_per_epoch()) * B + b;
       const std::vector<int32_t> row = row_of(batch, b);
       ASSERT_EQ(row, std::vector<int32_t>(s.begin() + w * T, s.begin() + w * T + T + 1)) << "batch " << k << " row " << b;
-      ASSERT_EQ(batch.doc_starts[b], starts_after_eot(row)) << "batch " << k << " row " << b;
+      ASSERT_EQ(positions_in(batch, b), positions_of(row, false)) << "batch " << k << " row " << b;
     }
   }
 }
 
-TEST_F(LoaderTest, ShuffledEpochsTakeEveryWindowOnceWithCorrectDocStarts) {
+TEST_F(LoaderTest, ShuffledEpochsTakeEveryWindowOnceWithDocumentPositions) {
   const int B = 3, T = 50;
   const auto index = windows("train", T);
-  auto loader = DataLoader::open(options(B, T));
+  auto loader = DataLoader::open(options(B, T, true, true));
   const int64_t per_epoch = loader->batches_per_epoch();
   std::vector<std::vector<uint64_t>> orders(2);
   size_t doc_boundaries = 0;
   for (auto& order : orders) {
     for (int64_t k = 0; k < per_epoch; k++) {
       const Batch& batch = loader->next();
+      ASSERT_TRUE(batch.doc_mask);
       for (int b = 0; b < B; b++) {
         const std::vector<int32_t> row = row_of(batch, b);
         auto it = index.find(row);
         ASSERT_NE(it, index.end()) << "a row that is not a window of the stream";
         order.push_back(it->second);
-        ASSERT_EQ(batch.doc_starts[b], starts_after_eot(row));
-        doc_boundaries += batch.doc_starts[b].size() - 1;
+        ASSERT_EQ(positions_in(batch, b), positions_of(row, true));
+        doc_boundaries += size_t(batch.segments[(b + 1) * T - 1]);
       }
     }
   }
@@ -171,18 +195,12 @@ TEST_F(LoaderTest, TheSeedDecidesTheOrder) {
   EXPECT_NE(first_rows(7), first_rows(8));
 }
 
-struct Taken {
-  std::vector<std::vector<int32_t>> tokens;
-  std::vector<std::vector<std::vector<int32_t>>> doc_starts;
-  bool operator==(const Taken&) const = default;
-};
-
-Taken take(DataLoader& loader, int n) {
-  Taken t;
+// Every array of n batches, one after the other.
+std::vector<int32_t> take(DataLoader& loader, int n) {
+  std::vector<int32_t> t;
   for (int i = 0; i < n; i++) {
     const Batch& b = loader.next();
-    t.tokens.emplace_back(b.tokens, b.tokens + size_t(b.B) * (b.T + 1));
-    t.doc_starts.push_back(b.doc_starts);
+    for (const int32_t* a : {b.inputs, b.targets, b.positions, b.segments}) t.insert(t.end(), a, a + b.tokens());
   }
   return t;
 }
@@ -190,7 +208,7 @@ Taken take(DataLoader& loader, int n) {
 TEST_F(LoaderTest, RestoredPositionSeesExactlyTheSameBatches) {
   for (int prefetch : {0, 1, 3}) {
     SCOPED_TRACE(fmt::format("prefetch {}", prefetch));
-    LoaderOptions o = options(4, 40);
+    LoaderOptions o = options(4, 40, true, true);
     o.prefetch = prefetch;
     auto a = DataLoader::open(o);
     // Stop a few batches before the epoch's end, so that the batches after the restore cross into
@@ -198,7 +216,7 @@ TEST_F(LoaderTest, RestoredPositionSeesExactlyTheSameBatches) {
     const int n = int(a->batches_per_epoch()) - 3, m = 8;
     take(*a, n);
     const nlohmann::json saved = nlohmann::json::parse(a->state().dump());  // as a checkpoint stores it
-    const Taken expected = take(*a, m);
+    const std::vector<int32_t> expected = take(*a, m);
     auto b = DataLoader::open(o);
     b->restore(saved);
     EXPECT_EQ(take(*b, m), expected);
@@ -385,12 +403,40 @@ TEST_F(LoaderTest, CorruptTokensSurfaceFromTheProducerThread) {
   EXPECT_NE(msg.find(shard + " is corrupt: token 100 is 300"), std::string::npos) << msg;
 }
 
-TEST_F(LoaderTest, PinnedBuffersWorkInEveryBuild) {
+// The trainer hands the loader its backend's host memory (page-locked on CUDA): every array of every batch lies in
+// what the caller's allocator gave, 64-byte aligned, and all of it is given back when the loader closes.
+TEST_F(LoaderTest, BatchesLiveInTheCallersMemory) {
+  std::map<const char*, size_t> held;
   LoaderOptions o = options(2, 16);
-  o.pinned = true;  // cudaHostAlloc in a CUDA build; ordinary memory in the CPU build
-  auto loader = DataLoader::open(o);
-  const Batch& b = loader->next();
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.tokens) % 64, 0u);
+  o.prefetch = 2;
+  o.allocate = [&](size_t bytes) {
+    void* p = std::aligned_alloc(256, bytes);
+    held[static_cast<const char*>(p)] = bytes;
+    return p;
+  };
+  o.release = [&](void* p) {
+    EXPECT_EQ(held.erase(static_cast<const char*>(p)), 1u);
+    std::free(p);
+  };
+  auto inside = [&](const int32_t* a, int64_t n) {
+    const char* p = reinterpret_cast<const char*>(a);
+    auto it = held.upper_bound(p);
+    return it != held.begin() && p + n * sizeof(int32_t) <= std::prev(it)->first + std::prev(it)->second;
+  };
+  {
+    auto loader = DataLoader::open(o);
+    EXPECT_EQ(held.size(), 3u) << "one buffer for each of the prefetch + 1 batches";
+    for (int k = 0; k < 5; k++) {
+      const Batch& b = loader->next();
+      for (const int32_t* a : {b.inputs, b.targets, b.positions, b.segments}) {
+        EXPECT_TRUE(inside(a, b.tokens()));
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 64, 0u);
+      }
+    }
+  }
+  EXPECT_TRUE(held.empty()) << "every buffer is released";
+  auto plain = DataLoader::open(options(2, 16));  // ordinary memory when no allocator is given
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(plain->next().inputs) % 64, 0u);
 }
 
 }  // namespace

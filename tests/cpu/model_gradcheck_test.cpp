@@ -60,22 +60,12 @@ void randomise(Model& m, std::mt19937_64& rng) {
   }
 }
 
-struct TestBatch {
-  std::vector<int32_t> tokens;
-  Batch batch;
-};
-
-TestBatch random_batch(int B, int T, int V, std::mt19937_64& rng) {
-  TestBatch b;
+OwnedBatch random_batch(int B, int T, int V, bool doc_mask, std::mt19937_64& rng) {
   std::uniform_int_distribution<int32_t> token(0, V - 1);
-  b.tokens.resize(size_t(B) * (T + 1));
-  for (int32_t& t : b.tokens) t = token(rng);
-  b.batch.B = B;
-  b.batch.T = T;
-  b.batch.tokens = b.tokens.data();
+  std::vector<int32_t> tokens(size_t(B) * (T + 1));
+  for (int32_t& t : tokens) t = token(rng);
   // Row 0: two documents; row 1: three, the last starting at the final target only.
-  b.batch.doc_starts = {{0, 3}, {0, 5, T}};
-  return b;
+  return OwnedBatch(B, T, tokens, {{0, 3}, {0, 5, T}}, doc_mask);
 }
 
 class ModelGradCheck : public ::testing::TestWithParam<Case> {};
@@ -88,15 +78,15 @@ TEST_P(ModelGradCheck, EveryParameterMatchesFiniteDifferences) {
   Model model(cfg, *ops, {B, T, k.doc_mask});
   std::mt19937_64 rng(2024);
   randomise(model, rng);
-  TestBatch data = random_batch(B, T, cfg.vocab_size, rng);
+  const OwnedBatch data = random_batch(B, T, cfg.vocab_size, k.doc_mask, rng);
 
   // L = mean loss over the N targets.
   const double N = double(B) * T;
   model.zero_grads();
-  model.forward_backward(data.batch, float(1.0 / N));
+  model.forward_backward(data.batch(), float(1.0 / N));
   const double* grad = model.grads().as<double>();
   double* param = model.params().as<double>();
-  auto loss = [&] { return model.forward(data.batch).sum / N; };
+  auto loss = [&] { return model.forward(data.batch()).sum / N; };
 
   // Every tensor; of the larger ones a random sample of elements (each check costs two forwards).
   const double h = 1e-5;

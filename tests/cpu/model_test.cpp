@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -34,19 +35,6 @@ ModelConfig small_config(Arch arch = Arch::Llama) {
   c.qk_norm = arch == Arch::Qwen3;
   return c;
 }
-
-// Tokens for a batch and the Batch that points at them.
-struct HostBatch {
-  std::vector<int32_t> tokens;
-  Batch batch;
-  HostBatch(int B, int T, std::vector<int32_t> ids, std::vector<std::vector<int32_t>> starts = {}) : tokens(std::move(ids)) {
-    EXPECT_EQ(tokens.size(), size_t(B) * (T + 1));
-    batch.B = B;
-    batch.T = T;
-    batch.tokens = tokens.data();
-    batch.doc_starts = starts.empty() ? std::vector<std::vector<int32_t>>(B, {0}) : std::move(starts);
-  }
-};
 
 std::vector<int32_t> random_tokens(size_t n, int V, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -75,7 +63,7 @@ TEST(Model, MemorisesARepeatedSequenceWithAdamW) {
   const std::vector<int32_t> pattern = {11, 42, 3, 29, 50, 17};
   std::vector<int32_t> ids;
   for (int i = 0; i < B * (T + 1); i++) ids.push_back(pattern[(i + i / (T + 1)) % pattern.size()]);
-  HostBatch data(B, T, ids);
+  OwnedBatch data(B, T, ids);
 
   const int64_t P = model.layout().total;
   Tensor m(ops->allocate(P * sizeof(float)), DType::F32, {P}), v(ops->allocate(P * sizeof(float)), DType::F32, {P});
@@ -88,7 +76,7 @@ TEST(Model, MemorisesARepeatedSequenceWithAdamW) {
   double first = 0, last = 0;
   for (int step = 1; step <= 150; step++) {
     model.zero_grads();
-    LossSum loss = model.forward_backward(data.batch, 1.0f / float(B * T));
+    LossSum loss = model.forward_backward(data.batch(), 1.0f / float(B * T));
     if (step == 1) first = loss.mean();
     last = loss.mean();
     adam.step = step;
@@ -96,7 +84,7 @@ TEST(Model, MemorisesARepeatedSequenceWithAdamW) {
   }
   EXPECT_NEAR(first, std::log(double(cfg.vocab_size)), 0.5);  // starts near uniform
   EXPECT_LT(last, 0.02) << "first loss " << first;
-  EXPECT_LT(model.forward(data.batch).mean(), 0.02);
+  EXPECT_LT(model.forward(data.batch()).mean(), 0.02);
   ops->release(m.data);
   ops->release(v.data);
 }
@@ -114,14 +102,17 @@ TEST(Model, DocumentMaskingSeparatesPackedDocuments) {
   plain.set_params_f32(masked.params_f32());
 
   std::vector<int32_t> row = random_tokens(T + 1, cfg.vocab_size, 5);
-  HostBatch packed(1, T, row, {{0, split}});
-  HostBatch doc_a(1, split, std::vector<int32_t>(row.begin(), row.begin() + split + 1));
-  HostBatch doc_b(1, T - split, std::vector<int32_t>(row.begin() + split, row.end()));
-  const double together = masked.forward(packed.batch).sum;
-  const double apart = plain.forward(doc_a.batch).sum + plain.forward(doc_b.batch).sum;
+  OwnedBatch packed(1, T, row, {{0, split}}, true), unmasked(1, T, row);
+  OwnedBatch doc_a(1, split, std::vector<int32_t>(row.begin(), row.begin() + split + 1));
+  OwnedBatch doc_b(1, T - split, std::vector<int32_t>(row.begin() + split, row.end()));
+  const double together = masked.forward(packed.batch()).sum;
+  const double apart = plain.forward(doc_a.batch()).sum + plain.forward(doc_b.batch()).sum;
   EXPECT_NEAR(together, apart, 1e-5 * std::abs(apart));
   // Without the mask the packed row is one document and scores differently.
-  EXPECT_GT(std::abs(plain.forward(packed.batch).sum - apart), 1e-3);
+  EXPECT_GT(std::abs(plain.forward(unmasked.batch()).sum - apart), 1e-3);
+  // A batch made for the other setting is refused: its positions would be wrong.
+  EXPECT_THROW(plain.forward(packed.batch()), Error);
+  EXPECT_THROW(masked.forward(unmasked.batch()), Error);
 }
 
 TEST(Model, SmallerBatchThanPlannedMatchesAModelPlannedForIt) {
@@ -131,11 +122,11 @@ TEST(Model, SmallerBatchThanPlannedMatchesAModelPlannedForIt) {
   big.init_params(11);
   Model exact(cfg, *ops, {2, 9, false});
   exact.set_params_f32(big.params_f32());
-  HostBatch data(2, 9, random_tokens(2 * 10, cfg.vocab_size, 12));
+  OwnedBatch data(2, 9, random_tokens(2 * 10, cfg.vocab_size, 12));
   big.zero_grads();
   exact.zero_grads();
-  LossSum a = big.forward_backward(data.batch, 0.05f);
-  LossSum b = exact.forward_backward(data.batch, 0.05f);
+  LossSum a = big.forward_backward(data.batch(), 0.05f);
+  LossSum b = exact.forward_backward(data.batch(), 0.05f);
   EXPECT_EQ(a.count, 18);
   EXPECT_NEAR(a.sum, b.sum, 1e-5 * b.sum);
   EXPECT_LT(relative_difference(big.grads_f32(), exact.grads_f32()), 1e-5);
@@ -146,13 +137,13 @@ TEST(Model, ForwardMatchesForwardBackwardAndGradientsAccumulate) {
   auto ops = make_cpu_ops(DType::F32);
   Model model(cfg, *ops, {2, 12, false});
   model.init_params(21);
-  HostBatch data(2, 12, random_tokens(2 * 13, cfg.vocab_size, 22));
+  OwnedBatch data(2, 12, random_tokens(2 * 13, cfg.vocab_size, 22));
   model.zero_grads();
-  const double with_grads = model.forward_backward(data.batch, 1.0f).sum;
+  const double with_grads = model.forward_backward(data.batch(), 1.0f).sum;
   const std::vector<float> once = model.grads_f32();
-  EXPECT_EQ(model.forward(data.batch).sum, with_grads);
+  EXPECT_EQ(model.forward(data.batch()).sum, with_grads);
   EXPECT_EQ(model.grads_f32(), once);  // forward() leaves gradients alone
-  model.forward_backward(data.batch, 1.0f);
+  model.forward_backward(data.batch(), 1.0f);
   std::vector<float> twice = model.grads_f32();
   for (float& g : twice) g *= 0.5f;
   EXPECT_LT(relative_difference(twice, once), 1e-6);
@@ -200,17 +191,23 @@ TEST(Model, RefusesTokensOutsideTheVocabularyAndOversizedBatches) {
   auto ops = make_cpu_ops(DType::F32);
   Model model(cfg, *ops, {1, 8, false});
   model.init_params(1);
-  std::vector<int32_t> ids = random_tokens(9, cfg.vocab_size, 2);
-  ids[4] = cfg.vocab_size + 3;
-  HostBatch bad(1, 8, ids);
-  try {
-    model.forward(bad.batch);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("vocabulary"), std::string::npos) << e.what();
+  // An input, and the last target (position T of the row's window, which no input holds).
+  for (int position : {4, 8}) {
+    std::vector<int32_t> ids = random_tokens(9, cfg.vocab_size, 2);
+    ids[size_t(position)] = cfg.vocab_size + 3;
+    OwnedBatch bad(1, 8, ids);
+    try {
+      model.forward(bad.batch());
+      FAIL() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fmt::format("token id {} (row 0, position {}) is outside the vocabulary",
+                                                       cfg.vocab_size + 3, position)),
+                std::string::npos)
+          << e.what();
+    }
   }
-  HostBatch big(2, 8, random_tokens(18, cfg.vocab_size, 3));
-  EXPECT_THROW(model.forward(big.batch), Error);
+  OwnedBatch big(2, 8, random_tokens(18, cfg.vocab_size, 3));
+  EXPECT_THROW(model.forward(big.batch()), Error);
   EXPECT_THROW(Model(cfg, *ops, {1, cfg.max_seq + 1, false}), Error);
 }
 
@@ -227,7 +224,7 @@ TEST(ModelRecompute, EveryPolicyGivesBitwiseTheSameGradientsWithLessMemory) {
     const ModelConfig cfg = small_config(arch);
     const int B = 2, T = 16;
     auto ops = make_cpu_ops(DType::F32);
-    HostBatch data(B, T, random_tokens(size_t(B) * (T + 1), cfg.vocab_size, 11));
+    OwnedBatch data(B, T, random_tokens(size_t(B) * (T + 1), cfg.vocab_size, 11));
     std::vector<float> params;
     auto run = [&](const std::string& policy, size_t* kept_bytes) {
       ModelOptions o{B, T, false};
@@ -239,7 +236,7 @@ TEST(ModelRecompute, EveryPolicyGivesBitwiseTheSameGradientsWithLessMemory) {
       }
       model.set_params_f32(params);
       model.zero_grads();
-      LossSum loss = model.forward_backward(data.batch, 0.1f);
+      LossSum loss = model.forward_backward(data.batch(), 0.1f);
       for (const MemoryRow& r : ops->memory_rows())
         if (r.label == "activations kept for the backward") *kept_bytes = r.bytes;
       return std::pair{loss.sum, model.grads_f32()};

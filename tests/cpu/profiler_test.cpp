@@ -241,13 +241,9 @@ TEST(OpCost, AModelsMatmulFlopsAreTheModelFlopsOfMfu) {
     model.init_params(1);
     std::vector<int32_t> tokens(size_t(B) * (T + 1));
     for (size_t i = 0; i < tokens.size(); i++) tokens[i] = int32_t(i * 7 % 257);
-    Batch batch;
-    batch.B = B;
-    batch.T = T;
-    batch.tokens = tokens.data();
-    batch.doc_starts.assign(B, {0});
+    const OwnedBatch batch(B, T, tokens);
     ops.clear_records();
-    model.forward_backward(batch, 1.0f / (B * T));
+    model.forward_backward(batch.batch(), 1.0f / (B * T));
     double flops = 0;
     for (const OpRecord& r : ops.records())
       if (r.category == OpCategory::Matmul || r.category == OpCategory::Attention || r.category == OpCategory::Loss)

@@ -584,12 +584,8 @@ TEST_F(TrainerTest, SplitEvaluationFollowsTheDocumentedWindows) {
   one.set_params_f32(weights);
   double sum = 0;
   for (int64_t w = 0; w < windows; w++) {
-    Batch b;
-    b.B = 1;
-    b.T = T;
-    b.tokens = stream.data() + w * T;
-    b.doc_starts = {{0}};
-    sum += one.forward(b).sum;
+    const OwnedBatch window(1, T, std::vector<int32_t>(stream.begin() + w * T, stream.begin() + (w + 1) * T + 1));
+    sum += one.forward(window.batch()).sum;
   }
   const double expected = sum / double(windows * T);
 

@@ -55,19 +55,14 @@ ModelConfig config_for(Arch arch, int head_dim, int heads, int kv_heads) {
   return c;
 }
 
-struct HostBatch {
-  std::vector<int32_t> tokens;
-  Batch batch;
-  HostBatch(int B, int T, int V, uint64_t seed) : tokens(size_t(B) * (T + 1)) {
-    std::mt19937_64 rng(seed);
-    std::uniform_int_distribution<int32_t> token(0, V - 1);
-    for (int32_t& t : tokens) t = token(rng);
-    batch.B = B;
-    batch.T = T;
-    batch.tokens = tokens.data();
-    batch.doc_starts.assign(B, {0});
-  }
-};
+// Random tokens, each row one document unless document starts are given (the batch is then for document masking).
+OwnedBatch random_batch(int B, int T, int V, uint64_t seed, const std::vector<std::vector<int32_t>>& doc_starts = {}) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> token(0, V - 1);
+  std::vector<int32_t> tokens(size_t(B) * (T + 1));
+  for (int32_t& t : tokens) t = token(rng);
+  return OwnedBatch(B, T, tokens, doc_starts, !doc_starts.empty());
+}
 
 double rel_error(const float* out, const float* ref, size_t n) {
   double num = 0, den = 0;
@@ -130,11 +125,10 @@ TEST_P(ModelCuda, LossAndEveryGradientMatchTheCpuReference) {
       p = round_bf16(p);
     }
   }
-  HostBatch data(c.B, c.T, cfg.vocab_size, 7);
+  const OwnedBatch data = random_batch(c.B, c.T, cfg.vocab_size, 7, c.doc_starts);
   const bool doc_mask = !c.doc_starts.empty();
-  if (doc_mask) data.batch.doc_starts = c.doc_starts;
-  const Result ref = run(*cpu, cfg, c.B, c.T, params, data.batch, doc_mask);
-  const Result out = run(*gpu, cfg, c.B, c.T, params, data.batch, doc_mask);
+  const Result ref = run(*cpu, cfg, c.B, c.T, params, data.batch(), doc_mask);
+  const Result out = run(*gpu, cfg, c.B, c.T, params, data.batch(), doc_mask);
 
   const double loss_err = std::abs(out.loss.mean() - ref.loss.mean()) / std::abs(ref.loss.mean());
   EXPECT_LT(loss_err, kLossTol) << "loss cuda " << out.loss.mean() << " cpu " << ref.loss.mean();
@@ -149,7 +143,7 @@ TEST_P(ModelCuda, LossAndEveryGradientMatchTheCpuReference) {
            ref.loss.mean(), loss_err, worst_name, worst);
 
   // Bitwise determinism: the same step again on a fresh model.
-  const Result again = run(*gpu, cfg, c.B, c.T, params, data.batch, doc_mask);
+  const Result again = run(*gpu, cfg, c.B, c.T, params, data.batch(), doc_mask);
   EXPECT_EQ(again.loss.sum, out.loss.sum);
   EXPECT_EQ(0, std::memcmp(again.grads.data(), out.grads.data(), out.grads.size() * sizeof(float)))
       << "two CUDA runs gave different gradients";
@@ -179,9 +173,9 @@ TEST(ModelCudaBatch, ASmallerBatchThanPlannedGivesWhatAModelPlannedForItGives) {
     init.init_params(5);
     params = init.params_f32();
   }
-  HostBatch data(2, 96, cfg.vocab_size, 3);
-  const Result planned_small = run(*gpu, cfg, 2, 96, params, data.batch);
-  const Result planned_big = run(*gpu, cfg, 4, 256, params, data.batch);
+  const OwnedBatch data = random_batch(2, 96, cfg.vocab_size, 3);
+  const Result planned_small = run(*gpu, cfg, 2, 96, params, data.batch());
+  const Result planned_big = run(*gpu, cfg, 4, 256, params, data.batch());
   EXPECT_EQ(planned_small.loss.sum, planned_big.loss.sum);
   EXPECT_EQ(0, std::memcmp(planned_small.grads.data(), planned_big.grads.data(), params.size() * sizeof(float)));
 }
@@ -201,7 +195,7 @@ TEST(ModelCudaFp8, DelayedScalingCarriesAcrossStepsPoliciesAndBackends) {
     init.init_params(37);
     params = init.params_f32();
   }
-  HostBatch first(B, T, cfg.vocab_size, 8), second(B, T, cfg.vocab_size, 9);
+  const OwnedBatch first = random_batch(B, T, cfg.vocab_size, 8), second = random_batch(B, T, cfg.vocab_size, 9);
   auto step = [&](Model& model, const Batch& batch) {
     model.zero_grads();
     Result r;
@@ -217,7 +211,7 @@ TEST(ModelCudaFp8, DelayedScalingCarriesAcrossStepsPoliciesAndBackends) {
   model.set_params_f32(params);
   delayed->name_weights(named_weights(model));  // the state is kept by parameter name
 
-  const Result d1 = step(model, first.batch), c1 = run(*current, cfg, B, T, params, first.batch);
+  const Result d1 = step(model, first.batch()), c1 = run(*current, cfg, B, T, params, first.batch());
   EXPECT_EQ(d1.loss.sum, c1.loss.sum);
   EXPECT_EQ(0, std::memcmp(d1.grads.data(), c1.grads.data(), c1.grads.size() * sizeof(float)))
       << "the first delayed step is not current scaling";
@@ -235,7 +229,7 @@ TEST(ModelCudaFp8, DelayedScalingCarriesAcrossStepsPoliciesAndBackends) {
       EXPECT_EQ(amax[size_t(r * state.history_len + 1)], 0.f) << name << " operand " << r << ": a second step recorded";
     }
 
-  const Result d2 = step(model, second.batch), c2 = run(*current, cfg, B, T, params, second.batch);
+  const Result d2 = step(model, second.batch()), c2 = run(*current, cfg, B, T, params, second.batch());
   EXPECT_NE(0, std::memcmp(d2.grads.data(), c2.grads.data(), c2.grads.size() * sizeof(float)))
       << "the second step scaled as current scaling does: the history was not used";
   EXPECT_LT(std::abs(d2.loss.mean() - c2.loss.mean()) / std::abs(c2.loss.mean()), 1e-2);
@@ -255,7 +249,7 @@ TEST(ModelCudaFp8, DelayedScalingCarriesAcrossStepsPoliciesAndBackends) {
     Model again(cfg, *fresh, o);
     again.set_params_f32(params);
     restore(*fresh, again);
-    const Result r = step(again, second.batch);
+    const Result r = step(again, second.batch());
     EXPECT_EQ(r.loss.sum, d2.loss.sum) << policy;
     EXPECT_EQ(0, std::memcmp(r.grads.data(), d2.grads.data(), d2.grads.size() * sizeof(float)))
         << policy << ": the restored state did not give the same step";
@@ -271,7 +265,7 @@ TEST(ModelCudaFp8, DelayedScalingCarriesAcrossStepsPoliciesAndBackends) {
     Model again(cfg, *apart, {B, T, false});
     again.set_params_f32(params);
     restore(*apart, again);
-    const Result r = step(again, second.batch);
+    const Result r = step(again, second.batch());
     EXPECT_EQ(apart->fp8_fused_casts(), 0);
     EXPECT_EQ(r.loss.sum, d2.loss.sum);
     EXPECT_EQ(0, std::memcmp(r.grads.data(), d2.grads.data(), d2.grads.size() * sizeof(float)))
@@ -289,18 +283,18 @@ TEST(ModelCudaFp8, DelayedScalingCarriesAcrossStepsPoliciesAndBackends) {
     for (const char* which : {"x_attn", "x_mlp", "act"}) ASSERT_TRUE(kept_fp8_input(cfg, o, which)) << which;
     Model kept(cfg, *kept_ops, o);
     kept.set_params_f32(params);
-    const Result k1 = step(kept, first.batch);
+    const Result k1 = step(kept, first.batch());
     EXPECT_EQ(k1.loss.sum, d1.loss.sum);
     EXPECT_EQ(0, std::memcmp(k1.grads.data(), d1.grads.data(), d1.grads.size() * sizeof(float)))
         << "the first step with one-byte inputs differs";
     kept_ops->end_step();
-    const Result k2 = step(kept, second.batch);
+    const Result k2 = step(kept, second.batch());
     EXPECT_EQ(k2.loss.sum, d2.loss.sum);
     EXPECT_EQ(0, std::memcmp(k2.grads.data(), d2.grads.data(), d2.grads.size() * sizeof(float)))
         << "the second step with one-byte inputs differs";
     // Without FP8 fusion a one-byte activation has no path: a clear error, not a write past it.
     kept_ops->set_fp8_fusion(false);
-    EXPECT_THROW(step(kept, first.batch), Error);
+    EXPECT_THROW(step(kept, first.batch()), Error);
   }
 
   // What the casts have seen since the last commit (an evaluation between two steps, here the second step) is
@@ -331,7 +325,7 @@ TEST(ModelCudaRecompute, EveryPolicyGivesBitwiseTheSameGradients) {
   for (Arch arch : {Arch::Llama, Arch::Qwen3}) {
     const ModelConfig cfg = config_for(arch, 64, 8, 2);
     auto gpu = make_cuda_ops();
-    HostBatch data(2, 256, cfg.vocab_size, 17);
+    const OwnedBatch data = random_batch(2, 256, cfg.vocab_size, 17);
     std::vector<float> params;
     {
       Model init(cfg, *gpu, {1, 8, false});
@@ -345,7 +339,7 @@ TEST(ModelCudaRecompute, EveryPolicyGivesBitwiseTheSameGradients) {
       model.set_params_f32(params);
       model.zero_grads();
       Result r;
-      r.loss = model.forward_backward(data.batch, 1.0f / 512);
+      r.loss = model.forward_backward(data.batch(), 1.0f / 512);
       r.grads = model.grads_f32();
       return r;
     };
@@ -379,10 +373,10 @@ TEST(ModelCudaFp8, CloseToTheReferenceDeterministicAndRecomputeInvariant) {
       params = init.params_f32();
       for (float& p : params) p = round_bf16(p);
     }
-    HostBatch data(B, T, cfg.vocab_size, 5);
-    const Result ref = run(*cpu, cfg, B, T, params, data.batch);
-    const Result plain = run(*bf16, cfg, B, T, params, data.batch);
-    const Result out = run(*fp8, cfg, B, T, params, data.batch);
+    const OwnedBatch data = random_batch(B, T, cfg.vocab_size, 5);
+    const Result ref = run(*cpu, cfg, B, T, params, data.batch());
+    const Result plain = run(*bf16, cfg, B, T, params, data.batch());
+    const Result out = run(*fp8, cfg, B, T, params, data.batch());
     const double loss_err = std::abs(out.loss.mean() - ref.loss.mean()) / std::abs(ref.loss.mean());
     EXPECT_LT(loss_err, 2e-2) << "loss fp8 " << out.loss.mean() << " cpu " << ref.loss.mean();
     const ParamLayout layout = ParamLayout::build(cfg);
@@ -398,7 +392,7 @@ TEST(ModelCudaFp8, CloseToTheReferenceDeterministicAndRecomputeInvariant) {
     EXPECT_NE(0, std::memcmp(plain.grads.data(), out.grads.data(), out.grads.size() * sizeof(float)))
         << "--fp8 changed nothing: the FP8 path did not run";
 
-    const Result again = run(*fp8, cfg, B, T, params, data.batch);
+    const Result again = run(*fp8, cfg, B, T, params, data.batch());
     EXPECT_EQ(again.loss.sum, out.loss.sum);
     EXPECT_EQ(0, std::memcmp(again.grads.data(), out.grads.data(), out.grads.size() * sizeof(float)))
         << "two FP8 runs gave different gradients";
@@ -408,7 +402,7 @@ TEST(ModelCudaFp8, CloseToTheReferenceDeterministicAndRecomputeInvariant) {
       Model model(cfg, *fp8, o);
       model.set_params_f32(params);
       model.zero_grads();
-      const LossSum loss = model.forward_backward(data.batch, 1.0f / float(B * T));
+      const LossSum loss = model.forward_backward(data.batch(), 1.0f / float(B * T));
       const std::vector<float> grads = model.grads_f32();
       EXPECT_EQ(loss.sum, out.loss.sum) << policy;
       EXPECT_EQ(0, std::memcmp(grads.data(), out.grads.data(), grads.size() * sizeof(float)))

@@ -34,20 +34,14 @@ ModelConfig small_config() {
   return c;
 }
 
-struct HostBatch {
-  std::vector<int32_t> tokens;
-  Batch batch;
-  HostBatch(int B, int T, int V, uint64_t seed) : tokens(size_t(B) * (T + 1)) {
-    std::mt19937_64 rng(seed);
-    // A skewed distribution, so the steps have something to learn.
-    std::geometric_distribution<int32_t> token(0.02);
-    for (int32_t& t : tokens) t = std::min(token(rng), V - 1);
-    batch.B = B;
-    batch.T = T;
-    batch.tokens = tokens.data();
-    batch.doc_starts.assign(B, {0});
-  }
-};
+OwnedBatch skewed_batch(int B, int T, int V, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  // A skewed distribution, so the steps have something to learn.
+  std::geometric_distribution<int32_t> token(0.02);
+  std::vector<int32_t> tokens(size_t(B) * (T + 1));
+  for (int32_t& t : tokens) t = std::min(token(rng), V - 1);
+  return OwnedBatch(B, T, tokens);
+}
 
 struct State {
   std::vector<float> weights, m, v;
@@ -72,9 +66,9 @@ State train(Ops& ops, MomentPrecision moments, bool offload, int from, int to, c
   }
   State s;
   for (int step = from; step < to; step++) {
-    HostBatch data(kB, kT, cfg.vocab_size, 100 + uint64_t(step));
+    const OwnedBatch data = skewed_batch(kB, kT, cfg.vocab_size, 100 + uint64_t(step));
     model.zero_grads();
-    s.losses.push_back(model.forward_backward(data.batch, 1.0f / float(kB * kT)).sum);
+    s.losses.push_back(model.forward_backward(data.batch(), 1.0f / float(kB * kT)).sum);
     opt.step(2e-3);
   }
   s.weights = opt.weights_f32();
