@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "core/checked.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -14,9 +15,13 @@ namespace tk {
 class BufferCarver {
  public:
   explicit BufferCarver(char* base = nullptr) : base_(base) {}
+  // Sizes come from the config and the batch shape: checked, so that an absurd shape is an error
+  // before the allocation, not a wrapped size that carves overlapping buffers.
   Tensor take(DType dtype, int64_t numel) {
     Tensor t(base_ ? base_ + used_ : nullptr, dtype, {numel});
-    used_ += (t.nbytes() + 255) / 256 * 256;
+    const char* what = "the planned buffers' size";
+    const size_t bytes = checked_mul(checked_cast<size_t>(numel, what), dtype_size(dtype), what);
+    used_ = checked_add(used_, checked_add(bytes, size_t(255), what) / 256 * 256, what);
     return t;
   }
   size_t used() const { return used_; }

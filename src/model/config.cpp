@@ -4,13 +4,16 @@
 // that a model is never silently different from the one its config.json describes.
 #include "model/config.h"
 
+#include <climits>
 #include <filesystem>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/checked.h"
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/json_integer.h"
 #include "ops/ops.h"
 
 namespace tk {
@@ -33,21 +36,48 @@ const char* arch_hf_class(Arch a) {
   return "?";
 }
 
+// ---- limits ---------------------------------------------------------------------------------------
+
+namespace {
+
+// The largest size of each kind that tokamak accepts: some 16-60 times the largest models trained
+// anywhere (hidden sizes to 16384, 126 layers, 128 heads, vocabularies to 256k). A value beyond is a
+// corrupt or mistyped file; refusing it keeps every product of sizes (parameter counts, byte sizes,
+// the ops' int widths) far from overflowing.
+constexpr int64_t kMaxVocab = int64_t(1) << 24;
+constexpr int64_t kMaxHidden = int64_t(1) << 18;
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxHeads = int64_t(1) << 14;
+constexpr int64_t kMaxHeadDim = 4096;
+constexpr int64_t kMaxFfn = int64_t(1) << 20;
+constexpr int64_t kMaxPositions = INT_MAX;
+
+}  // namespace
+
 // ---- counts ---------------------------------------------------------------------------------------
+// Checked arithmetic: validate() bounds every size, so an overflow here means a config that was never
+// validated, and it is an error rather than a wrapped count.
 
 int64_t ModelConfig::matmul_params() const {
-  int64_t d = d_model, q = q_dim(), k = kv_dim(), f = ffn_dim;
-  return int64_t(n_layers) * (d * q + 2 * d * k + q * d + 3 * d * f) + d * int64_t(vocab_size);
+  const char* what = "the matmul parameter count";
+  auto mul = [&](int64_t a, int64_t b) { return checked_mul(a, b, what); };
+  auto add = [&](int64_t a, int64_t b) { return checked_add(a, b, what); };
+  const int64_t d = d_model, q = q_dim(), k = kv_dim(), f = ffn_dim;
+  const int64_t per_layer = add(add(mul(d, q), mul(2 * d, k)), add(mul(q, d), mul(3 * d, f)));
+  return add(mul(n_layers, per_layer), mul(d, vocab_size));
 }
 
 int64_t ModelConfig::total_params() const {
-  int64_t d = d_model;
-  int64_t per_layer = 2 * d + d * q_dim() + 2 * d * kv_dim() + q_dim() * d + 3 * d * int64_t(ffn_dim);
-  if (qkv_bias) per_layer += qkv_dim();
-  if (o_bias) per_layer += d;
-  if (qk_norm) per_layer += 2 * head_dim;
-  int64_t embeddings = int64_t(vocab_size) * d * (tied_embeddings ? 1 : 2);
-  return embeddings + int64_t(n_layers) * per_layer + d;
+  const char* what = "the parameter count";
+  auto mul = [&](int64_t a, int64_t b) { return checked_mul(a, b, what); };
+  auto add = [&](int64_t a, int64_t b) { return checked_add(a, b, what); };
+  const int64_t d = d_model, q = q_dim(), k = kv_dim();
+  int64_t per_layer = add(add(2 * d, mul(d, q)), add(mul(2 * d, k), add(mul(q, d), mul(3 * d, ffn_dim))));
+  if (qkv_bias) per_layer = add(per_layer, qkv_dim());
+  if (o_bias) per_layer = add(per_layer, d);
+  if (qk_norm) per_layer = add(per_layer, 2 * int64_t(head_dim));
+  const int64_t embeddings = mul(mul(vocab_size, d), tied_embeddings ? 1 : 2);
+  return add(add(embeddings, mul(n_layers, per_layer)), d);
 }
 
 RopeSpec ModelConfig::rope() const { return {rope_inv_freq(rope_theta, head_dim, rope_scaling)}; }
@@ -60,17 +90,17 @@ double ModelConfig::flops_per_token(int T) const {
 
 void ModelConfig::validate() const {
   const std::string& src = name;
-  auto positive = [&](int64_t v, const char* field) {
-    TK_CHECK(v > 0, "model {}: {} must be positive, got {}", src, field, v);
+  auto size = [&](int64_t v, const char* field, int64_t max) {
+    TK_CHECK(v > 0 && v <= max, "model {}: {} is {}; it must be from 1 to {}", src, field, v, max);
   };
-  positive(vocab_size, "vocab_size");
-  positive(d_model, "hidden_size");
-  positive(n_layers, "num_hidden_layers");
-  positive(n_heads, "num_attention_heads");
-  positive(n_kv_heads, "num_key_value_heads");
-  positive(head_dim, "head_dim");
-  positive(ffn_dim, "intermediate_size");
-  positive(max_seq, "max_position_embeddings");
+  size(vocab_size, "vocab_size", kMaxVocab);
+  size(d_model, "hidden_size", kMaxHidden);
+  size(n_layers, "num_hidden_layers", kMaxLayers);
+  size(n_heads, "num_attention_heads", kMaxHeads);
+  size(n_kv_heads, "num_key_value_heads", kMaxHeads);
+  size(head_dim, "head_dim", kMaxHeadDim);
+  size(ffn_dim, "intermediate_size", kMaxFfn);
+  size(max_seq, "max_position_embeddings", kMaxPositions);
   TK_CHECK(n_heads % n_kv_heads == 0, "model {}: num_attention_heads {} is not a multiple of num_key_value_heads {}",
            src, n_heads, n_kv_heads);
   TK_CHECK(head_dim % 2 == 0, "model {}: head_dim {} must be even for rotary position embeddings", src, head_dim);
@@ -177,19 +207,28 @@ using nlohmann::json;
 
 bool has(const json& j, const char* key) { return j.contains(key) && !j.at(key).is_null(); }
 
+// Integers go through json_integer: nlohmann's get<int>() would truncate 64.5 and wrap 4294967808.
 template <class T>
 T get(const json& j, const char* key, const std::string& src) {
-  try {
-    return j.at(key).get<T>();
-  } catch (const json::exception&) {
-    fail("{}: field '{}' has the value {}, which is not the expected type", src, key, j.at(key).dump());
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    return json_integer<T>(j.at(key), src, key);
+  } else {
+    try {
+      return j.at(key).get<T>();
+    } catch (const json::exception&) {
+      fail("{}: field '{}' has the value {}, which is not the expected type", src, key, j.at(key).dump());
+    }
   }
 }
 
-template <class T>
-T required(const json& j, const char* key, const std::string& src) {
+// A size of the model: an integer from 1 to `max` (the limits above).
+int required_size(const json& j, const char* key, int64_t max, const std::string& src) {
   TK_CHECK(has(j, key), "{}: the required field '{}' is missing", src, key);
-  return get<T>(j, key, src);
+  return int(json_int64(j.at(key), src, key, 1, max));
+}
+
+int optional_size(const json& j, const char* key, int fallback, int64_t max, const std::string& src) {
+  return has(j, key) ? int(json_int64(j.at(key), src, key, 1, max)) : fallback;
 }
 
 template <class T>
@@ -255,8 +294,8 @@ void reject_unsupported_options(const json& j, const std::string& src) {
 int parse_token_id(const json& j, const char* key, const std::string& src) {
   if (!has(j, key)) return -1;
   const json& v = j.at(key);
-  if (v.is_array()) return v.empty() ? -1 : v[0].get<int>();
-  return get<int>(j, key, src);
+  if (v.is_array()) return v.empty() ? -1 : json_integer<int>(v[0], src, std::string(key) + "[0]", 0);
+  return json_integer<int>(v, src, key, 0);
 }
 
 }  // namespace
@@ -267,16 +306,16 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.name = source;
   c.arch = parse_arch(j, source);
   reject_unsupported_options(j, source);
-  c.vocab_size = required<int>(j, "vocab_size", source);
-  c.d_model = required<int>(j, "hidden_size", source);
-  c.n_layers = required<int>(j, "num_hidden_layers", source);
-  c.n_heads = required<int>(j, "num_attention_heads", source);
-  c.n_kv_heads = optional<int>(j, "num_key_value_heads", c.n_heads, source);
-  c.ffn_dim = required<int>(j, "intermediate_size", source);
+  c.vocab_size = required_size(j, "vocab_size", kMaxVocab, source);
+  c.d_model = required_size(j, "hidden_size", kMaxHidden, source);
+  c.n_layers = required_size(j, "num_hidden_layers", kMaxLayers, source);
+  c.n_heads = required_size(j, "num_attention_heads", kMaxHeads, source);
+  c.n_kv_heads = optional_size(j, "num_key_value_heads", c.n_heads, kMaxHeads, source);
+  c.ffn_dim = required_size(j, "intermediate_size", kMaxFfn, source);
   // Qwen3Config defaults head_dim to 128; Llama and Qwen2 derive it from the width.
   int derived_head_dim = c.n_heads > 0 ? c.d_model / c.n_heads : 0;
-  c.head_dim = optional<int>(j, "head_dim", c.arch == Arch::Qwen3 ? 128 : derived_head_dim, source);
-  c.max_seq = optional<int>(j, "max_position_embeddings", c.arch == Arch::Llama ? 2048 : 32768, source);
+  c.head_dim = optional_size(j, "head_dim", c.arch == Arch::Qwen3 ? 128 : derived_head_dim, kMaxHeadDim, source);
+  c.max_seq = optional_size(j, "max_position_embeddings", c.arch == Arch::Llama ? 2048 : 32768, kMaxPositions, source);
   parse_rope(j, source, c);
   c.norm_eps = optional<double>(j, "rms_norm_eps", 1e-6, source);
   c.tied_embeddings = optional<bool>(j, "tie_word_embeddings", false, source);

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "core/checked.h"
+
 namespace tk {
 namespace {
 
@@ -15,18 +17,22 @@ class LayoutBuilder {
   explicit LayoutBuilder(ParamLayout& out) : out_(out) {}
 
   // Starts a group of tensors that must stay adjacent (or a single tensor) at an aligned offset.
-  void begin_group() { cursor_ = (cursor_ + kGroupAlign - 1) / kGroupAlign * kGroupAlign; }
+  void begin_group() {
+    cursor_ = checked_add(cursor_, kGroupAlign - 1, "the parameter layout's size") / kGroupAlign * kGroupAlign;
+  }
 
+  // Sizes and offsets are checked: ModelConfig::validate() bounds the shapes, so an overflow here is an
+  // error, never a layout whose tensors overlap.
   int64_t add(std::string name, std::vector<int64_t> shape, int layer) {
     ParamInfo p;
     p.name = std::move(name);
     p.numel = 1;
-    for (int64_t d : shape) p.numel *= d;
+    for (int64_t d : shape) p.numel = checked_mul(p.numel, d, "the size of " + p.name);
     p.decay = shape.size() == 2;  // matrices decay; norm weights and biases do not
     p.shape = std::move(shape);
     p.offset = cursor_;
     p.layer = layer;
-    cursor_ += p.numel;
+    cursor_ = checked_add(cursor_, p.numel, "the parameter layout's size");
     out_.params.push_back(std::move(p));
     return out_.params.back().offset;
   }

@@ -302,6 +302,68 @@ TEST(HfConfig, RefusesWhatItCannotTrainNamingTheField) {
   }
 }
 
+// What a hostile or corrupt config.json held, and nlohmann's get<int>() made into a trainable model:
+// vocab_size 4294967808 became 512, hidden_size 4294967360 became 64, hidden_size 64.5 became 64.
+TEST(HfConfig, IntegerFieldsAreRangeCheckedNamingTheFileAndField) {
+  struct Case {
+    const char* field;
+    json value;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"vocab_size", json::parse("4294967808"), "vocab_size is 4294967808; it must be an integer from 1 to 16777216"},
+      {"hidden_size", json::parse("4294967360"), "hidden_size is 4294967360; it must be an integer from 1 to 262144"},
+      {"hidden_size", json::parse("64.5"), "hidden_size is 64.5, not an integer"},
+      {"hidden_size", json::parse("1099511627776"), "hidden_size is 1099511627776"},
+      {"num_hidden_layers", json::parse("1000000"), "num_hidden_layers is 1000000; it must be an integer from 1 to 4096"},
+      {"num_attention_heads", json::parse("-32"), "num_attention_heads is -32"},
+      {"num_key_value_heads", json::parse("0"), "num_key_value_heads is 0"},
+      {"intermediate_size", json::parse("\"8192\""), "intermediate_size is \"8192\", not an integer"},
+      {"head_dim", json::parse("0"), "head_dim is 0"},
+      {"max_position_embeddings", json::parse("131072.0"), "max_position_embeddings is 131072.0, not an integer"},
+      {"bos_token_id", json::parse("4294967296"), "bos_token_id is 4294967296"},
+      {"eos_token_id", json::parse("[128001.5]"), "eos_token_id[0] is 128001.5, not an integer"},
+  };
+  for (const Case& c : cases) {
+    json j = llama_without_rope_scaling();
+    j[c.field] = c.value;
+    std::string msg;
+    try {
+      ModelConfig::from_hf_json(j, "llama/config.json");
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    EXPECT_EQ(msg.find(std::string("llama/config.json: ") + c.says), 0u) << c.field << ": " << msg;
+  }
+}
+
+// Shapes past the limits are refused by validate() too (a config built in code, or a preset changed by
+// a flag), before a layout of a million layers or an overflowing parameter count is made.
+TEST(ModelConfigLimits, AbsurdShapesAreRefusedBeforeAnyCount) {
+  ModelConfig c = ModelConfig::preset("tiny");
+  c.n_layers = 1000000;
+  std::string msg;
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("num_hidden_layers is 1000000; it must be from 1 to 4096"), std::string::npos) << msg;
+  // At every limit at once the counts still fit in 64 bits, exactly.
+  ModelConfig big = ModelConfig::preset("tiny");
+  big.vocab_size = 1 << 24;
+  big.d_model = 1 << 18;
+  big.n_layers = 4096;
+  big.n_heads = big.n_kv_heads = 64;
+  big.head_dim = 4096;
+  big.ffn_dim = 1 << 20;
+  big.tied_embeddings = false;
+  big.validate();
+  const int64_t d = big.d_model, q = int64_t(big.n_heads) * big.head_dim, f = big.ffn_dim;
+  const int64_t per_layer = 2 * d + 4 * d * q + 3 * d * f;
+  EXPECT_EQ(big.total_params(), 2 * (int64_t(1) << 24) * d + 4096 * per_layer + d);
+}
+
 TEST(HfConfig, RoundTripThroughConfigJson) {
   std::vector<ModelConfig> configs;
   for (const std::string& name : ModelConfig::preset_names()) configs.push_back(ModelConfig::preset(name));

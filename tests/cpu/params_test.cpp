@@ -1,10 +1,13 @@
 // ParamLayout: Hugging Face names and shapes, the adjacency that makes the fused QKV and gate-up
-// matrices plain views, group alignment, no overlaps, tied heads, and AdamW segments.
+// matrices plain views, group alignment, no overlaps, tied heads, and AdamW segments; the layout and
+// the buffer plan refuse sizes that overflow.
 #include <algorithm>
 #include <string>
 
 #include <gtest/gtest.h>
 
+#include "core/error.h"
+#include "model/buffer_carver.h"
 #include "model/config.h"
 #include "model/params.h"
 
@@ -113,6 +116,26 @@ TEST(ParamLayout, RealModelNeedsNoPadding) {
   // Every width of Qwen2.5-0.5B is a multiple of 64, so its layout is exactly its parameters.
   ModelConfig c = ModelConfig::preset("qwen2.5-0.5b");
   EXPECT_EQ(ParamLayout::build(c).total, c.total_params());
+}
+
+TEST(ParamLayout, RefusesAConfigPastTheLimitsBeforeLayingOutAnything) {
+  ModelConfig c = small(Arch::Llama, true);
+  c.n_layers = 1000000;
+  EXPECT_THROW(ParamLayout::build(c), Error);
+}
+
+// A plan whose sizes overflow (a batch shape times an absurd width) is an error, not a wrapped size
+// that would carve overlapping buffers out of a small allocation.
+TEST(BufferCarver, RefusesSizesThatOverflow) {
+  BufferCarver plan;
+  plan.take(DType::F32, 1000);
+  EXPECT_EQ(plan.used(), 4096u);
+  EXPECT_THROW(plan.take(DType::F32, int64_t(1) << 62), Error);
+  EXPECT_THROW(plan.take(DType::BF16, -1), Error);
+  BufferCarver full;  // two buffers of nearly 2^63 bytes fill a 64-bit size; a third cannot follow
+  full.take(DType::U8, INT64_MAX - 1024);
+  full.take(DType::U8, INT64_MAX - 1024);
+  EXPECT_THROW(full.take(DType::U8, INT64_MAX - 1024), Error);
 }
 
 }  // namespace
