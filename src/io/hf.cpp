@@ -19,6 +19,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "core/confined_path.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
@@ -100,17 +101,19 @@ class TensorSource {
     for (const SafeTensorInfo& t : files_.back()->tensors()) where_[t.name] = {files_.back().get(), &t};
   }
 
-  // The index's weight_map is the authority: each tensor is taken from the shard it names.
+  // The index's weight_map is the authority: each tensor is taken from the shard it names, which must
+  // lie in the index's directory.
   void open_shards(const std::string& index_path) {
     description_ = index_path;
     json index = read_json(index_path);
+    TK_CHECK(index.is_object(), "{} is not a JSON object with a \"weight_map\"", index_path);
     auto map = index.find("weight_map");
     TK_CHECK(map != index.end() && map->is_object(), "{} has no \"weight_map\" object", index_path);
-    stdfs::path dir = stdfs::path(index_path).parent_path();
+    const std::string dir = stdfs::path(index_path).parent_path().string();
     std::map<std::string, const SafeTensorsFile*> shards;
     for (const auto& [name, shard] : map->items()) {
       TK_CHECK(shard.is_string(), "{}: weight_map entry \"{}\" is not a file name", index_path, name);
-      std::string file = (dir / shard.get<std::string>()).string();
+      std::string file = path_inside(dir.empty() ? "." : dir, shard.get<std::string>(), index_path);
       if (!shards.count(file)) {
         files_.push_back(SafeTensorsFile::open(file));
         shards[file] = files_.back().get();

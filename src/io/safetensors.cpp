@@ -1,13 +1,15 @@
 // safetensors reading and writing. The reader maps the file and checks every header field against
-// it before any tensor is touched, so a truncated or hand-edited file is an error naming the file
-// and tensor, never a crash or silently wrong weights. The writer pads the header to 8 bytes (as
-// the reference implementation does, keeping the data aligned) and writes through fs::AtomicFile.
+// it before any tensor is touched, and each tensor's bytes against its checksum when they are read,
+// so that a truncated, hand-edited or bit-flipped file is an error naming the file and tensor, never
+// a crash or silently wrong weights. The writer pads the header to 8 bytes (as the reference
+// implementation does, keeping the data aligned) and writes through fs::AtomicFile.
 #include "io/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <bit>
@@ -20,8 +22,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/checked.h"
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/json_integer.h"
 
 namespace tk {
 
@@ -41,13 +45,43 @@ size_t dtype_bytes(const std::string& dtype) {
   return it == sizes.end() ? 0 : it->second;
 }
 
+// The reference implementation's limit: a header beyond it is corruption, not a model.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+constexpr const char* kChecksumPrefix = "xxh3_64:";
+constexpr size_t kChecksumDigits = 16;
+
 std::string shape_str(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
-// Elements of a shape, or -1 when a dimension is negative or the product overflows.
-int64_t checked_numel(const std::vector<int64_t>& shape) {
+// Elements of a shape; a negative dimension or an overflow is a tk::Error naming `what`.
+int64_t shape_numel(const std::vector<int64_t>& shape, const std::string& what) {
   int64_t n = 1;
-  for (int64_t d : shape)
-    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return -1;
+  for (int64_t d : shape) {
+    TK_CHECK(d >= 0, "{} has a negative dimension in its shape {}", what, shape_str(shape));
+    n = checked_mul(n, d, what);
+  }
+  return n;
+}
+
+// Bytes of a tensor: elements x element size, checked.
+size_t tensor_bytes(const std::vector<int64_t>& shape, size_t esize, const std::string& what) {
+  return checked_mul(checked_cast<size_t>(shape_numel(shape, what), what), esize, what);
+}
+
+std::string hex_checksum(uint64_t h) { return fmt::format("{:016x}", h); }
+
+std::optional<uint64_t> parse_checksum(const std::string& s) {
+  if (s.size() != kChecksumDigits || s.find_first_not_of("0123456789abcdef") != std::string::npos) return std::nullopt;
+  return std::stoull(s, nullptr, 16);
+}
+
+// The first element that is NaN or infinite, or n when all are finite. The exponent test vectorises;
+// std::isfinite may not under every compiler's flags.
+int64_t first_non_finite(const float* v, int64_t n) {
+  uint32_t any = 0;
+  for (int64_t i = 0; i < n; i++) any |= uint32_t((std::bit_cast<uint32_t>(v[i]) & 0x7f800000u) == 0x7f800000u);
+  if (!any) return n;
+  for (int64_t i = 0; i < n; i++)
+    if (!std::isfinite(v[i])) return i;
   return n;
 }
 
@@ -98,7 +132,16 @@ class MappedSafeTensors final : public SafeTensorsFile {
     auto it = index_.find(name);
     return it == index_.end() ? nullptr : &tensors_[it->second];
   }
-  const void* data(const SafeTensorInfo& t) const override { return data_ + t.begin; }
+  const void* data(const SafeTensorInfo& t) const override {
+    const unsigned char* p = data_ + t.begin;
+    if (t.checksum) {
+      const uint64_t h = XXH3_64bits(p, t.end - t.begin);
+      TK_CHECK(h == *t.checksum,
+               "{}: tensor \"{}\" is corrupt: its bytes hash to {} but the file recorded {} when it was written",
+               path_, t.name, hex_checksum(h), hex_checksum(*t.checksum));
+    }
+    return p;
+  }
   const std::map<std::string, std::string>& metadata() const override { return metadata_; }
   const std::string& path() const override { return path_; }
 
@@ -107,7 +150,8 @@ class MappedSafeTensors final : public SafeTensorsFile {
   void parse_header();
   void parse_metadata(const json& m);
   SafeTensorInfo parse_entry(const std::string& name, const json& v) const;
-  void check_no_overlap() const;
+  void check_data_layout() const;
+  void attach_checksums();
 
   std::string path_;
   void* map_ = nullptr;
@@ -145,6 +189,8 @@ void MappedSafeTensors::parse_header() {
   TK_CHECK(header_len <= size_ - 8,
            "{}: the header claims {} bytes but the file has only {} after the length field: it is truncated or "
            "not a safetensors file", path_, header_len, size_ - 8);
+  TK_CHECK(header_len <= kMaxHeaderBytes, "{}: the header claims {} bytes, more than the format's limit of {}: it is "
+           "corrupt or not a safetensors file", path_, header_len, kMaxHeaderBytes);
   data_ = base + 8 + header_len;
   data_size_ = size_ - 8 - header_len;
 
@@ -164,8 +210,9 @@ void MappedSafeTensors::parse_header() {
   }
   std::sort(tensors_.begin(), tensors_.end(),
             [](const SafeTensorInfo& a, const SafeTensorInfo& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
-  check_no_overlap();
+  check_data_layout();
   for (size_t i = 0; i < tensors_.size(); i++) index_[tensors_[i].name] = i;
+  attach_checksums();
 }
 
 void MappedSafeTensors::parse_metadata(const json& m) {
@@ -188,43 +235,63 @@ SafeTensorInfo MappedSafeTensors::parse_entry(const std::string& name, const jso
   size_t esize = dtype_bytes(t.dtype);
   if (esize == 0) bad(fmt::format("unknown dtype \"{}\"", t.dtype));
 
+  const std::string field = fmt::format("tensor \"{}\"", name);
   auto sh = v.find("shape");
   if (sh == v.end() || !sh->is_array()) bad("no \"shape\" array");
-  for (const auto& d : *sh) {
-    if (!d.is_number_integer()) bad(fmt::format("shape {} holds a non-integer", sh->dump()));
-    t.shape.push_back(d.get<int64_t>());
-  }
-  int64_t numel = checked_numel(t.shape);
-  if (numel < 0) bad(fmt::format("invalid shape {}", shape_str(t.shape)));
+  for (const auto& d : *sh) t.shape.push_back(json_integer<int64_t>(d, path_, field + " shape", 0));
+  const size_t need = tensor_bytes(t.shape, esize, fmt::format("{}: the size of {}{}", path_, field, shape_str(t.shape)));
 
   auto off = v.find("data_offsets");
-  if (off == v.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
-      !(*off)[1].is_number_unsigned())
-    bad("\"data_offsets\" is not a pair of non-negative integers");
-  t.begin = (*off)[0].get<size_t>();
-  t.end = (*off)[1].get<size_t>();
+  if (off == v.end() || !off->is_array() || off->size() != 2) bad("\"data_offsets\" is not a pair of integers");
+  t.begin = json_integer<size_t>((*off)[0], path_, field + " data_offsets");
+  t.end = json_integer<size_t>((*off)[1], path_, field + " data_offsets");
   if (t.begin > t.end) bad(fmt::format("data_offsets [{}, {}] end before they begin", t.begin, t.end));
   if (t.end > data_size_)
     bad(fmt::format("data_offsets [{}, {}] reach past the end of the data ({} bytes): the file is truncated", t.begin,
                     t.end, data_size_));
-  size_t need = size_t(numel) * esize;
-  if (numel > int64_t(data_size_) || t.end - t.begin != need)
+  if (t.end - t.begin != need)
     bad(fmt::format("holds {} bytes but {}{} needs {}", t.end - t.begin, t.dtype, shape_str(t.shape), need));
   return t;
 }
 
-// tensors_ is sorted by offset: each tensor must end where or before the next begins.
-void MappedSafeTensors::check_no_overlap() const {
-  for (size_t i = 1; i < tensors_.size(); i++) {
-    const auto &a = tensors_[i - 1], &b = tensors_[i];
-    TK_CHECK(a.end <= b.begin, "{}: tensors \"{}\" [{}, {}] and \"{}\" [{}, {}] overlap: the header is corrupt", path_,
-             a.name, a.begin, a.end, b.name, b.begin, b.end);
+// tensors_ is sorted by offset. As the format requires, their bytes tile the data section: each
+// tensor begins where the previous one ends, the first at 0, and the last ends at the end of the file.
+void MappedSafeTensors::check_data_layout() const {
+  size_t expected = 0;
+  const SafeTensorInfo* prev = nullptr;
+  for (const SafeTensorInfo& t : tensors_) {
+    if (prev)
+      TK_CHECK(t.begin >= expected, "{}: tensors \"{}\" [{}, {}] and \"{}\" [{}, {}] overlap: the header is corrupt",
+               path_, prev->name, prev->begin, prev->end, t.name, t.begin, t.end);
+    TK_CHECK(t.begin == expected, "{}: bytes [{}, {}) of the data, {} \"{}\", belong to no tensor: the header is "
+             "corrupt", path_, expected, t.begin, prev ? "after \"" + prev->name + "\" and before" : "before", t.name);
+    expected = t.end;
+    prev = &t;
+  }
+  TK_CHECK(expected == data_size_, "{}: {} bytes follow the end of the last tensor{}: the file is corrupt or was "
+           "appended to", path_, data_size_ - expected, prev ? " (\"" + prev->name + "\")" : "");
+}
+
+// "xxh3_64:<name>" metadata entries: each must name a tensor of the file and hold 16 hex digits.
+void MappedSafeTensors::attach_checksums() {
+  for (const auto& [key, value] : metadata_) {
+    if (!key.starts_with(kChecksumPrefix)) continue;
+    const std::string name = key.substr(std::strlen(kChecksumPrefix));
+    auto it = index_.find(name);
+    TK_CHECK(it != index_.end(), "{}: __metadata__ holds a checksum for tensor \"{}\", which the file does not have",
+             path_, name);
+    std::optional<uint64_t> h = parse_checksum(value);
+    TK_CHECK(h, "{}: the checksum of tensor \"{}\" is \"{}\", not {} hex digits: the header is corrupt", path_, name,
+             value, kChecksumDigits);
+    tensors_[it->second].checksum = h;
   }
 }
 
 }  // namespace
 
-int64_t SafeTensorInfo::numel() const { return checked_numel(shape); }
+int64_t SafeTensorInfo::numel() const { return shape_numel(shape, "tensor \"" + name + "\""); }
+
+std::string safetensors_checksum_key(const std::string& tensor_name) { return kChecksumPrefix + tensor_name; }
 
 std::unique_ptr<SafeTensorsFile> SafeTensorsFile::open(const std::string& path) {
   return std::make_unique<MappedSafeTensors>(path);
@@ -252,6 +319,10 @@ void SafeTensorsFile::read_f32(const SafeTensorInfo& t, float* dst) const {
   } else {
     fail("{}: tensor \"{}\" has dtype {}, which cannot be read as floating point weights", path(), t.name, t.dtype);
   }
+  const int64_t bad = first_non_finite(dst, n);
+  TK_CHECK(bad == n, "{}: tensor \"{}\" holds {} at element {} of {}: the file is corrupt, or training had diverged "
+           "when it was saved; tokamak does not load non-finite weights or optimizer state", path(), t.name,
+           std::isnan(dst[bad]) ? "NaN" : "an infinity", bad, n);
 }
 
 SafeTensorsWriter::Entry& SafeTensorsWriter::add_entry(const std::string& name, const std::string& dtype,
@@ -259,9 +330,9 @@ SafeTensorsWriter::Entry& SafeTensorsWriter::add_entry(const std::string& name, 
   TK_CHECK(name != "__metadata__" && !name.empty(), "safetensors: \"{}\" cannot be a tensor name", name);
   size_t esize = dtype_bytes(dtype);
   TK_CHECK(esize, "safetensors: tensor \"{}\" has unknown dtype \"{}\"", name, dtype);
-  int64_t numel = checked_numel(shape);
-  TK_CHECK(numel >= 0 && size_t(numel) * esize == nbytes, "safetensors: tensor \"{}\" has {} bytes but {}{} needs {}",
-           name, nbytes, dtype, shape_str(shape), numel < 0 ? 0 : size_t(numel) * esize);
+  const size_t need = tensor_bytes(shape, esize, fmt::format("safetensors: tensor \"{}\"", name));
+  TK_CHECK(need == nbytes, "safetensors: tensor \"{}\" has {} bytes but {}{} needs {}", name, nbytes, dtype,
+           shape_str(shape), need);
   for (const Entry& e : entries_) TK_CHECK(e.name != name, "safetensors: tensor \"{}\" added twice", name);
   Entry& e = entries_.emplace_back();
   e.name = name;
@@ -284,14 +355,12 @@ void SafeTensorsWriter::add_borrowed(const std::string& name, const std::string&
 }
 
 void SafeTensorsWriter::add_f32(const std::string& name, std::vector<int64_t> shape, const float* data) {
-  int64_t n = checked_numel(shape);
-  TK_CHECK(n >= 0, "safetensors: tensor \"{}\" has invalid shape {}", name, shape_str(shape));
-  add(name, "F32", std::move(shape), data, size_t(n) * 4);
+  const size_t bytes = tensor_bytes(shape, 4, fmt::format("safetensors: tensor \"{}\"", name));
+  add(name, "F32", std::move(shape), data, bytes);
 }
 
 void SafeTensorsWriter::add_f32_as_bf16(const std::string& name, std::vector<int64_t> shape, const float* data) {
-  int64_t n = checked_numel(shape);
-  TK_CHECK(n >= 0, "safetensors: tensor \"{}\" has invalid shape {}", name, shape_str(shape));
+  const int64_t n = shape_numel(shape, fmt::format("safetensors: tensor \"{}\"", name));
   Entry& e = add_entry(name, "BF16", std::move(shape), size_t(n) * 2);
   e.owned.resize(e.nbytes);
   for (int64_t i = 0; i < n; i++) {
@@ -300,38 +369,62 @@ void SafeTensorsWriter::add_f32_as_bf16(const std::string& name, std::vector<int
   }
 }
 
-void SafeTensorsWriter::set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+void SafeTensorsWriter::set_metadata(const std::string& key, const std::string& value) {
+  TK_CHECK(!key.starts_with(kChecksumPrefix), "safetensors: metadata key \"{}\" is reserved for checksums", key);
+  metadata_[key] = value;
+}
 
 void SafeTensorsWriter::add_generated(const std::string& name, const std::string& dtype, std::vector<int64_t> shape,
                                       size_t nbytes, std::function<void(void* dst)> generate) {
   add_entry(name, dtype, std::move(shape), nbytes).generate = std::move(generate);
 }
 
-void SafeTensorsWriter::write(const std::string& path) const {
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata_.empty()) header["__metadata__"] = metadata_;
+// The header, written by hand so that the position of each checksum's placeholder digits is known:
+// checksum_at[i] is where entry i's digits start in the returned text.
+std::string SafeTensorsWriter::header_text(std::vector<size_t>& checksum_at) const {
+  using json = nlohmann::json;
+  std::string text = "{\"__metadata__\":{";
+  for (const auto& [key, value] : metadata_) text += json(key).dump() + ":" + json(value).dump() + ",";
+  for (const Entry& e : entries_) {
+    text += json(kChecksumPrefix + e.name).dump() + ":\"";
+    checksum_at.push_back(text.size());
+    text += std::string(kChecksumDigits, '0') + "\",";
+  }
+  if (text.back() == ',') text.pop_back();
+  text += "}";
   size_t offset = 0;
   for (const Entry& e : entries_) {
-    header[e.name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.nbytes}}};
+    const json entry = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.nbytes}}};
+    text += "," + json(e.name).dump() + ":" + entry.dump();
     offset += e.nbytes;
   }
-  std::string text = header.dump();
+  text += "}";
   text.append((8 - text.size() % 8) % 8, ' ');
-  uint64_t header_len = text.size();
+  return text;
+}
+
+void SafeTensorsWriter::write(const std::string& path) const {
+  std::vector<size_t> checksum_at;
+  std::string text = header_text(checksum_at);
+  const uint64_t header_len = text.size();
 
   fs::AtomicFile file(path);
   file.write(&header_len, 8);
   file.write(text);
   std::vector<uint8_t> made;
-  for (const Entry& e : entries_) {
+  for (size_t i = 0; i < entries_.size(); i++) {
+    const Entry& e = entries_[i];
+    const void* bytes = e.bytes();
     if (e.generate) {
       made.resize(e.nbytes);
       e.generate(made.data());
-      file.write(made.data(), e.nbytes);
-    } else {
-      file.write(e.bytes(), e.nbytes);
+      bytes = made.data();
     }
+    file.write(bytes, e.nbytes);
+    const std::string digits = hex_checksum(XXH3_64bits(bytes, e.nbytes));
+    text.replace(checksum_at[i], kChecksumDigits, digits);
   }
+  file.write_at(8, text.data(), text.size());
   file.commit();
 }
 

@@ -148,6 +148,42 @@ TEST_P(HfIoTest, IndexNamingTheWrongShardIsAnError) {
   EXPECT_NE(msg.find(name), std::string::npos) << msg;
 }
 
+// A weight_map entry that leads out of the model's directory (absolute, "..", a link to elsewhere) is
+// refused before any file is opened: a downloaded index must not make tokamak read other files.
+TEST_P(HfIoTest, IndexNamingAFileOutsideItsDirectoryIsRefused) {
+  write_sharded(2);
+  const std::string index_path = model_dir() + "/model.safetensors.index.json";
+  const json index = json::parse(tk::fs::read_file(index_path));
+  stdfs::copy_file(model_dir() + "/model-00001-of-00002.safetensors", (dir_ / "outside.safetensors").string());
+  stdfs::create_symlink(dir_ / "outside.safetensors", dir_ / "model" / "link.safetensors");
+  for (const char* file : {"/etc/passwd", "../outside.safetensors", "link.safetensors"}) {
+    json bad = index;
+    bad["weight_map"]["model.norm.weight"] = file;
+    tk::fs::write_file_atomic(index_path, bad.dump());
+    std::string msg = error_of([&] { tk::load_params(cfg_, layout_, model_dir()); });
+    EXPECT_NE(msg.find(index_path + " names the file \"" + file + "\""), std::string::npos) << msg;
+  }
+}
+
+// Files tokamak exports carry a checksum of every tensor; a flipped byte fails the load naming the tensor.
+TEST_P(HfIoTest, ExportedWeightsAreChecksummed) {
+  std::string out = (dir_ / "export").string();
+  tk::export_hf(cfg_, layout_, params_, out, "bf16", "");
+  const std::string file = out + "/model.safetensors";
+  for (const tk::SafeTensorInfo& t : tk::SafeTensorsFile::open(file)->tensors())
+    EXPECT_TRUE(t.checksum.has_value()) << t.name;
+  const size_t at = stdfs::file_size(file) - 3;
+  std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
+  io.seekg(std::streamoff(at));
+  const char byte = char(io.get() ^ 0x04);
+  io.seekp(std::streamoff(at));
+  io.put(byte);
+  io.close();
+  const std::string last = layout_.params.back().name;
+  std::string msg = error_of([&] { tk::load_params(cfg_, layout_, out); });
+  EXPECT_NE(msg.find(file + ": tensor \"" + last + "\" is corrupt"), std::string::npos) << msg;
+}
+
 TEST_P(HfIoTest, LoadsBf16Weights) {
   tk::SafeTensorsWriter w;
   for (const tk::ParamInfo& p : layout_.params) w.add_f32_as_bf16(p.name, p.shape, params_.data() + p.offset);

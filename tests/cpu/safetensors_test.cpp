@@ -1,6 +1,7 @@
 // safetensors: round trips in every float dtype the reader converts, bf16 rounding on values chosen
 // to hit each rounding case, and a clear error (naming file and tensor) for each way a file can be
-// corrupt; a failed write leaves no file behind.
+// corrupt: its header, the layout of its data, a tensor's bytes against their checksum, non-finite
+// values; files without checksums (Hugging Face's) still load; a failed write leaves no file behind.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -132,7 +133,10 @@ TEST_F(SafeTensorsTest, Bf16RoundsToNearestEven) {
   w.write(path("b.safetensors"));
   auto f = SafeTensorsFile::open(path("b.safetensors"));
   EXPECT_EQ(f->find("w")->dtype, "BF16");
-  auto out = f->read_f32("w");
+  // The raw bf16 values: read_f32 refuses infinities and NaNs (NonFiniteValuesAreRefused).
+  std::vector<float> out(in.size());
+  const auto* bf16 = static_cast<const uint16_t*>(f->data(*f->find("w")));
+  for (size_t i = 0; i < in.size(); i++) out[i] = std::bit_cast<float>(uint32_t(bf16[i]) << 16);
   size_t n_cases = std::size(cases);
   for (size_t i = 0; i < n_cases; i++) EXPECT_EQ(out[i], cases[i].out) << "input " << cases[i].in;
   EXPECT_TRUE(std::isnan(out[n_cases]));
@@ -143,9 +147,9 @@ TEST_F(SafeTensorsTest, Bf16RoundsToNearestEven) {
 }
 
 TEST_F(SafeTensorsTest, ReadsF16AndF64AsF32) {
-  // Half floats spelled out: 1, -2, the largest (65504), the smallest subnormal (2^-24), infinity, 1/3.
-  const uint16_t halves[] = {0x3c00, 0xc000, 0x7bff, 0x0001, 0x7c00, 0x3555};
-  const float expect[] = {1.f, -2.f, 65504.f, std::ldexp(1.f, -24), INFINITY, 0.333251953125f};
+  // Half floats spelled out: 1, -2, the largest (65504), the smallest subnormal (2^-24), the most negative, 1/3.
+  const uint16_t halves[] = {0x3c00, 0xc000, 0x7bff, 0x0001, 0xfbff, 0x3555};
+  const float expect[] = {1.f, -2.f, 65504.f, std::ldexp(1.f, -24), -65504.f, 0.333251953125f};
   std::mt19937 rng(6);
   std::normal_distribution<double> dist(0.0, 5.0);
   std::vector<double> doubles(17);
@@ -232,11 +236,143 @@ TEST_F(SafeTensorsTest, UnknownDtypeAndMalformedEntries) {
   std::string p = write_raw("u.safetensors", R"({"w":{"dtype":"F48","shape":[1],"data_offsets":[0,6]}})", 6);
   expect_open_error(p, {p, "\"w\"", "unknown dtype \"F48\""});
   p = write_raw("n.safetensors", R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4);
-  expect_open_error(p, {p, "\"w\"", "invalid shape"});
+  expect_open_error(p, {p, "\"w\"", "shape is -1"});
   p = write_raw("m.safetensors", R"({"w":{"dtype":"F32","shape":[1]}})", 4);
   expect_open_error(p, {p, "\"w\"", "data_offsets"});
   p = write_raw("x.safetensors", R"({"__metadata__":{"format":1}})", 0);
   expect_open_error(p, {p, "__metadata__"});
+}
+
+// Shapes and offsets are integers that fit: no fraction truncated, no huge value wrapped, no product
+// overflowing into a small byte count.
+TEST_F(SafeTensorsTest, ShapeAndOffsetsAreCheckedIntegers) {
+  std::string p = write_raw("f.safetensors", R"({"w":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})", 4);
+  expect_open_error(p, {p, "\"w\" shape is 1.5, not an integer"});
+  p = write_raw("g.safetensors", R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4.0]}})", 4);
+  expect_open_error(p, {p, "\"w\" data_offsets is 4.0, not an integer"});
+  p = write_raw("h.safetensors", R"({"w":{"dtype":"F32","shape":[18446744073709551615],"data_offsets":[0,4]}})", 4);
+  expect_open_error(p, {p, "\"w\" shape is 18446744073709551615"});
+  // 2^32 x 2^32 elements: the product overflows 64 bits.
+  p = write_raw("o.safetensors", R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}})", 4);
+  expect_open_error(p, {p, "\"w\"", "overflows"});
+  // 2^61 elements of 8 bytes: the byte count overflows.
+  p = write_raw("b.safetensors", R"({"w":{"dtype":"F64","shape":[2305843009213693952],"data_offsets":[0,8]}})", 8);
+  expect_open_error(p, {p, "\"w\"", "overflows"});
+}
+
+// The data section must be exactly the tensors' bytes, back to back, as the format requires:
+// bytes appended after the last tensor, or lying between tensors, are refused.
+TEST_F(SafeTensorsTest, TrailingBytesAndGapsAreRefused) {
+  auto a = random_floats(6, 10);
+  SafeTensorsWriter w;
+  w.add_f32("a", {6}, a.data());
+  w.write(path("t.safetensors"));
+  std::ofstream(path("t.safetensors"), std::ios::binary | std::ios::app) << "garbage";
+  expect_open_error(path("t.safetensors"), {path("t.safetensors"), "7 bytes follow the end of the last tensor (\"a\")"});
+
+  std::string p = write_raw("g.safetensors",
+                            R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                            R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+                            12);
+  expect_open_error(p, {p, "bytes [4, 8) of the data, after \"a\" and before \"b\", belong to no tensor"});
+  p = write_raw("z.safetensors", R"({"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8);
+  expect_open_error(p, {p, "bytes [0, 4) of the data, before \"b\", belong to no tensor"});
+  p = write_raw("e.safetensors", R"({})", 3);
+  expect_open_error(p, {p, "3 bytes follow the end of the last tensor"});
+}
+
+// Every file tokamak writes records each tensor's XXH3-64; a flipped bit in a tensor's bytes is
+// found when that tensor is read, naming the file and the tensor.
+TEST_F(SafeTensorsTest, ChecksumsAreRecordedAndAFlippedByteIsFound) {
+  auto a = random_floats(64, 11), b = random_floats(32, 12);
+  SafeTensorsWriter w;
+  w.set_metadata("format", "pt");
+  w.add_f32("a", {8, 8}, a.data());
+  w.add_f32_as_bf16("b", {32}, b.data());
+  w.write(path("c.safetensors"));
+  {
+    auto f = SafeTensorsFile::open(path("c.safetensors"));
+    EXPECT_EQ(f->metadata().at("format"), "pt");
+    ASSERT_TRUE(f->find("a")->checksum.has_value());
+    ASSERT_TRUE(f->find("b")->checksum.has_value());
+    EXPECT_EQ(f->metadata().at(tk::safetensors_checksum_key("a")).size(), 16u);
+    EXPECT_EQ(f->read_f32("a"), a);
+  }
+  const size_t file_size = stdfs::file_size(path("c.safetensors"));
+  std::fstream io(path("c.safetensors"), std::ios::in | std::ios::out | std::ios::binary);
+  io.seekg(std::streamoff(file_size - 10));  // inside "b", the last tensor
+  const char byte = char(io.get() ^ 0x01);
+  io.seekp(std::streamoff(file_size - 10));
+  io.put(byte);
+  io.close();
+  auto f = SafeTensorsFile::open(path("c.safetensors"));
+  EXPECT_EQ(f->read_f32("a"), a);
+  try {
+    f->read_f32("b");
+    FAIL() << "a corrupt tensor was read";
+  } catch (const tk::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path("c.safetensors") + ": tensor \"b\" is corrupt: its bytes hash to"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(SafeTensorsTest, FilesWithoutChecksumsLoadAsTheyAre) {
+  const float v[2] = {1.5f, -2.f};
+  std::string p = path("hf.safetensors");
+  std::ofstream f(p, std::ios::binary);
+  const std::string header = R"({"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  const uint64_t n = header.size();
+  f.write(reinterpret_cast<const char*>(&n), 8);
+  f << header;
+  f.write(reinterpret_cast<const char*>(v), 8);
+  f.close();
+  auto st = SafeTensorsFile::open(p);
+  EXPECT_FALSE(st->find("w")->checksum.has_value());
+  EXPECT_EQ(st->read_f32("w"), (std::vector<float>{1.5f, -2.f}));
+}
+
+TEST_F(SafeTensorsTest, MalformedChecksumsAreRefused) {
+  std::string p = write_raw("m.safetensors",
+                            R"({"__metadata__":{"xxh3_64:w":"12"},"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+                            4);
+  expect_open_error(p, {p, "the checksum of tensor \"w\" is \"12\", not 16 hex digits"});
+  p = write_raw("x.safetensors",
+                R"({"__metadata__":{"xxh3_64:v":"0123456789abcdef"},"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+                4);
+  expect_open_error(p, {p, "a checksum for tensor \"v\", which the file does not have"});
+  SafeTensorsWriter w;
+  EXPECT_THROW(w.set_metadata("xxh3_64:w", "0"), tk::Error);
+}
+
+// NaN or infinite weights (a corrupt file, a diverged run) are refused on load, naming the tensor, so
+// that eval and generate never report a NaN loss or print garbage from them.
+TEST_F(SafeTensorsTest, NonFiniteValuesAreRefused) {
+  std::vector<float> v = random_floats(8, 13);
+  v[3] = std::numeric_limits<float>::quiet_NaN();
+  SafeTensorsWriter w;
+  w.add_f32("model.norm.weight", {8}, v.data());
+  v[3] = 1.f;
+  v[5] = -INFINITY;
+  w.add_f32_as_bf16("exp_avg.model.norm.weight", {8}, v.data());
+  const uint16_t half_inf = 0x7c00;
+  w.add("h", "F16", {1}, &half_inf, 2);
+  w.write(path("n.safetensors"));
+  auto f = SafeTensorsFile::open(path("n.safetensors"));
+  auto message = [&](const std::string& name) {
+    try {
+      f->read_f32(name);
+    } catch (const tk::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("model.norm.weight").find(path("n.safetensors") + ": tensor \"model.norm.weight\" holds NaN at element 3 of 8"),
+            std::string::npos)
+      << message("model.norm.weight");
+  EXPECT_NE(message("exp_avg.model.norm.weight").find("\"exp_avg.model.norm.weight\" holds an infinity at element 5"),
+            std::string::npos);
+  EXPECT_NE(message("h").find("\"h\" holds an infinity at element 0 of 1"), std::string::npos);
 }
 
 TEST_F(SafeTensorsTest, MissingFileIsAClearError) {

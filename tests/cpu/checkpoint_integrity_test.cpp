@@ -1,0 +1,121 @@
+// A checkpoint's tensor files are verified when it is loaded: every tensor's bytes against the checksum
+// written with them, and every weight and optimizer moment finite. A flipped byte in model.safetensors
+// or optimizer.safetensors, or a NaN saved into one, is an error naming the file and the tensor, never
+// a resumed run (or eval, or generate) on silently wrong numbers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "core/error.h"
+#include "data_testing.h"
+#include "io/safetensors.h"
+#include "model/model.h"
+#include "model_testing.h"
+#include "ops/cpu/cpu_ops.h"
+#include "train/checkpoint.h"
+#include "train/optimizer.h"
+
+namespace tk {
+namespace {
+
+using testing::error_of;
+using testing::TempDir;
+
+// A model, its optimizer and the checkpoint of them at step 3.
+class CheckpointIntegrityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_.init_params(5);
+    TrainerState state;
+    state.step = 3;
+    std::filesystem::create_directories(dir_.path("run"));
+    checkpoint_ = save_checkpoint(dir_.path("run"), model_, optimizer_, state, 0);
+  }
+
+  // Loads the checkpoint into a fresh model and optimizer; returns the error message, "" when it loads.
+  std::string load() {
+    Model model(cfg_, *ops_, {1, 8});
+    AdamW optimizer(model, {});
+    try {
+      load_checkpoint(checkpoint_, model, optimizer);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  // Flips one bit of the byte `from_end` bytes before the end of `file` (inside its last tensor).
+  void flip_byte(const std::string& file, size_t from_end) {
+    const std::string path = checkpoint_ + "/" + file;
+    const size_t at = std::filesystem::file_size(path) - from_end;
+    std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekg(std::streamoff(at));
+    const char byte = char(io.get() ^ 0x10);
+    io.seekp(std::streamoff(at));
+    io.put(byte);
+  }
+
+  // Rewrites `file` with the value at element `index` of tensor `name` replaced (checksums recomputed,
+  // as a run that diverged before saving would have written them).
+  void rewrite_with(const std::string& file, const std::string& name, size_t index, float value) {
+    const std::string path = checkpoint_ + "/" + file;
+    auto in = SafeTensorsFile::open(path);
+    SafeTensorsWriter w;
+    std::vector<std::vector<float>> keep;
+    for (const SafeTensorInfo& t : in->tensors()) {
+      keep.push_back(in->read_f32(t.name));
+      if (t.name == name) keep.back()[index] = value;
+      w.add_f32(t.name, t.shape, keep.back().data());
+    }
+    w.write(path);
+  }
+
+  TempDir dir_;
+  ModelConfig cfg_ = testing::tiny_llama_config();
+  std::unique_ptr<Ops> ops_ = make_cpu_ops(DType::F32);
+  Model model_{cfg_, *ops_, {1, 8}};
+  AdamW optimizer_{model_, {}};
+  std::string checkpoint_;
+};
+
+TEST_F(CheckpointIntegrityTest, AnIntactCheckpointLoads) {
+  EXPECT_EQ(load(), "");
+  auto f = SafeTensorsFile::open(checkpoint_ + "/model.safetensors");
+  for (const SafeTensorInfo& t : f->tensors()) EXPECT_TRUE(t.checksum.has_value()) << t.name;
+  f = SafeTensorsFile::open(checkpoint_ + "/optimizer.safetensors");
+  for (const SafeTensorInfo& t : f->tensors()) EXPECT_TRUE(t.checksum.has_value()) << t.name;
+}
+
+TEST_F(CheckpointIntegrityTest, AFlippedByteInTheWeightsIsNamed) {
+  flip_byte("model.safetensors", 6);
+  const std::string msg = load();
+  EXPECT_NE(msg.find(checkpoint_ + "/model.safetensors: tensor \"model.norm.weight\" is corrupt"), std::string::npos)
+      << msg;
+}
+
+TEST_F(CheckpointIntegrityTest, AFlippedByteInTheOptimizerStateIsNamed) {
+  flip_byte("optimizer.safetensors", 6);
+  const std::string msg = load();
+  EXPECT_NE(msg.find(checkpoint_ + "/optimizer.safetensors: tensor \"exp_avg_sq.model.norm.weight\" is corrupt"),
+            std::string::npos)
+      << msg;
+}
+
+TEST_F(CheckpointIntegrityTest, NonFiniteWeightsOrMomentsAreRefused) {
+  rewrite_with("model.safetensors", "model.layers.1.mlp.up_proj.weight", 17, std::numeric_limits<float>::quiet_NaN());
+  std::string msg = load();
+  EXPECT_NE(msg.find("tensor \"model.layers.1.mlp.up_proj.weight\" holds NaN at element 17"), std::string::npos) << msg;
+
+  SetUp();  // a fresh checkpoint
+  rewrite_with("optimizer.safetensors", "exp_avg.model.embed_tokens.weight", 3, INFINITY);
+  msg = load();
+  EXPECT_NE(msg.find("tensor \"exp_avg.model.embed_tokens.weight\" holds an infinity at element 3"), std::string::npos)
+      << msg;
+}
+
+}  // namespace
+}  // namespace tk
