@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/json_integer.h"
 #include "data/byte_level.h"
 #include "data/tokenizer_spec.h"
 
@@ -25,9 +26,7 @@ std::unordered_map<std::string, int32_t> read_encoder(const std::string& path, T
   std::unordered_map<std::string, int32_t> ids;
   ids.reserve(j.size());
   for (auto& [spelled, value] : j.items()) {
-    TK_CHECK(value.is_number_integer() && value.get<int64_t>() >= 0 && value.get<int64_t>() < kMaxTokenId,
-             "{}: the id of {:?} is not a token id: {}", path, spelled, value.dump());
-    auto id = value.get<int32_t>();
+    const auto id = json_integer<int32_t>(value, path, fmt::format("the id of {:?}", spelled), 0, kMaxTokenId - 1);
     ids.emplace(spelled, id);
     if (spelled == kEndOfText) {
       spec.added.push_back({spelled, id});

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/json_integer.h"
 #include "data/byte_level.h"
 #include "data/normalize.h"
 #include "data/regex.h"
@@ -61,9 +62,8 @@ void Reader::vocab(const json& v, std::unordered_map<std::string, int32_t>& ids)
   ids.reserve(v.size());
   spec.token_bytes.reserve(v.size());
   for (auto& [spelled, value] : v.items()) {
-    TK_CHECK(value.is_number_integer() && value.get<int64_t>() >= 0 && value.get<int64_t>() < kMaxTokenId,
-             "{}: model.vocab gives {:?} the id {}, which is not a token id", path, spelled, value.dump());
-    auto id = value.get<int32_t>();
+    const auto id = json_integer<int32_t>(value, path, fmt::format("the id of model.vocab entry {:?}", spelled), 0,
+                                          kMaxTokenId - 1);
     ids.emplace(spelled, id);
     if (size_t(id) >= spec.token_bytes.size()) spec.token_bytes.resize(id + 1);
     if (auto bytes = byte_level::unspell(spelled))
@@ -140,8 +140,9 @@ void Reader::normalizer(const json& n) {
 
 void Reader::added_tokens(const json& list) {
   for (const json& t : list) {
-    AddedToken a{t.at("content").get<std::string>(), t.at("id").get<int32_t>(), flag(t, "special"),
-                 flag(t, "lstrip"), flag(t, "rstrip")};
+    AddedToken a{t.at("content").get<std::string>(),
+                 json_integer<int32_t>(t.at("id"), path, "the id of an added token", 0, kMaxTokenId - 1),
+                 flag(t, "special"), flag(t, "lstrip"), flag(t, "rstrip")};
     TK_CHECK(!flag(t, "single_word"), "{}: added token {:?} is single_word, which tokamak does not support",
              path, a.text);
     TK_CHECK(!a.text.empty(), "{}: added token {} has no text", path, t.dump());

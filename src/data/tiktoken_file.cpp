@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/json_integer.h"
 #include "data/tokenizer_spec.h"
 
 namespace tk {
@@ -106,7 +107,8 @@ void read_sidecar(const std::string& path, TokenizerSpec& spec) {
   try {
     j = nlohmann::json::parse(fs::read_file(path));
     spec.patterns = {j.at("pat_str").get<std::string>()};
-    for (auto& [text, id] : j.at("special_tokens").items()) spec.added.push_back({text, id.get<int32_t>()});
+    for (auto& [text, id] : j.at("special_tokens").items())
+      spec.added.push_back({text, json_integer<int32_t>(id, path, "the id of special token " + text, 0, kMaxTokenId - 1)});
     spec.eot_text = j.value("eot", std::string("<|endoftext|>"));
   } catch (const nlohmann::json::exception& e) {
     fail("{} should hold {{\"pat_str\": ..., \"special_tokens\": {{...}}}} for its .tiktoken file: {}", path, e.what());

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/json_integer.h"
 #include "core/log.h"
 #include "io/hf.h"
 #include "io/safetensors.h"
@@ -211,16 +212,19 @@ json TrainerState::to_json() const {
 TrainerState TrainerState::from_json(const json& j, const std::string& source) {
   try {
     TrainerState s;
-    s.step = j.at("step").get<int64_t>();
-    s.tokens_seen = j.at("tokens_seen").get<int64_t>();
+    s.step = json_integer<int64_t>(j.at("step"), source, "step", 0);
+    s.tokens_seen = json_integer<int64_t>(j.at("tokens_seen"), source, "tokens_seen", 0);
     s.rng = j.at("rng");
     s.loader = j.at("loader");
     s.train_config = j.at("train_config");
     s.tokenizer_path = j.at("tokenizer").at("path").get<std::string>();
-    s.tokenizer_fingerprint = std::stoull(j.at("tokenizer").at("fingerprint").get<std::string>(), nullptr, 16);
+    const std::string fingerprint = j.at("tokenizer").at("fingerprint").get<std::string>();
+    TK_CHECK(fingerprint.size() == 16 && fingerprint.find_first_not_of("0123456789abcdef") == std::string::npos,
+             "{}: tokenizer.fingerprint \"{}\" is not 16 hexadecimal digits", source, fingerprint);
+    s.tokenizer_fingerprint = std::stoull(fingerprint, nullptr, 16);
     if (j.contains("fp8_scaling")) s.fp8_scaling = j.at("fp8_scaling");
     return s;
-  } catch (const std::exception& e) {
+  } catch (const json::exception& e) {
     fail("{} is not a valid trainer state: {}", source, e.what());
   }
 }

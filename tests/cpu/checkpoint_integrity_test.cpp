@@ -117,5 +117,32 @@ TEST_F(CheckpointIntegrityTest, NonFiniteWeightsOrMomentsAreRefused) {
       << msg;
 }
 
+TEST(TrainerStateJson, IntegersAndTheFingerprintAreChecked) {
+  TrainerState s;
+  s.step = 12;
+  s.tokens_seen = 4096;
+  s.tokenizer_fingerprint = 0x0123456789abcdefull;
+  const nlohmann::json good = s.to_json();
+  EXPECT_EQ(TrainerState::from_json(good, "t.json").step, 12);
+  struct Case {
+    const char* pointer;
+    nlohmann::json value;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"/step", 1.5, "t.json: step is 1.5, not an integer"},
+      {"/step", -4, "t.json: step is -4; it must be an integer from 0"},
+      {"/tokens_seen", 18446744073709551615ull, "t.json: tokens_seen is 18446744073709551615"},
+      {"/tokenizer/fingerprint", "0123456789abcdeZ", "t.json: tokenizer.fingerprint \"0123456789abcdeZ\" is not 16"},
+      {"/tokenizer/fingerprint", "12", "t.json: tokenizer.fingerprint \"12\" is not 16"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json j = good;
+    j[nlohmann::json::json_pointer(c.pointer)] = c.value;
+    const std::string msg = error_of([&] { TrainerState::from_json(j, "t.json"); });
+    EXPECT_EQ(msg.find(c.says), 0u) << c.pointer << ": " << msg;
+  }
+}
+
 }  // namespace
 }  // namespace tk
