@@ -163,64 +163,29 @@ struct Split {
   uint64_t fingerprint;
 };
 
-uint64_t parse_fingerprint(const std::string& hex, const std::string& meta_path) {
-  char* end = nullptr;
-  const uint64_t v = std::strtoull(hex.c_str(), &end, 16);
-  if (hex.empty() || *end != '\0') fail("{} is corrupt: tokenizer fingerprint \"{}\" is not hexadecimal", meta_path, hex);
-  return v;
-}
-
-nlohmann::json read_meta(const std::string& dir, const std::string& meta_path) {
-  std::error_code ec;
-  if (!stdfs::is_directory(dir, ec)) fail("data directory {} does not exist", dir);
-  if (!stdfs::exists(meta_path, ec))
-    fail("{} has no meta.json: it is not a prepared dataset, or `tokamak prepare` did not finish (meta.json is written "
-         "last); run tokamak prepare again",
-         dir);
-  nlohmann::json meta;
-  try {
-    meta = nlohmann::json::parse(fs::read_file(meta_path));
-  } catch (const nlohmann::json::exception& e) {
-    fail("{} is not valid JSON: {}", meta_path, e.what());
-  }
-  TK_CHECK(meta.value("format", "") == "tokamak-shards", "{} does not describe a tokamak dataset", meta_path);
-  TK_CHECK(meta.value("version", 0u) == kShardVersion, "{} has dataset version {}; this tokamak reads version {}",
-           meta_path, meta.value("version", 0u), kShardVersion);
-  return meta;
-}
-
 // Opens every shard meta.json lists for the split, checking each against meta.json and the caller's
 // expectations: a dataset that was modified or half-replaced after prepare is refused here.
 Split open_split(const LoaderOptions& o) {
-  const std::string meta_path = (stdfs::path(o.data_dir) / "meta.json").string();
-  try {
-    const nlohmann::json meta = read_meta(o.data_dir, meta_path);
-    const nlohmann::json& tok = meta.at("tokenizer");
-    const int64_t vocab = tok.at("vocab_size").get<int64_t>();
-    const uint64_t fingerprint = parse_fingerprint(tok.at("fingerprint").get<std::string>(), meta_path);
-    if (!meta.at("splits").contains(o.split))
-      fail("{} has no split \"{}\" (a prepared dataset has \"train\" and \"val\")", o.data_dir, o.split);
-    const nlohmann::json& entries = meta.at("splits").at(o.split).at("shards");
-    if (entries.empty())
-      fail("the {} split of {} is empty{}", o.split, o.data_dir,
-           o.split == "val" ? ": prepare it with --val-fraction above 0" : "");
-    std::vector<ShardReader> shards;
-    for (const nlohmann::json& e : entries) {
-      ShardReader r((stdfs::path(o.data_dir) / e.at("file").get<std::string>()).string(),
-                    {o.expect_vocab, o.expect_fingerprint});
-      const ShardHeader& h = r.header();
-      if (int64_t(h.vocab_size) != vocab || h.fingerprint != fingerprint || h.tokens != e.at("tokens").get<uint64_t>() ||
-          h.documents != e.at("documents").get<uint64_t>())
-        fail("shard {} does not match {} (vocab {}, fingerprint {:016x}, {} tokens, {} documents in the shard): the "
-             "dataset was changed after it was prepared; prepare it again",
-             r.path(), meta_path, h.vocab_size, h.fingerprint, h.tokens, h.documents);
-      shards.push_back(std::move(r));
-    }
-    warn_if_slow_mount(o.data_dir, shards.front().path());
-    return {TokenStream(std::move(shards)), vocab, fingerprint};
-  } catch (const nlohmann::json::exception& e) {
-    fail("{} is missing a field or has one of the wrong type: {}", meta_path, e.what());
+  const DatasetListing listing = read_dataset_listing(o.data_dir);
+  const auto split = listing.splits.find(o.split);
+  if (split == listing.splits.end())
+    fail("{} has no split \"{}\" (a prepared dataset has \"train\" and \"val\")", o.data_dir, o.split);
+  if (split->second.empty())
+    fail("the {} split of {} is empty{}", o.split, o.data_dir,
+         o.split == "val" ? ": prepare it with --val-fraction above 0" : "");
+  std::vector<ShardReader> shards;
+  for (const ShardEntry& e : split->second) {
+    ShardReader r(e.path, {o.expect_vocab, o.expect_fingerprint});
+    const ShardHeader& h = r.header();
+    if (int64_t(h.vocab_size) != listing.vocab_size || h.fingerprint != listing.fingerprint || h.tokens != e.tokens ||
+        h.documents != e.documents)
+      fail("shard {} does not match {} (vocab {}, fingerprint {:016x}, {} tokens, {} documents in the shard): the "
+           "dataset was changed after it was prepared; prepare it again",
+           r.path(), listing.meta_path, h.vocab_size, h.fingerprint, h.tokens, h.documents);
+    shards.push_back(std::move(r));
   }
+  warn_if_slow_mount(o.data_dir, shards.front().path());
+  return {TokenStream(std::move(shards)), listing.vocab_size, listing.fingerprint};
 }
 
 // TOKAMAK_LOADER_DELAY_MS (loader.h): milliseconds added to every batch's read; 0 when unset.

@@ -1,5 +1,6 @@
 // ShardWriter streams tokens to a temporary file and patches the header in at the end; ShardReader
-// maps a shard and refuses, with the file's name and the reason, anything its header does not describe.
+// maps a shard and refuses, with the file's name and the reason, anything its header does not describe
+// and any token stream that breaks the format's promises; read_dataset_listing reads meta.json.
 #include "data/shard.h"
 
 #include <fcntl.h>
@@ -7,13 +8,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
+#include <nlohmann/json.hpp>
+
+#include "core/confined_path.h"
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/hash.h"
+#include "core/json_integer.h"
 
 namespace tk {
 
@@ -22,6 +30,7 @@ static_assert(std::endian::native == std::endian::little, "shards are little-end
 namespace {
 
 constexpr char kMagic[8] = {'T', 'K', 'S', 'H', 'A', 'R', 'D', '\0'};
+constexpr size_t kReservedOffset = 48;  // 8 bytes, zero
 constexpr size_t kChecksumOffset = 56;  // FNV-1a 64 of bytes [0, 56)
 
 using HeaderBytes = std::array<uint8_t, kShardHeaderBytes>;
@@ -61,6 +70,40 @@ constexpr uint64_t align8(uint64_t n) { return (n + 7) & ~uint64_t(7); }
 // Where the document offsets start: after the tokens, padded so that the uint64 array is aligned.
 constexpr uint64_t offsets_position(uint64_t tokens, uint32_t token_bytes) {
   return kShardHeaderBytes + align8(tokens * token_bytes);
+}
+
+// What one pass over a shard's tokens finds: how many are end-of-text, and the largest id.
+struct TokenCensus {
+  uint64_t eots = 0;
+  uint32_t max_id = 0;
+};
+
+// Blocks of a fixed length with narrow counters: GCC's -O2 vectorises a loop of known trip count, so
+// that the pass runs at memory speed (docs/shard-format.md gives the cost).
+template <class T>
+TokenCensus census(const uint8_t* bytes, uint64_t n, uint32_t eot_id) {
+  constexpr uint64_t kBlock = 4096;
+  const T* p = reinterpret_cast<const T*>(bytes);  // aligned: 64 bytes into a page-aligned mapping
+  const T eot = T(eot_id);
+  TokenCensus c;
+  T max_id = 0;
+  uint64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    uint32_t eots = 0;
+    T block_max = 0;
+    for (uint64_t j = 0; j < kBlock; j++) {
+      eots += p[i + j] == eot;
+      block_max = std::max(block_max, p[i + j]);
+    }
+    c.eots += eots;
+    max_id = std::max(max_id, block_max);
+  }
+  for (; i < n; i++) {
+    c.eots += p[i] == eot;
+    max_id = std::max(max_id, p[i]);
+  }
+  c.max_id = max_id;
+  return c;
 }
 
 }  // namespace
@@ -114,6 +157,7 @@ ShardReader::ShardReader(std::string path, const ShardExpectation& expect) : pat
     doc_offsets_ = {reinterpret_cast<const uint64_t*>(map_ + offsets_position(header_.tokens, header_.token_bytes)),
                     header_.documents};
     check_doc_offsets();
+    check_tokens();
     check_expectation(expect);
   } catch (...) {
     unmap();
@@ -178,6 +222,8 @@ void ShardReader::parse_header() {
          path_, header_.version, kShardVersion);
   if (get<uint64_t>(map_, kChecksumOffset) != fnv1a64(map_, kChecksumOffset))
     fail("shard {} has a corrupt header: its checksum does not match its contents", path_);
+  if (const uint64_t reserved = get<uint64_t>(map_, kReservedOffset); reserved != 0)
+    fail("shard {} has a corrupt header: its reserved field (bytes 48 to 55) is {:#x}, not zero", path_, reserved);
   header_.token_bytes = get<uint32_t>(map_, 12);
   header_.vocab_size = get<uint32_t>(map_, 16);
   header_.eot_id = get<uint32_t>(map_, 20);
@@ -209,20 +255,52 @@ void ShardReader::check_sizes() const {
          map_bytes_ - expected);
 }
 
+// Each document holds at least one token and then the end-of-text token: offsets start at 0, grow by
+// at least 2, and the token before each (and the shard's last) is eot_id.
 void ShardReader::check_doc_offsets() const {
-  // Reads only the offsets array and the last token: checking every document's eot would read the
-  // whole shard on open, which on a slow mount costs minutes.
-  uint64_t prev = 0;
+  const uint64_t tokens = header_.tokens;
   for (uint64_t i = 0; i < header_.documents; i++) {
-    const uint64_t o = doc_offsets_[i];
-    if ((i == 0 && o != 0) || (i > 0 && o <= prev) || o >= header_.tokens)
-      fail("shard {} has a corrupt document index: document {} starts at {} (previous start {}, {} tokens in the shard)",
-           path_, i, o, prev, header_.tokens);
-    prev = o;
+    const uint64_t o = doc_offsets_[i], prev = i > 0 ? doc_offsets_[i - 1] : 0;
+    if ((i == 0 && o != 0) || (i > 0 && (o <= prev || o - prev < 2)) || o >= tokens - 1)
+      fail("shard {} has a corrupt document index: document {} starts at {} (previous start {}, {} tokens in the shard; "
+           "a document holds at least one token and its end-of-text)",
+           path_, i, o, prev, tokens);
   }
-  if (token_at(header_.tokens - 1) != header_.eot_id)
-    fail("shard {} is corrupt: its last token is {}, not the end-of-text token {}", path_,
-         token_at(header_.tokens - 1), header_.eot_id);
+  for (uint64_t i = 0; i < header_.documents; i++) {
+    const uint64_t end = i + 1 < header_.documents ? doc_offsets_[i + 1] - 1 : tokens - 1;
+    if (token_at(end) != header_.eot_id)
+      fail("shard {} is corrupt: document {} ends at token {} with id {}, not the end-of-text token {} (the document "
+           "index or the tokens were changed)",
+           path_, i, end, token_at(end), header_.eot_id);
+  }
+}
+
+// One pass over the tokens: every id inside the vocabulary, and no end-of-text token but the one that
+// ends each document (check_doc_offsets found those, so there must be exactly `documents` of them).
+void ShardReader::check_tokens() const {
+  const uint8_t* tokens = map_ + kShardHeaderBytes;
+  const TokenCensus c = header_.token_bytes == 2 ? census<uint16_t>(tokens, header_.tokens, header_.eot_id)
+                                                 : census<uint32_t>(tokens, header_.tokens, header_.eot_id);
+  if (c.max_id >= header_.vocab_size) {
+    uint64_t i = 0;
+    while (token_at(i) < header_.vocab_size) i++;
+    fail("shard {} is corrupt: token {} is {}, outside its vocabulary of {}", path_, i, token_at(i), header_.vocab_size);
+  }
+  if (c.eots != header_.documents) fail_at_inner_eot();
+}
+
+void ShardReader::fail_at_inner_eot() const {
+  for (uint64_t d = 0; d < header_.documents; d++) {
+    const uint64_t begin = doc_offsets_[d];
+    const uint64_t end = d + 1 < header_.documents ? doc_offsets_[d + 1] - 1 : header_.tokens - 1;
+    for (uint64_t i = begin; i < end; i++)
+      if (token_at(i) == header_.eot_id)
+        fail("shard {} is corrupt: document {} (tokens {} to {}) holds the end-of-text token {} at {}, inside it; "
+             "documents are separated by exactly one end-of-text token",
+             path_, d, begin, end, header_.eot_id, i);
+  }
+  fail("internal error: shard {} counts {} end-of-text tokens, but none lies inside a document", path_,
+       header_.documents);
 }
 
 void ShardReader::check_expectation(const ShardExpectation& expect) const {
@@ -264,6 +342,79 @@ void ShardReader::read(uint64_t begin, uint64_t n, int32_t* out) const {
     if (uint32_t(out[i]) >= header_.vocab_size)
       fail("shard {} is corrupt: token {} is {}, outside its vocabulary of {}", path_, begin + i, uint32_t(out[i]),
            header_.vocab_size);
+}
+
+namespace {
+
+using json = nlohmann::json;
+
+// 1 to 16 hex digits: a JSON number cannot hold every uint64 exactly, so prepare writes a string.
+uint64_t parse_fingerprint(const json& v, const std::string& meta_path) {
+  const std::string hex = v.is_string() ? v.get<std::string>() : v.dump();
+  if (!v.is_string() || hex.empty() || hex.size() > 16 || hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+    fail("{} is corrupt: tokenizer fingerprint {} is not a string of 1 to 16 hexadecimal digits", meta_path, hex);
+  return std::stoull(hex, nullptr, 16);
+}
+
+std::vector<ShardEntry> read_split(const json& split, const std::string& name, const std::string& dir,
+                                   const std::string& meta_path) {
+  const json& shards = split.at("shards");
+  TK_CHECK(shards.is_array(), "{}: splits.{}.shards is not a list", meta_path, name);
+  std::vector<ShardEntry> out;
+  for (size_t i = 0; i < shards.size(); i++) {
+    const json& e = shards[i];
+    const std::string field = fmt::format("splits.{}.shards[{}]", name, i);
+    TK_CHECK(e.is_object() && e.contains("file") && e["file"].is_string(), "{}: {} has no \"file\" name", meta_path,
+             field);
+    ShardEntry s;
+    s.path = path_inside(dir, e["file"].get<std::string>(), meta_path);
+    s.tokens = json_integer<uint64_t>(e.at("tokens"), meta_path, field + ".tokens");
+    s.documents = json_integer<uint64_t>(e.at("documents"), meta_path, field + ".documents");
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace
+
+DatasetListing read_dataset_listing(const std::string& dir) {
+  namespace stdfs = std::filesystem;
+  DatasetListing d;
+  d.meta_path = (stdfs::path(dir) / "meta.json").string();
+  std::error_code ec;
+  if (!stdfs::is_directory(dir, ec)) fail("data directory {} does not exist", dir);
+  if (!stdfs::exists(d.meta_path, ec))
+    fail("{} has no meta.json: it is not a prepared dataset, or `tokamak prepare` did not finish (meta.json is written "
+         "last); run tokamak prepare again",
+         dir);
+  const std::string& meta_path = d.meta_path;
+  json meta;
+  try {
+    meta = json::parse(fs::read_file(meta_path));
+  } catch (const json::exception& e) {
+    fail("{} is not valid JSON: {}", meta_path, e.what());
+  }
+  try {
+    TK_CHECK(meta.is_object() && meta.value("format", "") == "tokamak-shards", "{} does not describe a tokamak dataset",
+             meta_path);
+    const uint32_t version = json_integer<uint32_t>(meta.at("version"), meta_path, "version");
+    TK_CHECK(version == kShardVersion, "{} has dataset version {}; this tokamak reads version {}", meta_path, version,
+             kShardVersion);
+    const json& tok = meta.at("tokenizer");
+    d.tokenizer_kind = tok.at("kind").get<std::string>();
+    d.tokenizer_path = tok.value("path", std::string());
+    // Shards store the vocabulary size and ids as uint32.
+    d.vocab_size = json_integer<int64_t>(tok.at("vocab_size"), meta_path, "tokenizer.vocab_size", 1, UINT32_MAX);
+    if (tok.contains("eot_id"))
+      d.eot_id = json_integer<int64_t>(tok["eot_id"], meta_path, "tokenizer.eot_id", 0, d.vocab_size - 1);
+    d.fingerprint = parse_fingerprint(tok.at("fingerprint"), meta_path);
+    const json& splits = meta.at("splits");
+    TK_CHECK(splits.is_object(), "{}: splits is not an object of splits", meta_path);
+    for (const auto& [name, split] : splits.items()) d.splits[name] = read_split(split, name, dir, meta_path);
+  } catch (const json::exception& e) {
+    fail("{} is missing a field or has one of the wrong type: {}", meta_path, e.what());
+  }
+  return d;
 }
 
 }  // namespace tk

@@ -3,6 +3,7 @@
 // document's start offset. The layout and every check a reader makes: docs/shard-format.md.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -71,7 +72,8 @@ class ShardReader {
   const ShardHeader& header() const { return header_; }
   uint64_t tokens() const { return header_.tokens; }
   uint64_t documents() const { return header_.documents; }
-  // Start offset of each document, strictly increasing from 0.
+  // Start offset of each document, strictly increasing from 0; each document ends with the one
+  // end-of-text token it holds.
   std::span<const uint64_t> doc_offsets() const { return doc_offsets_; }
 
   // Copies tokens [begin, begin + n) widened to int32. An id outside the vocabulary (corrupt token
@@ -83,6 +85,8 @@ class ShardReader {
   void parse_header();
   void check_sizes() const;
   void check_doc_offsets() const;
+  void check_tokens() const;
+  [[noreturn]] void fail_at_inner_eot() const;
   void check_expectation(const ShardExpectation& expect) const;
   uint32_t token_at(uint64_t i) const;
   void unmap();
@@ -93,5 +97,25 @@ class ShardReader {
   ShardHeader header_;
   std::span<const uint64_t> doc_offsets_;
 };
+
+// One shard as meta.json lists it.
+struct ShardEntry {
+  std::string path;  // the directory joined with the listed file name, which cannot lead out of it
+  uint64_t tokens = 0, documents = 0;
+};
+
+// A prepared directory's meta.json, as far as readers use it (docs/shard-format.md): the tokenizer
+// block and each split's shards, in order. Every integer is range-checked and every shard path confined
+// to the directory; anything else is a tk::Error naming meta.json and the field.
+struct DatasetListing {
+  std::string meta_path;
+  std::string tokenizer_kind, tokenizer_path;
+  int64_t vocab_size = 0;
+  int64_t eot_id = -1;  // -1 when not recorded
+  uint64_t fingerprint = 0;
+  std::map<std::string, std::vector<ShardEntry>> splits;  // "train", "val"
+};
+
+DatasetListing read_dataset_listing(const std::string& dir);
 
 }  // namespace tk

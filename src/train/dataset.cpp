@@ -3,45 +3,36 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "core/fs.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
 
 namespace tk {
 namespace {
 
-std::vector<std::string> shard_paths(const std::string& data_dir, const nlohmann::json& split) {
+// The listing's shard paths of one split, in order; a prepared dataset has both splits (val may be empty).
+std::vector<std::string> shard_paths(const DatasetListing& listing, const std::string& split) {
+  const auto it = listing.splits.find(split);
+  TK_CHECK(it != listing.splits.end(), "{} has no split \"{}\": prepare the data again", listing.meta_path, split);
   std::vector<std::string> out;
-  for (const auto& s : split.at("shards"))
-    out.push_back((std::filesystem::path(data_dir) / s.at("file").get<std::string>()).string());
+  for (const ShardEntry& e : it->second) out.push_back(e.path);
   return out;
 }
 
 }  // namespace
 
 DatasetMeta read_dataset_meta(const std::string& data_dir) {
-  const std::string path = (std::filesystem::path(data_dir) / "meta.json").string();
-  TK_CHECK(std::filesystem::exists(path), "{} has no meta.json: prepare the data first with `tokamak prepare`",
-           data_dir);
-  try {
-    const nlohmann::json j = nlohmann::json::parse(fs::read_file(path));
-    DatasetMeta m;
-    m.tokenizer_path = j.at("tokenizer").at("path").get<std::string>();
-    m.tokenizer_kind = j.at("tokenizer").at("kind").get<std::string>();
-    m.vocab_size = j.at("tokenizer").at("vocab_size").get<int64_t>();
-    m.eot_id = j.at("tokenizer").value("eot_id", int64_t(-1));
-    m.tokenizer_fingerprint = std::stoull(j.at("tokenizer").at("fingerprint").get<std::string>(), nullptr, 16);
-    m.train_shards = shard_paths(data_dir, j.at("splits").at("train"));
-    m.val_shards = shard_paths(data_dir, j.at("splits").at("val"));
-    return m;
-  } catch (const std::exception& e) {
-    fail("{} is not a valid dataset description ({}): prepare the data again", path, e.what());
-  }
+  const DatasetListing listing = read_dataset_listing(data_dir);
+  DatasetMeta m;
+  m.tokenizer_path = listing.tokenizer_path;
+  m.tokenizer_kind = listing.tokenizer_kind;
+  m.vocab_size = listing.vocab_size;
+  m.eot_id = listing.eot_id;
+  m.tokenizer_fingerprint = listing.fingerprint;
+  m.train_shards = shard_paths(listing, "train");
+  m.val_shards = shard_paths(listing, "val");
+  return m;
 }
 
 void check_dataset_fits_model(const std::string& data_dir, const DatasetMeta& meta, const ModelConfig& model,

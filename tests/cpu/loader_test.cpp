@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <set>
@@ -391,16 +392,20 @@ TEST_F(LoaderTest, EmptyValidationSplitIsAClearError) {
 }
 
 TEST_F(LoaderTest, CorruptTokensSurfaceFromTheProducerThread) {
-  // Token 100 of the first train shard becomes 300, outside the vocabulary of 257.
+  // Opening a shard checks its tokens (shard_test); reading checks them again, since the mapping is
+  // shared with the file. Token 300 of the first train shard becomes 300, outside the vocabulary of 257,
+  // after the open, when the producer thread has read at most windows 0 to 2 (it fills three slots).
   const std::string shard = data_dir() + "/train_000000.bin";
-  std::string bytes = read_text(shard);
-  const uint16_t bad = 300;
-  std::memcpy(bytes.data() + kShardHeaderBytes + 2 * 100, &bad, 2);
-  write_text(shard, bytes);
   auto loader = DataLoader::open(options(1, 64, false));
-  loader->next();  // tokens 0..64 are intact
+  ASSERT_GT(std::filesystem::file_size(shard), kShardHeaderBytes + 2 * 320);
+  std::fstream file(shard, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekp(std::streamoff(kShardHeaderBytes + 2 * 300));
+  const uint16_t bad = 300;
+  file.write(reinterpret_cast<const char*>(&bad), 2);
+  file.close();
+  for (int i = 0; i < 4; i++) loader->next();  // windows 0 to 3: tokens 0 to 256 are intact
   const std::string msg = error_of([&] { loader->next(); });
-  EXPECT_NE(msg.find(shard + " is corrupt: token 100 is 300"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(shard + " is corrupt: token 300 is 300"), std::string::npos) << msg;
 }
 
 // The trainer hands the loader its backend's host memory (page-locked on CUDA): every array of every batch lies in

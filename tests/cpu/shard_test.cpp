@@ -1,11 +1,15 @@
-// Token shards: what ShardWriter writes, ShardReader reads back; and every way a shard can be damaged
-// or mismatched is refused with a message that names the file and the problem.
+// Token shards: what ShardWriter writes, ShardReader reads back; every way a shard can be damaged or
+// mismatched is refused with a message that names the file and the problem; meta.json's integers are
+// checked and its shard names confined to the dataset's directory.
 #include "data/shard.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+
+#include <nlohmann/json.hpp>
 
 #include "core/hash.h"
 #include "data_testing.h"
@@ -170,7 +174,7 @@ const Corruption kCorruptions[] = {
        const uint64_t offset = 40;
        patch(p, 64 + 24 + 16, &offset, 8);
      },
-     "corrupt document index: document 2 starts at 40 (previous start 4, 12 tokens in the shard)"},
+     "corrupt document index: document 2 starts at 40 (previous start 4, 12 tokens in the shard;"},
     {"offsets not increasing",
      [](const std::string& p) {
        const uint64_t offset = 4;
@@ -188,7 +192,37 @@ const Corruption kCorruptions[] = {
        const uint16_t t = 5;
        patch(p, 64 + 22, &t, 2);
      },
-     "its last token is 5, not the end-of-text token 256"},
+     "document 2 ends at token 11 with id 5, not the end-of-text token 256"},
+    {"reserved field",
+     [](const std::string& p) {
+       const uint64_t reserved = 1;
+       patch(p, 48, &reserved, 8, true);
+     },
+     "corrupt header: its reserved field (bytes 48 to 55) is 0x1, not zero"},
+    {"eot inside a document",
+     [](const std::string& p) {
+       const uint16_t t = kEot;
+       patch(p, 64 + 2 * 1, &t, 2);
+     },
+     "is corrupt: document 0 (tokens 0 to 3) holds the end-of-text token 256 at 1, inside it"},
+    {"document offset moved",
+     [](const std::string& p) {
+       const uint64_t offset = 3;  // still increasing: 0, 3, 6
+       patch(p, 64 + 24 + 8, &offset, 8);
+     },
+     "is corrupt: document 0 ends at token 2 with id 33, not the end-of-text token 256"},
+    {"document of only its eot",
+     [](const std::string& p) {
+       const uint64_t offset = 5;  // document 1 would be [4, 5): no token before an end-of-text
+       patch(p, 64 + 24 + 16, &offset, 8);
+     },
+     "corrupt document index: document 2 starts at 5 (previous start 4"},
+    {"token outside the vocabulary",
+     [](const std::string& p) {
+       const uint16_t bad = 300;
+       patch(p, 64 + 2 * 7, &bad, 2);
+     },
+     "is corrupt: token 7 is 300, outside its vocabulary of 257"},
 };
 
 TEST(Shard, EveryCorruptionIsAClearError) {
@@ -203,12 +237,17 @@ TEST(Shard, EveryCorruptionIsAClearError) {
   }
 }
 
-TEST(Shard, CorruptTokenDataIsCaughtWhenRead) {
+// The mapping is shared with the file: tokens changed in place after the open are still checked as read.
+TEST(Shard, TokensChangedAfterOpenAreCaughtWhenRead) {
   TempDir dir;
   const std::string path = write_shard(dir);
+  ShardReader r(path);
   const uint16_t bad = 300;
-  patch(path, 64 + 2 * 7, &bad, 2);
-  ShardReader r(path);  // the open-time checks do not scan every token
+  std::FILE* f = std::fopen(path.c_str(), "r+b");
+  ASSERT_TRUE(f);
+  std::fseek(f, 64 + 2 * 7, SEEK_SET);
+  std::fwrite(&bad, 2, 1, f);
+  std::fclose(f);
   std::vector<int32_t> out(r.tokens());
   const std::string msg = error_of([&] { r.read(0, r.tokens(), out.data()); });
   EXPECT_NE(msg.find(path + " is corrupt: token 7 is 300, outside its vocabulary of 257"), std::string::npos) << msg;
@@ -232,6 +271,78 @@ TEST(Shard, FingerprintMismatchIsRefused) {
             std::string::npos)
       << msg;
   EXPECT_NO_THROW(ShardReader(path, {.fingerprint = kFingerprint}));
+}
+
+// A dataset directory as prepare makes it: one train shard and its meta.json.
+nlohmann::json write_dataset(const TempDir& dir) {
+  std::filesystem::create_directories(dir.path("data"));
+  ShardWriter w(dir.path("data/train_000000.bin"), kVocab, kEot, kFingerprint);
+  for (const auto& d : kDocs) w.add_document(d);
+  w.finish();
+  nlohmann::json meta = {
+      {"format", "tokamak-shards"},
+      {"version", 1},
+      {"tokenizer", {{"kind", "bytes"}, {"path", ""}, {"fingerprint", "0123456789abcdef"}, {"vocab_size", 257},
+                     {"eot_id", 256}}},
+      {"splits", {{"train", {{"shards", {{{"file", "train_000000.bin"}, {"tokens", 12}, {"documents", 3}}}}}},
+                  {"val", {{"shards", nlohmann::json::array()}}}}}};
+  write_text(dir.path("data/meta.json"), meta.dump());
+  return meta;
+}
+
+TEST(DatasetListing, ReadsWhatPrepareWrites) {
+  TempDir dir;
+  write_dataset(dir);
+  const DatasetListing d = read_dataset_listing(dir.path("data"));
+  EXPECT_EQ(d.vocab_size, 257);
+  EXPECT_EQ(d.eot_id, 256);
+  EXPECT_EQ(d.fingerprint, kFingerprint);
+  ASSERT_EQ(d.splits.at("train").size(), 1u);
+  EXPECT_EQ(d.splits.at("train")[0].path, dir.path("data") + "/train_000000.bin");
+  EXPECT_EQ(d.splits.at("train")[0].tokens, 12u);
+  EXPECT_TRUE(d.splits.at("val").empty());
+}
+
+// A shard name that leads out of the dataset's directory is refused before any file is opened: a
+// downloaded dataset must not make tokamak read /etc/passwd or a file beside the directory.
+TEST(DatasetListing, ShardNamesAreConfinedToTheDirectory) {
+  TempDir dir;
+  const nlohmann::json meta = write_dataset(dir);
+  write_text(dir.path("outside.bin"), read_text(dir.path("data/train_000000.bin")));
+  std::filesystem::create_symlink(dir.path("outside.bin"), dir.path("data/link.bin"));
+  for (const char* name : {"/etc/passwd", "../outside.bin", "sub/../../outside.bin", "link.bin"}) {
+    nlohmann::json m = meta;
+    m["splits"]["train"]["shards"][0]["file"] = name;
+    write_text(dir.path("data/meta.json"), m.dump());
+    const std::string msg = error_of([&] { read_dataset_listing(dir.path("data")); });
+    EXPECT_NE(msg.find(dir.path("data/meta.json") + " names the file \"" + name + "\""), std::string::npos) << msg;
+  }
+}
+
+TEST(DatasetListing, IntegersAreCheckedNamingTheField) {
+  struct Case {
+    const char* pointer;
+    nlohmann::json value;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"/version", 1.5, "version is 1.5, not an integer"},
+      {"/tokenizer/vocab_size", 4294967553ull, "tokenizer.vocab_size is 4294967553; it must be an integer from 1 to 4294967295"},
+      {"/tokenizer/vocab_size", -1, "tokenizer.vocab_size is -1"},
+      {"/tokenizer/eot_id", 257, "tokenizer.eot_id is 257; it must be an integer from 0 to 256"},
+      {"/splits/train/shards/0/tokens", 12.5, "splits.train.shards[0].tokens is 12.5, not an integer"},
+      {"/splits/train/shards/0/documents", -3, "splits.train.shards[0].documents is -3"},
+      {"/tokenizer/fingerprint", "0123456789abcdefg", "tokenizer fingerprint 0123456789abcdefg is not a string of 1 to 16"},
+  };
+  for (const Case& c : cases) {
+    TempDir dir;
+    nlohmann::json m = write_dataset(dir);
+    m[nlohmann::json::json_pointer(c.pointer)] = c.value;
+    write_text(dir.path("data/meta.json"), m.dump());
+    const std::string msg = error_of([&] { read_dataset_listing(dir.path("data")); });
+    EXPECT_NE(msg.find(dir.path("data/meta.json")), std::string::npos) << msg;
+    EXPECT_NE(msg.find(c.says), std::string::npos) << c.pointer << ": " << msg;
+  }
 }
 
 }  // namespace
