@@ -57,8 +57,8 @@ class ShardWriter {
   std::vector<uint8_t> encoded_;  // one document at the shard's token width
 };
 
-// A shard memory-mapped read-only, every header field and size checked against the file on open:
-// any inconsistency is a tk::Error that names the file and says what is wrong.
+// A shard memory-mapped read-only, every header field, size, document offset and token checked against
+// the format on open: any inconsistency is a tk::Error that names the file and says what is wrong.
 class ShardReader {
  public:
   explicit ShardReader(std::string path, const ShardExpectation& expect = {});
@@ -76,8 +76,9 @@ class ShardReader {
   // end-of-text token it holds.
   std::span<const uint64_t> doc_offsets() const { return doc_offsets_; }
 
-  // Copies tokens [begin, begin + n) widened to int32. An id outside the vocabulary (corrupt token
-  // data, which the open-time checks do not scan for) is a tk::Error naming the shard and position.
+  // Copies tokens [begin, begin + n) widened to int32. An id outside the vocabulary is a tk::Error naming
+  // the shard and position: the open checked every id, but the mapping is shared with the file, which
+  // may have been changed in place since.
   void read(uint64_t begin, uint64_t n, int32_t* out) const;
 
  private:

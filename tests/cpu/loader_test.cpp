@@ -17,6 +17,8 @@
 #include <set>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "data/prepare.h"
 #include "data/shard.h"
 #include "data_testing.h"
@@ -351,6 +353,21 @@ TEST_F(LoaderTest, UnfinishedOrDamagedDatasetsAreRefused) {
 
   write_text(dir + "/meta.json", "{\"format\": \"tokamak-shards\", ");
   EXPECT_NE(refuse(options(2, 16)).find(dir + "/meta.json is not valid JSON"), std::string::npos);
+}
+
+// meta.json may only name shards inside the dataset's directory: a listing that points at a valid
+// shard outside it (or at /etc/passwd) is refused before anything is opened.
+TEST_F(LoaderTest, ShardNamesLeadingOutOfTheDirectoryAreRefused) {
+  const std::string dir = data_dir();
+  const std::string meta = read_text(dir + "/meta.json");
+  std::filesystem::copy_file(dir + "/train_000000.bin", dir_.path("elsewhere.bin"));
+  for (const std::string& name : {std::string("../elsewhere.bin"), dir_.path("elsewhere.bin")}) {
+    nlohmann::json m = nlohmann::json::parse(meta);
+    m["splits"]["train"]["shards"][0]["file"] = name;
+    write_text(dir + "/meta.json", m.dump());
+    const std::string msg = error_of([&] { DataLoader::open(options(2, 16)); });
+    EXPECT_NE(msg.find(dir + "/meta.json names the file \"" + name + "\""), std::string::npos) << msg;
+  }
 }
 
 TEST_F(LoaderTest, MismatchedTokenizerOrShapeIsRefused) {
