@@ -11,7 +11,8 @@ namespace tk {
 
 namespace {
 
-// The weight gives the shape: w[out, in]; x holds N rows of `in`.
+// The weight gives the shape: w[out, in]; x holds N rows of `in`. Callers copy the fields into plain
+// variables: OpenMP regions capture those, where clang before 16 cannot capture structured bindings.
 struct LinearDims {
   int64_t N, in, out;
 };
@@ -29,7 +30,8 @@ LinearDims linear_dims(const Tensor& x, const Tensor& w, const char* op) {
 template <class T>
 void CpuOps<T>::linear_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) {
   const char* op = "linear_forward";
-  const auto [N, in, out] = linear_dims(x, w, op);
+  const LinearDims dims = linear_dims(x, w, op);
+  const int64_t N = dims.N, in = dims.in, out = dims.out;
   expect(x, kDType, {N, in}, op, "x");
   expect(w, kDType, {out, in}, op, "w");
   expect(y, kDType, {N, out}, op, "y");
@@ -49,7 +51,8 @@ template <class T>
 void CpuOps<T>::linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dbias, const Tensor& dy,
                                 const Tensor& x, const Tensor& w) {
   const char* op = "linear_backward";
-  const auto [N, in, out] = linear_dims(x, w, op);
+  const LinearDims dims = linear_dims(x, w, op);
+  const int64_t N = dims.N, in = dims.in, out = dims.out;
   expect(x, kDType, {N, in}, op, "x");
   expect(w, kDType, {out, in}, op, "w");
   expect(dy, kDType, {N, out}, op, "dy");

@@ -17,7 +17,8 @@ T sigmoid(T x) {
   return T(1) / (T(1) + cpu::vec_exp(-x));
 }
 
-// gate_up is [N, 2f]; out is [N, f]. Returns {N, f} from out's last dimension.
+// gate_up is [N, 2f]; out is [N, f]. Returns {N, f} from out's last dimension. Callers copy them into plain
+// variables: OpenMP regions capture those, where clang before 16 cannot capture structured bindings.
 std::pair<int64_t, int64_t> swiglu_dims(const Tensor& half_width, const char* op, const char* what) {
   TK_CHECK(half_width.ndim >= 1 && half_width.dim(-1) > 0, "{}: {} is {} but must be [N, f]", op, what,
            half_width.describe());
@@ -30,7 +31,8 @@ std::pair<int64_t, int64_t> swiglu_dims(const Tensor& half_width, const char* op
 template <class T>
 void CpuOps<T>::swiglu_forward(const Tensor& out, const Tensor& gate_up) {
   const char* op = "swiglu_forward";
-  const auto [N, f] = swiglu_dims(out, op, "out");
+  const auto dims = swiglu_dims(out, op, "out");
+  const int64_t N = dims.first, f = dims.second;
   expect(out, kDType, {N, f}, op, "out");
   expect(gate_up, kDType, {N, 2 * f}, op, "gate_up");
   const T* gu = gate_up.as<T>();
@@ -47,7 +49,8 @@ void CpuOps<T>::swiglu_forward(const Tensor& out, const Tensor& gate_up) {
 template <class T>
 void CpuOps<T>::swiglu_backward(const Tensor& dgate_up, const Tensor& dout, const Tensor& gate_up) {
   const char* op = "swiglu_backward";
-  const auto [N, f] = swiglu_dims(dout, op, "dout");
+  const auto dims = swiglu_dims(dout, op, "dout");
+  const int64_t N = dims.first, f = dims.second;
   expect(dout, kDType, {N, f}, op, "dout");
   expect(gate_up, kDType, {N, 2 * f}, op, "gate_up");
   expect(dgate_up, kDType, {N, 2 * f}, op, "dgate_up");
