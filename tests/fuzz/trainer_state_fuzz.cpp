@@ -1,0 +1,17 @@
+// Fuzzes trainer_state.json: any text as a checkpoint's trainer state. A state that reads writes
+// itself back to the same state.
+#include "fuzz_support.h"
+#include "train/checkpoint.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace tk;
+  fuzz::write_file("ckpt/trainer_state.json", fuzz::as_text(data, size));
+  fuzz::expect_clear_errors([&] {
+    const TrainerState s = read_trainer_state(fuzz::scratch_dir() + "/ckpt");
+    fuzz::require(s.step >= 0 && s.tokens_seen >= 0);
+    const TrainerState back = TrainerState::from_json(s.to_json(), "round trip");
+    fuzz::require(back.step == s.step && back.tokens_seen == s.tokens_seen &&
+                  back.tokenizer_fingerprint == s.tokenizer_fingerprint && back.loader == s.loader);
+  });
+  return 0;
+}
