@@ -32,7 +32,7 @@ TokenBatch read_tokens(const std::string& path, int vocab) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(tk::fs::read_file(path));
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     tk::fail("{} is not valid JSON: {}", path, e.what());
   }
   TK_CHECK(j.is_object() && j.contains("tokens") && j["tokens"].is_array() && !j["tokens"].empty(),

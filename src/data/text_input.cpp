@@ -293,7 +293,7 @@ std::string json_document_text(std::string_view line, const std::string& field, 
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     // what() reads "[json.exception.parse_error.101] parse error at line 1, column 7: ...": keep what
     // follows the tag, without the parser's "line 1", which would contradict the file's line number.
     std::string why = e.what();

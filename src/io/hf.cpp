@@ -51,7 +51,7 @@ std::string some_names(const std::vector<std::string>& names, size_t shown = 5) 
 json read_json(const std::string& path) {
   try {
     return json::parse(fs::read_file(path));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     fail("{} is not valid JSON: {}", path, e.what());
   }
 }

@@ -119,13 +119,18 @@ void convert_to_f32(float* dst, const void* src, int64_t n, Convert convert) {
 
 class MappedSafeTensors final : public SafeTensorsFile {
  public:
+  // A header that fails its checks throws from here, where no destructor will run: the mapping is
+  // released before the error leaves.
   explicit MappedSafeTensors(std::string path) : path_(std::move(path)) {
     map_file();
-    parse_header();
+    try {
+      parse_header();
+    } catch (...) {
+      unmap();
+      throw;
+    }
   }
-  ~MappedSafeTensors() override {
-    if (map_ && map_ != MAP_FAILED) ::munmap(map_, size_);
-  }
+  ~MappedSafeTensors() override { unmap(); }
 
   const std::vector<SafeTensorInfo>& tensors() const override { return tensors_; }
   const SafeTensorInfo* find(const std::string& name) const override {
@@ -147,6 +152,10 @@ class MappedSafeTensors final : public SafeTensorsFile {
 
  private:
   void map_file();
+  void unmap() {
+    if (map_ && map_ != MAP_FAILED) ::munmap(map_, size_);
+    map_ = nullptr;
+  }
   void parse_header();
   void parse_metadata(const json& m);
   SafeTensorInfo parse_entry(const std::string& name, const json& v) const;
@@ -197,7 +206,7 @@ void MappedSafeTensors::parse_header() {
   json header;
   try {
     header = json::parse(base + 8, base + 8 + header_len);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     fail("{}: the header is not valid JSON ({}): the file is corrupt or not a safetensors file", path_, e.what());
   }
   TK_CHECK(header.is_object(), "{}: the header is JSON but not an object of tensors", path_);

@@ -390,7 +390,7 @@ ModelConfig ModelConfig::resolve(const std::string& spec) {
   json j;
   try {
     j = json::parse(fs::read_file(path.string()));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     fail("{} is not valid JSON: {}", path.string(), e.what());
   }
   ModelConfig c = from_hf_json(j, path.string());

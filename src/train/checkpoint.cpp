@@ -358,7 +358,7 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir) {
   const std::string path = join_path(checkpoint_dir, "trainer_state.json");
   try {
     return TrainerState::from_json(json::parse(fs::read_file(path)), path);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     fail("{} is not valid JSON: {}", path, e.what());
   }
 }
