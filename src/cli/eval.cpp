@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/conventions.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "io/hf.h"
@@ -76,11 +77,12 @@ tk::cli::Runner setup_eval(CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
   app.add_option("--model", a->model, "Checkpoint, run directory or Hugging Face model directory")->required();
   app.add_option("--data", a->data, "Directory written by `tokamak prepare`")->required();
-  app.add_option("--split", a->split, "train or val")->capture_default_str();
+  tk::cli::one_of(app.add_option("--split", a->split, "train or val"), {"train", "val"})->capture_default_str();
   app.add_option("--max-tokens", a->max_tokens, "Evaluate the first max(1, N / seq) windows (default: all of them)");
   app.add_option("--batch", a->batch, "Windows per forward pass (speed only)")->capture_default_str();
   app.add_option("--seq", a->seq, "Window length T (default: the checkpoint's training length, else min(context, 1024))");
-  app.add_option("--device", a->device, "auto, cpu or cuda")->capture_default_str();
+  tk::cli::one_of(app.add_option("--device", a->device, "auto, cpu or cuda"), {"auto", "cpu", "cuda"})
+      ->capture_default_str();
   app.add_flag("--json", a->json, "Print one JSON object");
   return [a] { return run_eval(*a); };
 }

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
+#include "cli/conventions.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "data/tokenizer.h"
@@ -127,7 +128,8 @@ tk::cli::Runner setup_generate(CLI::App& app) {
   app.add_option("--top-p", a->top_p, "Sample from the most likely tokens covering this probability")
       ->capture_default_str();
   app.add_option("--seed", a->seed, "Sampling seed")->capture_default_str();
-  app.add_option("--device", a->device, "auto, cpu or cuda")->capture_default_str();
+  tk::cli::one_of(app.add_option("--device", a->device, "auto, cpu or cuda"), {"auto", "cpu", "cuda"})
+      ->capture_default_str();
   return [a] { return run_generate(*a); };
 }
 

@@ -1,7 +1,8 @@
-// tokamak's entry point: parses the subcommand, runs it, and turns any tk::Error into one clear
-// line on stderr and a non-zero exit.
+// tokamak's entry point: parses the subcommand, runs it, and turns any error into one clear line on stderr:
+// a usage error (the command line, a config file) exits 2, a command that ran and failed exits 1.
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/conventions.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/agreement.h"
@@ -88,6 +90,34 @@ static int stop_before_data_parallel(const tk::dist::Session& session, const CLI
            comm->world_size(), command.get_name());
 }
 
+// CLI11 reads an unknown command as a missing one: name it, and the commands there are. The root takes only
+// flags, so its first other argument is the command.
+static void check_command_name(const CLI::App& app, int argc, char** argv) {
+  for (int i = 1; i < argc; i++) {
+    const std::string arg = argv[i];
+    if (arg.empty() || arg[0] == '-') continue;
+    std::string names;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      if (sub->get_name() == arg) return;
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    tk::cli::usage_error("unknown command '{}'; the commands are {}", arg, names);
+  }
+}
+
+// A parse error of CLI11 (an unknown option, a missing or invalid value) as tokamak reports usage errors.
+static int report_parse_error(const CLI::App& app, const CLI::ParseError& e) {
+  const auto parsed = app.get_subcommands();
+  const std::string command = parsed.empty() ? "tokamak" : "tokamak " + parsed.front()->get_name();
+  std::string what = e.what();
+  if (what == "A subcommand is required") what = "a command is required";
+  // CLI11's sentences start with a capital; after "error: " ours do not.
+  const auto letter = [&](size_t i) { return static_cast<unsigned char>(what[i]); };
+  if (what.size() > 1 && std::isupper(letter(0)) && std::islower(letter(1))) what[0] = char(std::tolower(letter(0)));
+  tk::log::error("{}\nRun '{} --help' for {}.", what, command, parsed.empty() ? "the commands" : "its options");
+  return tk::cli::kUsageExit;
+}
+
 int main(int argc, char** argv) {
   restart_with_library_settings(argv);
   // Past a file size limit (ulimit -f) the kernel sends SIGXFSZ, which would end the process without a word:
@@ -96,6 +126,7 @@ int main(int argc, char** argv) {
   CLI::App app{"tokamak: trains Llama-family language models at the speed the hardware allows, and says what bounds them"};
   app.set_version_flag("--version", std::string("tokamak ") + TOKAMAK_VERSION);
   app.require_subcommand(1);
+  app.formatter(std::make_shared<tk::cli::HelpFormatter>());
   bool verbose = false;
   app.add_flag("-v,--verbose", verbose, "Debug logging");
   std::map<CLI::App*, tk::cli::Runner> runners;
@@ -107,12 +138,19 @@ int main(int argc, char** argv) {
       sub->add_option("--gpus", gpus,
                       "Run on N GPUs of this host: one process per GPU, started and watched by this one "
                       "(docs/distributed.md; across hosts, start the ranks with mpirun or srun instead)")
-          ->check(CLI::PositiveNumber);
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str();
   }
   try {
+    check_command_name(app, argc, argv);
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version arrive as "errors" whose exit code is success.
+    if (e.get_exit_code() == int(CLI::ExitCodes::Success)) return app.exit(e);
+    return report_parse_error(app, e);
+  } catch (const tk::cli::UsageError& e) {
+    tk::log::error("{}", e.what());
+    return tk::cli::kUsageExit;
   }
   if (verbose) tk::log::set_level(tk::log::Level::Debug);
   try {
@@ -130,12 +168,15 @@ int main(int argc, char** argv) {
         return stop_before_data_parallel(session, *sub, argc, argv);
       return session.finish(run());
     }
+  } catch (const tk::cli::UsageError& e) {
+    tk::log::error("{}", e.what());
+    return tk::cli::kUsageExit;
   } catch (const tk::Error& e) {
     tk::log::error("{}", e.what());
-    return 1;
+    return tk::cli::kFailureExit;
   } catch (const std::exception& e) {
     tk::log::error("internal error: {}", e.what());
-    return 2;
+    return tk::cli::kFailureExit;
   }
   return 0;
 }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/conventions.h"
 #include "core/format.h"
 #include "train/memory_plan.h"
 #include "train/metrics.h"
@@ -15,10 +16,12 @@
 
 namespace {
 
+// The model and shape default to train's (the tiny preset, 8 x 256); the device to cuda, not train's auto: a plan is
+// for a GPU run, made on any machine.
 struct PlanFlags {
-  std::string model = "qwen2.5-0.5b", budget, device = "cuda", gpu = "NVIDIA H100 80GB HBM3", host_memory;
+  std::string model = "tiny", budget, device = "cuda", gpu = "NVIDIA H100 80GB HBM3", host_memory;
   std::string moments = "f32";
-  int batch = 8, seq = 2048;
+  int batch = 8, seq = 256;
   int64_t batch_tokens = 0;
   double efficiency = 0.75, attention_fwd = 0.33, attention_bwd = 0.175, bandwidth_gbs = 3350, host_gbs = 45;
   bool json = false, all = false, doc_mask = false, fp8 = false, fp8_lm_head = false;
@@ -111,13 +114,18 @@ int run(const PlanFlags& f) {
 tk::cli::Command plan_cmd("plan", "The memory a training run needs, and the fastest setting that fits a budget (no GPU needed)",
                           [](CLI::App& app) -> tk::cli::Runner {
                             auto f = std::make_shared<PlanFlags>();
-                            app.add_option("--model", f->model, "Preset, config.json or HF model directory")
+                            app.add_option("--model", f->model, "Preset, config.json or HF model directory (as train's)")
                                 ->capture_default_str();
                             app.add_option("--batch", f->batch, "Largest micro-batch rows to consider")->capture_default_str();
                             app.add_option("--seq", f->seq, "Sequence length")->capture_default_str();
-                            app.add_option("--batch-tokens", f->batch_tokens, "Global batch in tokens (default batch x seq)");
-                            app.add_option("--memory-budget", f->budget, "Device memory to fit, e.g. 16GiB");
-                            app.add_option("--device", f->device, "cuda (bf16, the default) or cpu")->capture_default_str();
+                            app.add_option("--batch-tokens", f->batch_tokens, "Global batch in tokens (default: batch x seq)");
+                            app.add_option("--memory-budget", f->budget, "Device memory to fit, e.g. 16GiB (default: none; the plan as given)");
+                            tk::cli::one_of(app.add_option("--device", f->device,
+                                                           "The device of the run planned: cuda (bf16) or cpu (the "
+                                                           "default is cuda, not train's auto: plans are for GPU runs, "
+                                                           "and need no GPU to make)"),
+                                            {"cuda", "cpu"})
+                                ->capture_default_str();
                             app.add_option("--gpu", f->gpu, "GPU name for the peak FLOP rate")->capture_default_str();
                             app.add_option("--matmul-efficiency", f->efficiency,
                                            "Achieved share of the peak on the GEMMs, for the speed prediction")
@@ -145,9 +153,10 @@ tk::cli::Command plan_cmd("plan", "The memory a training run needs, and the fast
                             app.add_option("--fp8-scaling", f->fp8_scaling, "As train --fp8-scaling: delayed or current")
                                 ->check(CLI::IsMember({"current", "delayed"}))
                                 ->capture_default_str();
-                            app.add_option("--moments", f->moments,
+                            tk::cli::one_of(app.add_option("--moments", f->moments,
                                            "AdamW's m and v as train --moments: f32, bf16 or int8 (every setting "
-                                           "tried keeps it)")
+                                           "tried keeps it)"),
+                                            {"f32", "bf16", "int8"})
                                 ->capture_default_str();
                             app.add_flag("--all", f->all, "List every setting tried");
                             app.add_flag("--json", f->json, "Print the plan as JSON");

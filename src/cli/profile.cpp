@@ -1,4 +1,5 @@
-// `tokamak profile`: the flags of `tokamak train`, a few warm-up steps, then measured steps timed per op;
+// `tokamak profile`: train's flags for what a step computes and how (not the run's length, schedule, validation or
+// checkpoints, which change no step's time), a few warm-up steps, then measured steps timed per op;
 // prints where a step's time goes and what to change first, and writes profile.json and trace.json to
 // --out (docs/profile.md).
 #include <fmt/format.h>
@@ -38,7 +39,7 @@ int run(ProfileFlags f) {
 tk::cli::Command profile_cmd("profile", "Where the time of a training step goes: per-op roofline, totals and advice",
                              [](CLI::App& app) -> tk::cli::Runner {
                                auto f = std::make_shared<ProfileFlags>();
-                               tk::cli::add_recipe_options(app, f->profile.train);
+                               tk::cli::add_step_options(app, f->profile.train);
                                app.add_option("--warmup-steps", f->profile.warmup_steps, "Steps run before measuring")
                                    ->capture_default_str();
                                app.add_option("--measure-steps", f->profile.measure_steps, "Steps measured")

@@ -1,5 +1,6 @@
-// The flags of a training recipe, shared by `tokamak train` and `tokamak profile` (which runs the same
-// steps): every TrainConfig field except the run directory and resuming.
+// The flags of `tokamak train`, in two parts: what a training step computes and how (shared with `tokamak
+// profile`, which runs the same steps), and what only a training run has (its length, learning-rate schedule and
+// optimizer settings, validation and checkpoints).
 #pragma once
 #include <CLI/CLI.hpp>
 
@@ -7,6 +8,9 @@
 
 namespace tk::cli {
 
-void add_recipe_options(CLI::App& app, TrainConfig& c);
+// The model, data, batch, device, precision and memory flags.
+void add_step_options(CLI::App& app, TrainConfig& c);
+// The run's length, schedule, optimizer, validation and checkpoint flags.
+void add_run_options(CLI::App& app, TrainConfig& c);
 
 }  // namespace tk::cli

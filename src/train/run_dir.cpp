@@ -27,7 +27,7 @@ namespace stdfs = std::filesystem;
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
 bool is_run_entry(const std::string& name) {
-  return name == "config.json" || name == "log.jsonl" || starts_with(name, "step_") ||
+  return name == "config.json" || name == "config.toml" || name == "log.jsonl" || starts_with(name, "step_") ||
          starts_with(name, ".tmp-step_") || starts_with(name, ".del-");
 }
 
@@ -43,7 +43,7 @@ std::string file_in(const std::string& dir, const char* name) { return (stdfs::p
 
 // fs::AtomicFile's temporary of one of the run's own files: "config.json.tmp.<pid>".
 bool is_run_file_temporary(const std::string& name) {
-  for (const char* file : {"config.json", "memory.json", "log.jsonl"}) {
+  for (const char* file : {"config.json", "config.toml", "memory.json", "log.jsonl"}) {
     const std::string prefix = std::string(file) + ".tmp.";
     if (starts_with(name, prefix.c_str()) && name.size() > prefix.size() &&
         name.find_first_not_of("0123456789", prefix.size()) == std::string::npos)
@@ -163,6 +163,8 @@ void RunDir::drop_checkpoints_after(int64_t step, bool overwrite) const {
 void RunDir::write_config(const nlohmann::ordered_json& config) const {
   fs::write_file_atomic(file_in(path_, "config.json"), config.dump(2) + "\n");
 }
+
+void RunDir::write_config_file(const std::string& toml) const { fs::write_file_atomic(file_in(path_, "config.toml"), toml); }
 
 void RunDir::write_memory_table(const nlohmann::ordered_json& table) const {
   fs::write_file_atomic(file_in(path_, "memory.json"), table.dump(2) + "\n");

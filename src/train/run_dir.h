@@ -1,6 +1,7 @@
 // A training run's directory (`tokamak train --out`) and the rules for the files a run keeps there:
 //   .lock         held by the one process that writes into the directory (RunDirLock)
 //   config.json   the resolved recipe, the model and the device, written before step 1
+//   config.toml   the resolved train flags as a config file: `tokamak train --config` repeats the run from it
 //   log.jsonl     one JSON record per step and per validation (run_log.h)
 //   memory.json   the memory table after the first step
 //   step_N/       the checkpoints (checkpoint.h), each written in .tmp-step_N/ and renamed whole, deleted
@@ -34,6 +35,7 @@ class RunDir {
   void drop_checkpoints_after(int64_t step, bool overwrite) const;
 
   void write_config(const nlohmann::ordered_json& config) const;
+  void write_config_file(const std::string& toml) const;
   void write_memory_table(const nlohmann::ordered_json& table) const;
 
  private:

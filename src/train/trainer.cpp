@@ -21,6 +21,7 @@
 #include "io/hf.h"
 #include "ops/backend.h"
 #include "train/checkpoint.h"
+#include "train/config_file.h"
 #include "train/dataset.h"
 #include "train/evaluate.h"
 #include "train/lr_schedule.h"
@@ -449,6 +450,11 @@ void TrainingRun::write_run_config() const {
   j["unigram_entropy_nats"] = unigram_nats_;
   j["memory"] = {{"activation_bytes", model_->activation_bytes()}, {"optimizer_bytes", optimizer_->state_bytes()}};
   dir_->write_config(j);
+  json recorded = cfg_.to_json();
+  recorded["out"] = stdfs::absolute(dir_->path()).lexically_normal().string();
+  dir_->write_config_file(config_file_text(
+      recorded, "The configuration of this run as tokamak train resolved it (defaults, config file and flags).\n"
+                "Repeat the run with: tokamak train --config THIS_FILE --out NEW_DIR"));
 }
 
 StepRecord TrainingRun::train_step(int64_t step) {

@@ -828,7 +828,7 @@ TEST_F(TrainerTest, LeftoversOfAKilledRunAreCleanedAtTheNextStart) {
   train(c);
   std::set<std::string> left;
   for (const auto& e : stdfs::directory_iterator(run)) left.insert(e.path().filename().string());
-  EXPECT_EQ(left, (std::set<std::string>{".lock", "config.json", "log.jsonl", "memory.json", "notes.txt",
+  EXPECT_EQ(left, (std::set<std::string>{".lock", "config.json", "config.toml", "log.jsonl", "memory.json", "notes.txt",
                                          "report.html.tmp.9", "step_000001", "step_000002", "step_000003"}));
 }
 
