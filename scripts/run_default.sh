@@ -35,9 +35,10 @@ if [ -n "$GPU" ]; then
   TRAIN=(--model gpt2-small-llama --batch 8 --seq 512 --steps "${STEPS:-800}" --lr 1e-3 --warmup 80
          --eval-every 200 --eval-tokens 4096 --save-every 400)
 else
-  # CPU: the tiny preset (4 layers, width 256) with the 4096-token vocabulary: 900 steps of 8 x 128 tokens,
-  # ~920K tokens (about half the corpus), about 5 minutes at the ~3K tokens/s that 2 cores give.
-  TRAIN=(--model tiny --vocab-size 4096 --batch 8 --seq 128 --steps "${STEPS:-900}" --lr 3e-3 --warmup 20
+  # CPU: the tiny preset (4 layers, width 256) with the data's 4096-token vocabulary (a preset takes its data's
+  # tokenizer's): 900 steps of 8 x 128 tokens, ~920K tokens (about half the corpus), about 5 minutes at the ~3K
+  # tokens/s that 2 cores give.
+  TRAIN=(--model tiny --batch 8 --seq 128 --steps "${STEPS:-900}" --lr 3e-3 --warmup 20
          --eval-every 300 --eval-tokens 8192 --save-every 450)
 fi
 "$TK" train --data "$DATA" --out "$RUN" --overwrite --device auto --min-lr-ratio 0.1 --keep-checkpoints 2 "${TRAIN[@]}"

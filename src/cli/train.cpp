@@ -63,8 +63,8 @@ void add_step_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--tokenizer", c.tokenizer, "The data's tokenizer (default: the one recorded in its meta.json)")
       ->group(model);
   app.add_option("--vocab-size", c.vocab_size,
-                 "Vocabulary of a model trained from scratch, e.g. that of a tokenizer made by train-tokenizer "
-                 "(default: the preset's or config's)")
+                 "Vocabulary of a model trained from scratch (default: the data's tokenizer's, padded to a multiple "
+                 "of 64; a model with weights keeps its own)")
       ->check(at_least(0))
       ->group(model);
   app.add_option("--seed", c.seed, "Seed of the initial weights and the data order")

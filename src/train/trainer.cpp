@@ -10,6 +10,8 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -176,6 +178,7 @@ class TrainingRun {
   void refuse_a_model_larger_than_the_machine() const;
   void open_data();
   void check_tokenizer();
+  void choose_vocab();
   void resize_vocab();
   void apply_memory_budget();
   void build_model();
@@ -276,8 +279,37 @@ void TrainingRun::require_resume_source() const {
 
 std::string TrainingRun::find_resume_checkpoint() const { return resolve_checkpoint(resume_source()); }
 
-// --vocab-size: a model trained from scratch takes the vocabulary of its data's tokenizer (for example one
-// made by `tokamak train-tokenizer`); its end-of-text id becomes the data's document separator.
+// A vocabulary padded to this multiple: the FP8 LM head needs multiples of 16, and rows in multiples of 64 keep the
+// LM head's GEMMs on whole tensor-core tiles (128 would change no tile count that matters: the tail is one partial
+// tile of hundreds, and it costs up to 64 more rows).
+constexpr int64_t kVocabMultiple = 64;
+
+int64_t padded_vocab(int64_t tokens) { return (tokens + kVocabMultiple - 1) / kVocabMultiple * kVocabMultiple; }
+
+// A model trained from scratch (a preset or a bare config.json) takes the vocabulary of its data's tokenizer,
+// padded, unless --vocab-size names one; a model with weights keeps its own. The choice is recorded as the run's
+// --vocab-size, so that repeating the run builds the same model; a run resumed without one takes its checkpoint's.
+void TrainingRun::choose_vocab() {
+  const bool from_scratch = source_.weights_path.empty() && source_.checkpoint_dir.empty();
+  if (cfg_.vocab_size == 0 && !from_scratch) return;
+  if (cfg_.vocab_size == 0 && cfg_.resume) {
+    cfg_.vocab_size = find_model_source(find_resume_checkpoint()).config.vocab_size;
+  } else if (cfg_.vocab_size == 0) {
+    const int64_t own = source_.config.vocab_size, padded = padded_vocab(meta_.vocab_size);
+    TK_CHECK(padded <= std::numeric_limits<int>::max(), "the data's vocabulary ({}) is too large", meta_.vocab_size);
+    cfg_.vocab_size = int(padded);
+    if (padded != own)
+      fmt::print("vocabulary {} from the data's tokenizer ({} tokens{}; {}/meta.json) instead of {}'s {}; "
+                 "--vocab-size N sets another\n",
+                 padded, meta_.vocab_size,
+                 padded == meta_.vocab_size ? "" : fmt::format(", padded to a multiple of {}", kVocabMultiple),
+                 cfg_.data, cfg_.model, own);
+  }
+  resize_vocab();
+}
+
+// The vocabulary of a model trained from scratch set to cfg_.vocab_size (for example that of a tokenizer made by
+// `tokamak train-tokenizer`); its end-of-text id becomes the data's document separator.
 void TrainingRun::resize_vocab() {
   TK_CHECK(source_.weights_path.empty() && source_.checkpoint_dir.empty(),
            "--vocab-size applies to a model trained from scratch (a preset or a config.json), but {} has weights; "
@@ -588,7 +620,7 @@ void TrainingRun::build_parts() {
   backend_ = make_backend(cfg_.device);
   source_ = find_model_source(cfg_.model);
   meta_ = read_dataset_meta(cfg_.data);
-  if (cfg_.vocab_size > 0) resize_vocab();
+  choose_vocab();
   recipe_ = train_recipe(cfg_, source_.config, backend_.gpu);
   if (!cfg_.memory_budget.empty()) apply_memory_budget();  // before the loader: it sets the micro-batch
   if (recipe_.backend.precision.fp8_lm_head() && !recipe_.lm_head_fp8_shapes()) {
@@ -597,7 +629,7 @@ void TrainingRun::build_parts() {
               "tokens of a micro-batch ({}) multiples of 16{}",
               c.vocab_size, c.d_model, recipe_.micro_tokens(),
               c.vocab_size % 16 != 0 && source_.weights_path.empty() && source_.checkpoint_dir.empty()
-                  ? fmt::format(" (--vocab-size {} pads the vocabulary)", (c.vocab_size + 63) / 64 * 64)
+                  ? fmt::format(" (--vocab-size {} pads the vocabulary)", padded_vocab(c.vocab_size))
                   : "");
   }
   // The backend's settings, then the wrap: they need the backend itself.

@@ -90,6 +90,8 @@ TEST_F(Cli, EveryDefaultIsShown) {
   EXPECT_TRUE(has(help("bench"), "--model TEXT=tiny"));
   EXPECT_TRUE(has(help("train"), "--gpus INT:POSITIVE=1"));
   EXPECT_TRUE(has(help("train"), "--logits-chunk INT:INT in [0 - 65536]=0"));
+  EXPECT_TRUE(has(help("train"), "--vocab-size INT"));
+  EXPECT_TRUE(has(help("train"), "(default: the data's tokenizer's, padded to a multiple of 64"));
 }
 
 TEST_F(Cli, ProfileListsOnlyTheOptionsThatApply) {

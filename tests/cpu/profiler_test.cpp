@@ -330,6 +330,7 @@ class TinyProfile : public ::testing::Test {
   ProfileOptions options(int batch, int seq) const {
     ProfileOptions o;
     o.train.model = dir_.path("model.json");
+    o.train.vocab_size = testing::tiny_llama_config().vocab_size;  // the data's, unpadded: the FLOPs below are its
     o.train.data = dir_.path("data");
     o.train.out = dir_.path("profile");
     o.train.device = "cpu";

@@ -63,7 +63,7 @@ TEST(Report, PageOfARealCpuRun) {
   EXPECT_EQ(path_points(series_path(svg_with_id(html, "chart-tokens-per-s"), "tokens/s")), 8);
   EXPECT_EQ(path_points(series_path(svg_with_id(html, "chart-mfu"), "model GFLOP/s")), 8);  // no MFU on the CPU
 
-  EXPECT_NE(html.find(">model.json</div><div class=\"detail\">llama · 2 layers · d 32 · vocab 257<"), std::string::npos);
+  EXPECT_NE(html.find(">model.json</div><div class=\"detail\">llama · 2 layers · d 32 · vocab 320<"), std::string::npos);
   EXPECT_NE(html.find("tokamak profile --model"), std::string::npos);  // how to get profile.json
   EXPECT_NE(html.find("activation gradients and step scratch"), std::string::npos);  // the trainer's memory.json
   EXPECT_EQ(html.find("class=\"note\""), std::string::npos) << "a finished run has nothing to note";

@@ -148,6 +148,7 @@ TEST_F(TrainConfigCli, FileSetsTheRunAndFlagsOverrideIt) {
   EXPECT_EQ(c.lr, 3e-3);
   EXPECT_FALSE(c.gemm_tuning);
   EXPECT_EQ(c.out, std::filesystem::absolute(dir_.path("a")).lexically_normal().string());
+  EXPECT_EQ(c.vocab_size, 320);  // resolved: the data's 257 tokens padded
 
   r = tokamak("train --config " + dir_.path("run.toml") + " --steps 2 --gemm-tuning --out " + dir_.path("b"));
   ASSERT_EQ(r.status, 0) << r.err;

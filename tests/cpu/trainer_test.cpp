@@ -29,6 +29,7 @@
 #include "model/params.h"
 #include "ops/cpu/cpu_ops.h"
 #include "data/shard.h"
+#include "io/hf.h"
 #include "train/checkpoint.h"
 #include "train/dataset.h"
 #include "train/evaluate.h"
@@ -328,7 +329,7 @@ TEST_F(TrainerTest, NarrowMomentsResumeAndOffloadBitwise) {
           << file;
     // The moments differ from f32 ones (they are rounded), and take the memory of their precision.
     const std::string memory = fs::read_file(dir_.path(name + "_whole/memory.json"));
-    const int64_t P = ParamLayout::build(testing::tiny_llama_config()).total;
+    const int64_t P = ParamLayout::build(testing::tiny_llama_config(320)).total;  // the data's 257 tokens, padded
     const nlohmann::json rows = nlohmann::json::parse(memory)["rows"];
     std::map<std::string, int64_t> bytes;
     for (const nlohmann::json& r : rows) bytes[r["component"].get<std::string>()] = r["bytes"].get<int64_t>();
@@ -353,6 +354,7 @@ TEST_F(TrainerTest, NarrowMomentsTrainAsWellAsF32) {
     for (const char* moments : {"f32", "bf16", "int8"}) {
       TrainConfig c = config(fmt::format("quality_{}_{}", moments, beta2));
       c.moments = moments;
+      c.vocab_size = 257;  // the data's, unpadded: the tolerances below were measured with it
       c.batch = 4;
       c.seq = 32;
       c.steps = 500;
@@ -516,9 +518,53 @@ TEST_F(TrainerTest, CheckpointOfAnotherModelIsRefusedByName) {
   EXPECT_NE(error_of([&] { train(c); }).find("optimizer.safetensors"), std::string::npos);
 }
 
-TEST_F(TrainerTest, RefusesDataOfALargerVocabulary) {
-  TrainConfig c = config("vocab");
+// A model trained from scratch takes the data's vocabulary (257 byte tokens here), padded to a multiple of 64, and
+// records it as the run's vocab_size; --vocab-size overrides it, never below the data's; a model with weights keeps
+// its own.
+TEST_F(TrainerTest, VocabularyComesFromTheDataUnlessGiven) {
+  auto config_of = [&](const std::string& run) {
+    return nlohmann::json::parse(fs::read_file(dir_.path(run + "/config.json")));
+  };
+  auto vocab_of_run = [&](const std::string& run) { return config_of(run)["model"]["vocab_size"].get<int>(); };
+  TrainConfig c = config("from_data");
+  c.steps = 1;
+  c.warmup = 0;
+  ASSERT_EQ(testing::tiny_llama_config().vocab_size, 257);  // the model's own, unpadded
+  train(c);
+  EXPECT_EQ(vocab_of_run("from_data"), 320);
+  EXPECT_EQ(config_of("from_data")["train"]["vocab_size"], 320);  // what a repeat of the run builds
+
+  c = config("given");
+  c.steps = 1;
+  c.warmup = 0;
+  c.vocab_size = 300;
+  train(c);
+  EXPECT_EQ(vocab_of_run("given"), 300);
+
+  // A checkpoint has weights: its vocabulary stays, though the data's padded would be 320.
+  c = config("with_weights");
+  c.steps = 1;
+  c.warmup = 0;
+  c.model = dir_.path("given/step_000001");
+  train(c);
+  EXPECT_EQ(vocab_of_run("with_weights"), 300);
+
+  c = config("too_small");
+  c.vocab_size = 200;
+  std::string msg = error_of([&] { train(c); });
+  EXPECT_NE(msg.find("--vocab-size 200 is smaller than the vocabulary of the data"), std::string::npos) << msg;
+  c.vocab_size = 0;
   c.model = write_config(dir_, testing::tiny_llama_config(200), "small-vocab.json");
+  EXPECT_EQ(train(c).size(), 6u);  // from scratch: the data's vocabulary, not the config's 200
+}
+
+// The data must fit a model with weights, whose vocabulary is its own.
+TEST_F(TrainerTest, RefusesDataOfALargerVocabularyThanTheWeights) {
+  const ModelConfig small = testing::tiny_llama_config(200);
+  const ParamLayout layout = ParamLayout::build(small);
+  export_hf(small, layout, std::vector<float>(size_t(layout.total), 0.01f), dir_.path("small_hf"), "f32", "");
+  TrainConfig c = config("vocab");
+  c.model = dir_.path("small_hf");
   std::string msg = error_of([&] { train(c); });
   EXPECT_NE(msg.find("(vocab 257) but the model has vocab 200"), std::string::npos) << msg;
 }
@@ -874,6 +920,7 @@ TEST_F(TrainerTest, AModelLargerThanTheMachineIsRefusedBeforeAllocating) {
                         Case{testing::tiny_llama_config(), 1 << 24, "--batch 16777216 x --seq 16"}}) {
     TrainConfig c = config("huge");
     c.model = write_config(dir_, k.model, "huge.json");
+    c.vocab_size = k.model.vocab_size;  // the config's, not the data's that a model from scratch takes by default
     c.batch = k.batch;
     const auto t0 = std::chrono::steady_clock::now();
     const std::string msg = error_of([&] { train(c); });
