@@ -50,6 +50,7 @@ int run_eval(const EvalArgs& a) {
   o.B = a.batch;
   o.T = a.seq > 0 ? a.seq : default_seq(source);
   o.max_tokens = a.max_tokens;
+  o.progress = true;
   tk::Backend backend = tk::make_backend(a.device);
   const std::vector<float> weights =
       tk::load_params(source.config, tk::ParamLayout::build(source.config), source.weights_path);

@@ -82,6 +82,16 @@ void ProgressBar::finish() {
   finished_ = true;
 }
 
+void ProgressBar::clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (finished_) return;
+  finished_ = true;
+  if (drawn_ && tty_) {
+    std::fputs("\r\x1b[K", out_);
+    std::fflush(out_);
+  }
+}
+
 void ProgressBar::draw(bool final) {
   drawn_ = true;
   last_draw_ = Clock::now();

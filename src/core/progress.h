@@ -31,6 +31,9 @@ class ProgressBar {
   void add(uint64_t bytes, uint64_t items);
   // Prints the final line (once); later calls do nothing.
   void finish();
+  // Ends the bar without a final line, for work whose caller prints its own result: on a terminal the bar is
+  // erased; elsewhere the lines already written stay (a log keeps them). Later calls do nothing.
+  void clear();
 
   // The text of one progress line (no \r or newline), exposed for tests.
   static std::string line(const std::string& label, uint64_t done_bytes, uint64_t total_bytes, uint64_t items,

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "core/error.h"
+#include "core/progress.h"
 
 namespace tk {
 namespace {
@@ -25,7 +27,7 @@ std::unique_ptr<DataLoader> open_windows(const SplitEvalOptions& o, int B, Ops& 
 
 // The loss of windows [first, first + count) with a model of B rows (count a multiple of B).
 LossSum evaluate_windows(const ModelConfig& cfg, const std::vector<float>& weights, Ops& ops,
-                         const SplitEvalOptions& o, int B, int64_t first, int64_t count) {
+                         const SplitEvalOptions& o, int B, int64_t first, int64_t count, ProgressBar* progress) {
   ModelOptions mo;
   mo.B = B;
   mo.T = o.T;
@@ -33,17 +35,20 @@ LossSum evaluate_windows(const ModelConfig& cfg, const std::vector<float>& weigh
   model.set_params_f32(weights);
   std::unique_ptr<DataLoader> loader = open_windows(o, B, ops);
   for (int64_t skipped = 0; skipped < first; skipped += B) loader->next();
-  return evaluate(model, *loader, count / B);
+  return evaluate(model, *loader, count / B, [progress](int64_t tokens) {
+    if (progress) progress->add(uint64_t(tokens), 0);
+  });
 }
 
 }  // namespace
 
-LossSum evaluate(Model& model, DataLoader& loader, int64_t batches) {
+LossSum evaluate(Model& model, DataLoader& loader, int64_t batches, const std::function<void(int64_t)>& on_batch) {
   LossSum total;
   for (int64_t i = 0; i < batches; i++) {
     LossSum l = model.forward(loader.next());
     total.sum += l.sum;
     total.count += l.count;
+    if (on_batch) on_batch(l.count);
   }
   return total;
 }
@@ -58,12 +63,16 @@ SplitEval evaluate_split(const ModelConfig& cfg, const std::vector<float>& weigh
   const int B = int(std::min<int64_t>(o.B, r.windows));
   const int64_t in_batches = r.windows / B * B;
 
-  LossSum total = evaluate_windows(cfg, weights, ops, o, B, 0, in_batches);
+  std::optional<ProgressBar> progress;
+  if (o.progress) progress.emplace("eval", uint64_t(r.windows * o.T), "tokens", stderr, ProgressUnit::Items);
+  ProgressBar* bar = progress ? &*progress : nullptr;
+  LossSum total = evaluate_windows(cfg, weights, ops, o, B, 0, in_batches, bar);
   if (in_batches < r.windows) {
-    LossSum rest = evaluate_windows(cfg, weights, ops, o, 1, in_batches, r.windows - in_batches);
+    LossSum rest = evaluate_windows(cfg, weights, ops, o, 1, in_batches, r.windows - in_batches, bar);
     total.sum += rest.sum;
     total.count += rest.count;
   }
+  if (bar) bar->clear();
   r.tokens = total.count;
   r.loss = total.mean();
   r.perplexity = std::exp(r.loss);

@@ -3,6 +3,7 @@
 // from docs/eval.md.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,8 +14,10 @@
 
 namespace tk {
 
-// The loss summed over `batches` batches of the loader, forward only; gradients are untouched.
-LossSum evaluate(Model& model, DataLoader& loader, int64_t batches);
+// The loss summed over `batches` batches of the loader, forward only; gradients are untouched. on_batch, when
+// given, is told each batch's tokens as it is done (a progress bar's).
+LossSum evaluate(Model& model, DataLoader& loader, int64_t batches,
+                 const std::function<void(int64_t tokens)>& on_batch = nullptr);
 
 struct SplitEvalOptions {
   std::string data_dir;
@@ -22,6 +25,7 @@ struct SplitEvalOptions {
   int B = 4;               // windows per forward: speed only, the result does not depend on it
   int T = 1024;            // window length: the result does depend on it
   int64_t max_tokens = 0;  // evaluate the first max(1, max_tokens / T) windows; 0: every window
+  bool progress = false;   // a progress bar on stderr while it runs
 };
 
 struct SplitEval {

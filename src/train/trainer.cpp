@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "io/hf.h"
 #include "ops/backend.h"
 #include "train/checkpoint.h"
@@ -33,6 +34,7 @@
 #include "train/recipe.h"
 #include "train/run_dir.h"
 #include "train/run_log.h"
+#include "train/step_progress.h"
 #include "train/stop_signals.h"
 
 namespace tk {
@@ -226,6 +228,7 @@ class TrainingRun {
   int64_t saved_step_ = -1;  // the step of the last checkpoint written
   double unigram_nats_ = 0;  // the training split's unigram entropy: the bar the loss must go below
   Clock::time_point started_;
+  std::optional<StepProgress> progress_;  // from the loop's start: the step lines' elapsed time and ETA
 };
 
 std::string absolute_if_exists(const std::string& p) {
@@ -520,19 +523,24 @@ void TrainingRun::record_step(const StepRecord& r, bool first) {
 
 void TrainingRun::log_step(const StepRecord& r) {
   const StepMetrics& m = r.metrics;
-  fmt::print("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {:>9} tok/s | {} | data {:.2f}s | mem {}\n",
+  const double elapsed = std::chrono::duration<double>(Clock::now() - started_).count();
+  fmt::print("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {:>9} tok/s | {} | data {:.2f}s | mem {} | {}\n",
              r.step, int(std::to_string(cfg_.steps).size()), cfg_.steps, r.loss, r.lr, r.grad_norm,
              format_count(m.tokens_per_s), format_throughput(m, backend_.gpu), m.data_wait_s,
-             format_bytes(double(m.memory_bytes)));
+             format_bytes(double(m.memory_bytes)), format_step_pace(progress_->after_step(r.step, r.seconds, elapsed)));
   std::fflush(stdout);
-  log_->step(r, std::chrono::duration<double>(Clock::now() - started_).count());
+  log_->step(r, elapsed);
 }
 
 void TrainingRun::validate(int64_t step) {
   if (!val_data_) return;
   const Clock::time_point t0 = Clock::now();
   val_data_->restore(val_start_);
-  LossSum l = evaluate(*model_, *val_data_, val_batches_);
+  // On stderr while it runs (a long validation is minutes on a CPU); erased before the result's line.
+  ProgressBar bar(fmt::format("step {} validation", step), uint64_t(val_batches_ * cfg_.batch * cfg_.seq), "tokens",
+                  stderr, ProgressUnit::Items);
+  LossSum l = evaluate(*model_, *val_data_, val_batches_, [&bar](int64_t tokens) { bar.add(uint64_t(tokens), 0); });
+  bar.clear();
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   result_.val_loss = l.mean();
   fmt::print("step {} | val loss {:.4f} | val ppl {:.2f} | {} tokens in {:.1f}s\n", step, l.mean(),
@@ -688,6 +696,7 @@ void TrainingRun::set_up_steps() {
 TrainResult TrainingRun::train_loop() {
   StopSignals signals;
   const int64_t first_step = state_.step + 1;
+  progress_.emplace(first_step, cfg_.steps);
   for (int64_t step = first_step; step <= cfg_.steps; step++) {
     StepRecord r;
     try {
@@ -711,8 +720,9 @@ TrainResult TrainingRun::train_loop() {
       return result_;
     }
   }
-  fmt::print("done: {} steps, loss {:.4f}{} (unigram entropy {:.4f}); run directory {}\n", result_.step, result_.loss,
-             result_.val_loss >= 0 ? fmt::format(", val loss {:.4f}", result_.val_loss) : "", unigram_nats_,
+  fmt::print("done: {} steps, loss {:.4f}{} (unigram entropy {:.4f}); wall time {}; run directory {}\n", result_.step,
+             result_.loss, result_.val_loss >= 0 ? fmt::format(", val loss {:.4f}", result_.val_loss) : "",
+             unigram_nats_, format_duration(std::chrono::duration<double>(Clock::now() - started_).count()),
              dir_->path());
   return result_;
 }

@@ -72,5 +72,20 @@ TEST(Progress, FailedWorkPrintsNoFinalLine) {
   std::fclose(out);
 }
 
+// clear(): the caller prints its own result; outside a terminal a bar that drew nothing leaves nothing, and
+// finish() after it adds no line.
+TEST(Progress, ClearedBarLeavesNoLine) {
+  std::FILE* out = std::tmpfile();
+  ASSERT_NE(out, nullptr);
+  {
+    ProgressBar bar("validation", 1000, "tokens", out, ProgressUnit::Items);
+    bar.add(1000, 0);
+    bar.clear();
+    bar.finish();
+  }
+  EXPECT_EQ(std::ftell(out), 0L);
+  std::fclose(out);
+}
+
 }  // namespace
 }  // namespace tk

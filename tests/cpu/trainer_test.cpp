@@ -199,6 +199,39 @@ TEST_F(TrainerTest, ResumeContinuesBitwise) {
 // Offloading the optimizer state (in chunks that cut the parameter segments) and recomputing give the
 // losses, weights and optimizer state of the plain run, bit for bit, and resume the same way.
 // --fp8 on the CPU backend: a clear error before any training, naming what it needs.
+// The step lines say how long the run has gone and has left, the last line its wall time; a validation reports
+// its progress batch by batch (the bar on stderr) and counts every token it reports.
+TEST_F(TrainerTest, LinesShowElapsedTimeEtaAndWallTime) {
+  TrainConfig c = config("pace");
+  ::testing::internal::CaptureStdout();
+  train(c);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  for (const std::string& line : split_lines(out)) {
+    if (line.rfind("step ", 0) != 0 || line.find("| loss ") == std::string::npos) continue;
+    EXPECT_NE(line.find(" elapsed, ETA "), std::string::npos) << line;
+    EXPECT_TRUE(line.find(" s/step)") != std::string::npos || line.find(" steps/s)") != std::string::npos) << line;
+  }
+  EXPECT_NE(out.find("step 6/6 |"), std::string::npos) << out;
+  EXPECT_NE(out.find(", ETA 0s ("), std::string::npos) << out;
+  EXPECT_NE(out.find("; wall time "), std::string::npos) << out;
+
+  auto ops = make_cpu_ops(DType::F32);
+  Model model(testing::tiny_llama_config(), *ops, ModelOptions{2, 16, false});
+  model.init_params(3);
+  LoaderOptions lo;
+  lo.data_dir = data_;
+  lo.B = 2;
+  lo.T = 16;
+  auto loader = DataLoader::open(lo);
+  int64_t reported = 0, calls = 0;
+  const LossSum l = evaluate(model, *loader, 3, [&](int64_t tokens) {
+    reported += tokens;
+    calls++;
+  });
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(reported, l.count);
+}
+
 TEST_F(TrainerTest, Fp8OnTheCpuIsAClearError) {
   TrainConfig c = config("fp8");
   c.fp8 = true;
