@@ -24,6 +24,9 @@ using json = nlohmann::json;
 
 // Step-to-step noise hides the trend of a long run: its raw values are drawn faint under an EMA.
 constexpr size_t kSmoothFrom = 30;
+// A loss whose largest value is this many times its smallest (a run that diverged, 5 to 1e11; one learnt by heart,
+// 5 to 0.01) is drawn on a log axis: on a linear one its trend would be a flat line at the bottom.
+constexpr double kLogLossSpan = 20;
 
 struct Steady {
   double tokens_per_s = kMissing, mfu = kMissing, hfu = kMissing, flops_per_s = kMissing;
@@ -151,11 +154,13 @@ std::string model_card(const json& config) {
 std::string progress_card(const RunFiles& run) {
   const auto& steps = run.history.steps;
   const double planned = number(child(run.config, "train"), "steps");
+  const std::string of = std::isfinite(planned) ? fmt::format(" of {}", int64_t(planned)) : "";
+  if (const auto& d = run.history.diverged)
+    return card("Tokens trained", steps.empty() ? "0" : format_number(steps.back().tokens),
+                fmt::format("diverged at step {}{}", d->step, of));
   if (steps.empty()) return card("Tokens trained", "0", "no step logged yet");
   const StepLine& last = steps.back();
-  return card("Tokens trained", format_number(last.tokens),
-              std::isfinite(planned) ? fmt::format("step {} of {}", last.step, int64_t(planned))
-                                     : fmt::format("step {}", last.step));
+  return card("Tokens trained", format_number(last.tokens), fmt::format("step {}{}", last.step, of));
 }
 
 std::string loss_cards(const RunFiles& run) {
@@ -239,14 +244,42 @@ StepColumns step_columns(const std::vector<StepLine>& steps) {
           column(steps, [](const StepLine& s) { return s.tokens; })};
 }
 
-// The loss against `x` (steps or tokens): train loss, validation loss, and the unigram entropy the
-// loss must fall below to have learnt more than token frequencies.
+// Whether the finite positive values of `y` span more than kLogLossSpan.
+bool spans_decades(const std::vector<double>& y) {
+  double lo = kMissing, hi = kMissing;
+  for (double v : y) {
+    if (!std::isfinite(v) || v <= 0) continue;
+    lo = std::isfinite(lo) ? std::min(lo, v) : v;
+    hi = std::isfinite(hi) ? std::max(hi, v) : v;
+  }
+  return std::isfinite(lo) && hi > kLogLossSpan * lo;
+}
+
+// A dashed vertical line at the step where the run diverged, from the lowest to the highest value of `y` that the
+// chart's axis can draw.
+void add_diverged_marker(LineChart& chart, int64_t step, const std::vector<double>& y) {
+  double lo = kMissing, hi = kMissing;
+  for (double v : y) {
+    if (!std::isfinite(v) || (chart.log_y && v <= 0)) continue;
+    lo = std::isfinite(lo) ? std::min(lo, v) : v;
+    hi = std::isfinite(hi) ? std::max(hi, v) : v;
+  }
+  if (!std::isfinite(lo)) return;
+  ChartSeries at{fmt::format("diverged (step {})", step), {double(step), double(step)}, {lo, hi}, "#dc2626"};
+  at.dashed = true;
+  chart.series.push_back(at);
+}
+
+// The loss against `x` (steps or tokens): train loss, validation loss, the unigram entropy the loss must fall
+// below to have learnt more than token frequencies, and, against steps, the step where the run diverged.
 LineChart loss_chart(const RunFiles& run, bool by_tokens) {
   const auto& h = run.history;
   const StepColumns c = step_columns(h.steps);
   const std::vector<double>& x = by_tokens ? c.tokens : c.step;
   LineChart chart{by_tokens ? "chart-loss-tokens" : "chart-loss-step", by_tokens ? "tokens" : "step", "loss (nats/token)"};
-  add_step_series(chart, "train loss", x, column(h.steps, [](const StepLine& s) { return s.loss; }), "#2563eb");
+  const std::vector<double> train = column(h.steps, [](const StepLine& s) { return s.loss; });
+  chart.log_y = spans_decades(train);
+  add_step_series(chart, "train loss", x, train, "#2563eb");
 
   std::map<int64_t, double> tokens_at;
   for (const StepLine& s : h.steps) tokens_at[s.step] = s.tokens;
@@ -262,13 +295,17 @@ LineChart loss_chart(const RunFiles& run, bool by_tokens) {
   const double unigram = number(run.config, "unigram_entropy_nats");
   if (std::isfinite(unigram) && unigram > 0 && !x.empty())
     chart.series.push_back(flat_line("unigram entropy", x.front(), x.back(), unigram, "#9ca3af"));
+  if (h.diverged && !by_tokens) add_diverged_marker(chart, h.diverged->step, train);
   return chart;
 }
 
 std::string loss_section(const RunFiles& run) {
+  const LineChart by_step = loss_chart(run, false);
+  const std::string note =
+      by_step.log_y ? fmt::format("On a log axis: the loss spans more than a factor of {:.0f}.", kLogLossSpan) : "";
   return "<section id=\"loss\"><h2>Loss</h2><div class=\"charts\">" +
-         figure("Loss vs step", render_line_chart(loss_chart(run, false))) +
-         figure("Loss vs tokens", render_line_chart(loss_chart(run, true))) + "</div></section>";
+         figure("Loss vs step", render_line_chart(by_step), note) +
+         figure("Loss vs tokens", render_line_chart(loss_chart(run, true)), note) + "</div></section>";
 }
 
 std::string throughput_section(const RunFiles& run) {
@@ -317,6 +354,12 @@ std::string optimizer_section(const RunFiles& run) {
 // ---- the page -----------------------------------------------------------------------------------
 
 std::string run_status_note(const RunFiles& run) {
+  if (const auto& d = run.history.diverged) {
+    const std::string what = !std::isfinite(d->loss) ? "its loss" : "its gradient norm";
+    return fmt::format("The run diverged at step {}: {} was not finite (NaN or infinite), and training stopped there. "
+                       "Lower --lr, lengthen --warmup or clip the gradient (--grad-clip), then train it again.",
+                       d->step, what);
+  }
   if (run.history.steps.empty()) return "";
   const double planned = number(child(run.config, "train"), "steps");
   const int64_t last = run.history.steps.back().step;

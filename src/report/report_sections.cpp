@@ -321,7 +321,6 @@ std::string config_section(const RunFiles& run) {
     tables += key_value_table(it.key(), rows);
   }
   out += "<div class=\"tables\">" + key_value_table("run", top) + tables + "</div>";
-  out += "<details><summary>config.json as written</summary><pre>" + html_escape(run.config.dump(2)) + "</pre></details>";
   return out + "</section>";
 }
 

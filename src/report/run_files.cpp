@@ -35,6 +35,11 @@ StepLine step_line(const json& j) {
   return s;
 }
 
+bool is_true(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_boolean() && it->get<bool>();
+}
+
 ValLine val_line(const json& j) {
   ValLine v;
   v.step = j["step"].get<int64_t>();
@@ -127,8 +132,12 @@ RunHistory parse_run_history(std::string_view text) {
                                                line_no));
       continue;
     }
-    if (j.contains("val_loss")) h.vals.push_back(val_line(j));
-    else if (j.contains("loss")) h.steps.push_back(step_line(j));
+    if (is_true(j, "diverged"))
+      h.diverged = DivergedLine{j["step"].get<int64_t>(), number(j, "loss"), number(j, "grad_norm")};
+    else if (j.contains("val_loss"))
+      h.vals.push_back(val_line(j));
+    else if (j.contains("loss"))
+      h.steps.push_back(step_line(j));
   }
   return h;
 }

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,9 +32,16 @@ struct ValLine {
   double val_loss = kMissing, val_tokens = kMissing, time = kMissing;
 };
 
+// The step at which the run diverged (its loss or gradient norm not finite), where the trainer stopped it.
+struct DivergedLine {
+  int64_t step = 0;
+  double loss = kMissing, grad_norm = kMissing;  // the one that was not finite is missing
+};
+
 struct RunHistory {
   std::vector<StepLine> steps;
   std::vector<ValLine> vals;
+  std::optional<DivergedLine> diverged;  // the last such record of the log
   std::vector<std::string> notes;  // sentences about lines that were skipped
 };
 

@@ -25,6 +25,7 @@ double unix_time() {
 }
 
 json number_or_null(double v) { return v >= 0 && std::isfinite(v) ? json(v) : json(nullptr); }
+json finite_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
 }  // namespace
 
@@ -73,6 +74,18 @@ void RunLog::validation(int64_t step, const LossSum& loss, double seconds) {
   j["val_tokens"] = loss.count;
   j["val_time_s"] = seconds;
   j["time"] = unix_time();
+  write(j);
+}
+
+void RunLog::diverged(int64_t step, double loss, double lr, double grad_norm, double elapsed_s) {
+  json j;
+  j["step"] = step;
+  j["loss"] = finite_or_null(loss);
+  j["lr"] = lr;
+  j["grad_norm"] = finite_or_null(grad_norm);
+  j["diverged"] = true;
+  j["time"] = unix_time();
+  j["elapsed_s"] = elapsed_s;
   write(j);
 }
 

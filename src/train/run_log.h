@@ -2,7 +2,9 @@
 // report` and other readers can follow a live run. A step's record:
 //   step, loss, lr, grad_norm, clip_scale, tokens (seen after it), step_time_s, tokens_per_s, flops_per_s,
 //   mfu, hfu (null when the peak is unknown), data_wait_s, memory_bytes, time (unix seconds), elapsed_s
-// and a validation's: step, val_loss, val_tokens, val_time_s, time.
+// a validation's: step, val_loss, val_tokens, val_time_s, time;
+// and that of a step whose loss or gradient norm was not finite, the run's last: step, loss and grad_norm (null where
+// not finite or not computed), lr, diverged (true), time, elapsed_s.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -26,6 +28,7 @@ class RunLog {
   // elapsed_s: since the run (this process) started.
   void step(const StepRecord& r, double elapsed_s);
   void validation(int64_t step, const LossSum& loss, double seconds);
+  void diverged(int64_t step, double loss, double lr, double grad_norm, double elapsed_s);
 
  private:
   void write(const nlohmann::ordered_json& record);

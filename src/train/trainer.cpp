@@ -59,10 +59,11 @@ LossSum accumulate_gradients(Model& model, DataLoader& loader, int micro_steps, 
   LossSum total;
   for (int micro = 0; micro < micro_steps; micro++) {
     LossSum l = model.forward_backward(loader.next(), grad_scale);
-    TK_CHECK(std::isfinite(l.sum),
-             "training stopped: the loss is {} at step {} (micro-batch {} of {}). The weights have diverged: "
-             "lower --lr or lengthen --warmup",
-             l.sum, step, micro + 1, micro_steps);
+    if (!std::isfinite(l.sum))
+      throw DivergedError(fmt::format("training stopped: the loss is {} at step {} (micro-batch {} of {}). The "
+                                      "weights have diverged: lower --lr or lengthen --warmup",
+                                      l.sum, step, micro + 1, micro_steps),
+                          step, l.sum, std::nan(""));
     total.sum += l.sum;
     total.count += l.count;
   }
@@ -499,6 +500,11 @@ StepRecord TrainingRun::train_step(int64_t step) {
   LossSum loss = accumulate_gradients(*model_, *train_data_, accum_steps_, step);
   r.lr = schedule_.at(step);
   OptimizerStep os = optimizer_->step(r.lr);
+  if (!std::isfinite(os.grad_norm))
+    throw DivergedError(fmt::format("training stopped: the gradient norm is {} at step {} (the loss was {:.4f}). The "
+                                    "weights have diverged: lower --lr, lengthen --warmup or clip (--grad-clip)",
+                                    os.grad_norm, step, loss.mean()),
+                        step, loss.mean(), os.grad_norm);
   model_->zero_grads();
   backend_.ops->synchronize();
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -701,6 +707,15 @@ TrainResult TrainingRun::train_loop() {
     StepRecord r;
     try {
       r = train_step(step);
+    } catch (const DivergedError& e) {
+      std::string unrecorded;
+      try {
+        log_->diverged(e.step, e.loss, schedule_.at(step), e.grad_norm,
+                       std::chrono::duration<double>(Clock::now() - started_).count());
+      } catch (const Error& write) {
+        unrecorded = fmt::format("\nThe log could not record it: {}", write.what());
+      }
+      fail("{}\nThe last good checkpoint is {}; nothing was saved after it.{}", e.what(), last_checkpoint(), unrecorded);
     } catch (const Error& e) {
       fail("{}\nThe last good checkpoint is {}; nothing was saved after it.", e.what(), last_checkpoint());
     }

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "data/loader.h"
 #include "model/model.h"
 #include "train/metrics.h"
@@ -145,9 +146,19 @@ MachineMemory machine_memory(bool gpu);
 // plan's largest part and the config field that drives it: called before anything is allocated.
 void refuse_plan_larger_than(const ModelConfig& model, const MemoryPlan& plan, const MachineMemory& machine);
 
+// A step whose loss or gradient norm is not finite: the weights have diverged. The trainer records the step in
+// log.jsonl (run_log.h) and stops, keeping the last checkpoint.
+struct DivergedError : Error {
+  DivergedError(const std::string& what, int64_t step, double loss, double grad_norm)
+      : Error(what), step(step), loss(loss), grad_norm(grad_norm) {}
+  int64_t step;
+  double loss;       // NaN where the loss was not computed to its end
+  double grad_norm;  // NaN where no gradient norm was computed
+};
+
 // One optimizer step's gradients: `micro_steps` batches from the loader, each backpropagated with
 // grad_scale = 1 / (tokens in the global batch), so the gradients accumulated are those of the mean
-// loss over the global batch. A non-finite loss is a tk::Error naming the step and micro-batch.
+// loss over the global batch. A non-finite loss is a DivergedError naming the step and micro-batch.
 LossSum accumulate_gradients(Model& model, DataLoader& loader, int micro_steps, int64_t step);
 
 }  // namespace tk

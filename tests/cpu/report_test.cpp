@@ -113,6 +113,25 @@ TEST(Report, NaNValuesAreGapsInTheLines) {
   EXPECT_NE(html.find(">3.0000<"), std::string::npos);  // the final train loss
 }
 
+// A run that diverged: the trainer's last record says so. The page says at which step (not "still going"), draws
+// the loss, which went to 2.5e11 before the NaN, on a log axis with the step marked, and shows the config once.
+TEST(Report, DivergedRunIsNamedAndItsLossDrawnOnALogAxis) {
+  TempDir dir;
+  const std::string log = step_line(1, "5.0") + step_line(2, "4.0") + step_line(3, "2.5e11") +
+                          R"({"step":4,"loss":null,"lr":0.004,"grad_norm":null,"diverged":true,"time":1700000000,)"
+                          R"("elapsed_s":4})" "\n";
+  const std::string html =
+      render(write_run(dir, log, R"({"train": {"steps": 100, "seed": 987654}, "model_name": "m"})"));
+  EXPECT_NE(html.find("The run diverged at step 4: its loss was not finite"), std::string::npos);
+  EXPECT_EQ(html.find("still going"), std::string::npos);
+  EXPECT_NE(html.find(">diverged at step 4 of 100<"), std::string::npos);
+  const std::string svg = svg_with_id(html, "chart-loss-step");
+  EXPECT_NE(svg.find("loss (nats/token) (log)"), std::string::npos);
+  EXPECT_EQ(path_points(series_path(svg, "train loss")), 3);
+  EXPECT_EQ(path_points(series_path(svg, "diverged (step 4)")), 2);
+  EXPECT_EQ(count_of(html, "987654"), 1) << "the configuration is shown once";
+}
+
 TEST(Report, SingleStepAndNoValidation) {
   TempDir dir;
   const std::string html = render(write_run(dir, step_line(1, "5.5")));

@@ -440,6 +440,14 @@ TEST_F(TrainerTest, NonFiniteLossStopsAndKeepsTheLastCheckpoint) {
   std::string msg = error_of([&] { train(c); });
   EXPECT_NE(msg.find("at step 2"), std::string::npos) << msg;
   EXPECT_NE(msg.find("step_000001"), std::string::npos) << msg;
+  // The log's last record is the step that diverged: loss null, "diverged": true.
+  const std::vector<std::string> log = split_lines(fs::read_file(dir_.path("nan/log.jsonl")));
+  ASSERT_FALSE(log.empty());
+  const nlohmann::json last = nlohmann::json::parse(log.back());
+  EXPECT_EQ(last["step"], 2) << log.back();
+  EXPECT_TRUE(last["loss"].is_null()) << log.back();
+  EXPECT_EQ(last["diverged"], true) << log.back();
+  EXPECT_TRUE(last.contains("lr") && last.contains("grad_norm") && last.contains("elapsed_s")) << log.back();
   EXPECT_TRUE(is_checkpoint(dir_.path("nan/step_000001")));
   EXPECT_EQ(list_checkpoints(dir_.path("nan")).size(), 1u);
   for (const auto& e : stdfs::directory_iterator(dir_.path("nan")))
