@@ -1,5 +1,5 @@
-// `tokamak generate`: a sample of text from a trained model (KV-cached decoding with temperature,
-// top-k and top-p sampling), printed as it is produced: the quickest look at what a model learned.
+// `tokamak generate`: samples of text from a trained model (KV-cached decoding with temperature, top-k and top-p
+// sampling, stop strings), printed as they are produced: the quickest look at what a model learned.
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -10,6 +10,7 @@
 #include "cli/conventions.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "data/generated_text.h"
 #include "data/tokenizer.h"
 #include "io/hf.h"
 #include "model/generate.h"
@@ -20,23 +21,12 @@ namespace {
 
 struct GenerateArgs {
   std::string model, prompt, tokenizer, device = "auto";
-  int max_new_tokens = 100;
+  std::vector<std::string> stops;
+  int max_new_tokens = 100, num_samples = 1;
   float temperature = 0.8f, top_p = 0.95f;
   int top_k = 50;
   uint64_t seed = 0;
 };
-
-// The length of the longest prefix of s that does not end inside a UTF-8 sequence: a token may carry
-// only part of a character, which is printed once the rest arrives.
-size_t complete_utf8_prefix(const std::string& s) {
-  for (size_t back = 1; back <= 4 && back <= s.size(); back++) {
-    const unsigned char c = static_cast<unsigned char>(s[s.size() - back]);
-    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back for the lead byte
-    const size_t need = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
-    return back >= need ? s.size() : s.size() - back;
-  }
-  return s.size();  // not UTF-8 at all: print the bytes as they are
-}
 
 // The model's weights on the device, in its act dtype, for as long as the generator reads them.
 class DeviceWeights {
@@ -55,6 +45,25 @@ class DeviceWeights {
   tk::Ops& ops_;
   tk::Tensor tensor_;
 };
+
+// One continuation of the prompt, printed as it is generated, up to the end of text or a stop string; returns
+// the tokens generated.
+int64_t print_sample(tk::Generator& gen, const tk::Tokenizer& tok, const std::vector<int32_t>& prompt,
+                     const std::string& prompt_text, const tk::SamplingOptions& s,
+                     const std::vector<std::string>& stops) {
+  fmt::print("{}", prompt_text);
+  std::fflush(stdout);
+  tk::GeneratedText text(tok, stops);
+  gen.generate(prompt, s, [&](int32_t id) {
+    if (id == tok.eot_id()) return false;
+    fmt::print("{}", text.add(id));
+    std::fflush(stdout);
+    return !text.stopped();
+  });
+  fmt::print("{}\n", text.rest());
+  std::fflush(stdout);
+  return int64_t(text.tokens().size());
+}
 
 int run_generate(const GenerateArgs& a) {
   const tk::ModelSource source = tk::find_model_source(a.model);
@@ -91,29 +100,19 @@ int run_generate(const GenerateArgs& a) {
   DeviceWeights weights(*backend.ops, tk::load_params(cfg, layout, source.weights_path));
   tk::Generator gen(cfg, layout, weights.tensor(), *backend.ops, int(prompt.size()) + s.max_new_tokens);
 
-  fmt::print("{}", a.prompt);
-  std::fflush(stdout);
-  std::vector<int32_t> generated;
-  size_t printed = 0;
+  std::vector<std::string> stops;
+  for (const std::string& typed : a.stops) stops.push_back(tk::unescape_typed(typed));
+  int64_t tokens = 0;
   const auto start = std::chrono::steady_clock::now();
-  gen.generate(prompt, s, [&](int32_t id) {
-    if (id == tok->eot_id()) return false;
-    generated.push_back(id);
-    const std::string text = tok->decode(generated);
-    const size_t ready = complete_utf8_prefix(text);
-    if (ready > printed) {
-      fmt::print("{}", text.substr(printed, ready - printed));
-      std::fflush(stdout);
-      printed = ready;
-    }
-    return true;
-  });
-  const std::string text = tok->decode(generated);
-  fmt::print("{}\n", text.substr(std::min(printed, text.size())));
-  std::fflush(stdout);
+  for (int i = 0; i < a.num_samples; i++) {
+    s.seed = a.seed + uint64_t(i);  // sample i is what --seed SEED+i gives alone
+    if (a.num_samples > 1)
+      fmt::print("{}--- sample {} of {} (seed {}) ---\n", i > 0 ? "\n" : "", i + 1, a.num_samples, s.seed);
+    tokens += print_sample(gen, *tok, prompt, a.prompt, s, stops);
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  tk::log::info("{} tokens in {:.2f}s ({:.1f} tokens/s) on {}", generated.size(), seconds,
-                double(generated.size()) / std::max(seconds, 1e-9), backend.ops->name());
+  tk::log::info("{} tokens in {:.2f}s ({:.1f} tokens/s) on {}", tokens, seconds,
+                double(tokens) / std::max(seconds, 1e-9), backend.ops->name());
   return 0;
 }
 
@@ -127,7 +126,14 @@ tk::cli::Runner setup_generate(CLI::App& app) {
   app.add_option("--top-k", a->top_k, "Sample from the k most likely tokens (0: all)")->capture_default_str();
   app.add_option("--top-p", a->top_p, "Sample from the most likely tokens covering this probability")
       ->capture_default_str();
-  app.add_option("--seed", a->seed, "Sampling seed")->capture_default_str();
+  app.add_option("--seed", a->seed, "Sampling seed (sample i of --num-samples takes SEED + i)")->capture_default_str();
+  app.add_option("--num-samples", a->num_samples, "Continuations of the prompt, one after the other")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--stop", a->stops,
+                 "End a sample where its text contains this string, which is not printed; repeatable (\\n and \\t are a "
+                 "newline and a tab)")
+      ->allow_extra_args(false);
   tk::cli::one_of(app.add_option("--device", a->device, "auto, cpu or cuda"), {"auto", "cpu", "cuda"})
       ->capture_default_str();
   return [a] { return run_generate(*a); };

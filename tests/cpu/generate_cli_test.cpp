@@ -1,0 +1,96 @@
+// `tokamak generate` on the built binary, with a small random model and GPT-2's tokenizer: --num-samples N prints
+// N continuations of the prompt, sample i the one --seed SEED+i prints alone; --stop ends a sample where its text
+// contains the string, which is not printed.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/fs.h"
+#include "data_testing.h"
+#include "io/hf.h"
+#include "model/model.h"
+#include "ops/cpu/cpu_ops.h"
+
+namespace tk {
+namespace {
+
+const std::string kTokamak = std::string(TK_BINARY_DIR) + "/tokamak";
+const std::string kGpt2 = std::string(TK_SOURCE_DIR) + "/.cache/gpt2";
+
+class GenerateCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(kTokamak)) GTEST_SKIP() << kTokamak << " is not built";
+    if (!std::filesystem::exists(kGpt2 + "/vocab.bpe")) GTEST_SKIP() << "no GPT-2 tokenizer in .cache";
+    ModelConfig c;
+    c.name = "generate-cli-test";
+    c.vocab_size = 50257;
+    c.d_model = 32;
+    c.n_layers = 2;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.head_dim = 8;
+    c.ffn_dim = 64;
+    c.max_seq = 64;
+    c.bos_id = c.eos_id = 50256;
+    auto ops = make_cpu_ops(DType::F32);
+    Model model(c, *ops, ModelOptions{1, 16, false});
+    model.init_params(7);
+    export_hf(c, model.layout(), model.params_f32(), dir_.path("model"), "f32", kGpt2);
+  }
+
+  // stdout of `tokamak generate` on the model; the exit status must be 0.
+  std::string generate(const std::string& args) const {
+    const std::string cmd = fmt::format("{} generate --model {} --device cpu --prompt 'The jury' --max-new-tokens 12 "
+                                        "{} > {} 2> {}",
+                                        kTokamak, dir_.path("model"), args, dir_.path("out"), dir_.path("err"));
+    const int status = std::system(cmd.c_str());
+    EXPECT_EQ(WEXITSTATUS(status), 0) << fs::read_file(dir_.path("err"));
+    return fs::read_file(dir_.path("out"));
+  }
+
+  testing::TempDir dir_;
+};
+
+TEST_F(GenerateCli, SamplesAreThoseOfConsecutiveSeeds) {
+  const std::string all = generate("--seed 5 --num-samples 3");
+  for (int i = 0; i < 3; i++) {
+    const std::string header = fmt::format("--- sample {} of 3 (seed {}) ---\n", i + 1, 5 + i);
+    const size_t at = all.find(header);
+    ASSERT_NE(at, std::string::npos) << all;
+    const size_t from = at + header.size();
+    const size_t next = all.find("\n--- sample ", from);
+    const std::string sample = all.substr(from, next == std::string::npos ? std::string::npos : next - from);
+    EXPECT_EQ(sample, generate(fmt::format("--seed {}", 5 + i))) << "sample " << i + 1;
+  }
+  EXPECT_EQ(generate("--seed 5 --num-samples 1"), generate("--seed 5"));
+  EXPECT_EQ(generate("--seed 5").find("--- sample"), std::string::npos);
+}
+
+TEST_F(GenerateCli, StopStringEndsTheSampleUnprinted) {
+  const std::string prompt = "The jury";
+  const std::string whole = generate("--seed 5");
+  ASSERT_GT(whole.size(), prompt.size() + 1);
+  const std::string text = whole.substr(prompt.size(), whole.size() - prompt.size() - 1);
+  // Two letters of the continuation after its first few bytes: a stop string the shell passes as it is.
+  size_t at = 3;
+  while (at + 1 < text.size() && !(std::isalpha(static_cast<unsigned char>(text[at])) &&
+                                   std::isalpha(static_cast<unsigned char>(text[at + 1]))))
+    at++;
+  if (at + 1 >= text.size()) GTEST_SKIP() << "no two letters in a row in the sample: " << text;
+  const std::string stop = text.substr(at, 2);
+  const std::string expected = prompt + text.substr(0, text.find(stop)) + "\n";
+  EXPECT_EQ(generate("--seed 5 --stop '" + stop + "'"), expected) << "stop " << stop;
+  EXPECT_EQ(generate("--seed 5 --stop '" + stop + "' --stop 'not in it'"), expected);
+  EXPECT_EQ(generate("--seed 5 --stop 'not in it'"), whole);
+}
+
+}  // namespace
+}  // namespace tk
