@@ -12,6 +12,7 @@
 
 #include "cli/command.h"
 #include "cli/conventions.h"
+#include "core/format.h"
 #include "core/log.h"
 #include "model/model.h"
 #include "ops/backend.h"
@@ -112,7 +113,8 @@ int run_bench(const BenchOptions& o) {
                         {"step_ms", std::round(secs / o.steps * 1e5) / 100},
                         {"tok_s", std::llround(m.tokens_per_s)},
                         {"tflops", std::round(m.achieved_flops / 1e11) / 10},
-                        {"mfu", m.mfu < 0 ? 0.0 : std::round(m.mfu * 1000) / 1000},
+                        {"gflops", std::round(m.achieved_flops / 1e7) / 100},  // a CPU's rate, which TFLOP/s rounds to 0
+                        {"mfu", m.mfu < 0 ? nlohmann::json() : nlohmann::json(std::round(m.mfu * 1000) / 1000)},
                         {"peak_mem_gib", std::round(mem_gib * 10) / 10},
                         {"warm_s", std::round(warm_s * 10) / 10},
                         {"loss", std::round(loss * 1000) / 1000}};
@@ -122,8 +124,8 @@ int run_bench(const BenchOptions& o) {
   if (o.json) {
     fmt::print("{}\n", row.dump());
   } else {
-    fmt::print("{}{} on {}: {:.1f} ms/step, {:.0f} tok/s, {:.1f} TFLOP/s, MFU {}, memory {:.1f} GiB, loss {:.3f}\n",
-               o.model, !o.fp8 ? "" : o.fp8_lm_head ? " (FP8 linears and LM head)" : " (FP8 linears)", tm.device().name, secs / o.steps * 1e3, m.tokens_per_s, m.achieved_flops / 1e12,
+    fmt::print("{}{} on {}: {:.1f} ms/step, {:.0f} tok/s, {}, MFU {}, memory {:.1f} GiB, loss {:.3f}\n",
+               o.model, !o.fp8 ? "" : o.fp8_lm_head ? " (FP8 linears and LM head)" : " (FP8 linears)", tm.device().name, secs / o.steps * 1e3, m.tokens_per_s, tk::format_flop_rate(m.achieved_flops),
                m.mfu < 0 ? std::string("n/a (") + tm.peak_description() + ")" : fmt::format("{:.1f}%", m.mfu * 100), mem_gib,
                loss);
     if (row.contains("fp8_recasts"))

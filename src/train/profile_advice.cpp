@@ -237,6 +237,53 @@ std::optional<Advice> fp8_lm_head(const AdviceInputs& in) {
   return Advice{"The LM head in FP8 (--fp8-lm-head)", saved_pct, detail};
 }
 
+// What makes an op of each kind smaller, in words, for the op that takes the largest share of the step.
+std::string what_reduces(const OpRow& op, const AdviceInputs& in) {
+  const Sum gemms = sum_ops(in.ops, is_gemm);
+  if (op.name == "lm_head_cross_entropy")
+    return fmt::format(
+        "It is the LM head's GEMMs over the vocabulary ({} tokens) and the softmax: {:.0f}% of the step's matmul "
+        "FLOPs, in proportion to the vocabulary. A smaller vocabulary reduces it in proportion: a tokenizer of your "
+        "data (`tokamak train-tokenizer --vocab-size N`) and data prepared with it, whose vocabulary a model trained "
+        "from scratch takes{}",
+        format_count(double(in.vocab_size)), pct(op.flops, gemms.flops),
+        in.gpu ? "; on the GPU, a larger --logits-chunk passes over the f32 LM-head gradient fewer times, and "
+                 "--fp8-lm-head (with --fp8, on FP8 tensor cores) runs its GEMMs in FP8."
+               : ".");
+  switch (op.category) {
+    case OpCategory::Matmul:
+      return fmt::format("The linear layers' GEMMs, at {:.0f}% of the matmul ceiling: a micro-batch of at least {} "
+                         "rows (--batch x --seq) fills them{}; a narrower model has fewer.",
+                         100 * op.ceiling_share, matmul_fill_rows(in.gpu),
+                         in.gpu ? ", and --fp8 runs them on FP8 tensor cores where the GPU has them" : "");
+    case OpCategory::Attention:
+      return fmt::format("Attention's work per token grows with the sequence: a shorter --seq (now {}) reduces it in "
+                         "proportion.",
+                         in.seq);
+    case OpCategory::Optimizer:
+      return "It runs once per step over every parameter, whatever the batch: a larger global batch (--batch-tokens) "
+             "spreads it over more tokens; --offload optimizer moves it to the host, where it is slower.";
+    case OpCategory::Loss:
+      return "The loss over the vocabulary: a smaller vocabulary reduces it in proportion.";
+    case OpCategory::Memory:
+      return "Copies and clears of buffers: a larger micro-batch spreads them over more tokens.";
+    default:
+      return in.gpu ? "It is bound by memory: fusing it with the ops next to it removes round trips through memory."
+                    : "On the CPU it is the reference backend's plain loop; the CUDA backend fuses such ops.";
+  }
+}
+
+// The op that takes the largest share of the step, and what would make it smaller: named whatever it is, so that
+// the profile says where most of the time goes even when no rule below has a change to estimate for it.
+std::optional<Advice> largest_share(const AdviceInputs& in) {
+  const OpRow* top = nullptr;
+  for (const OpRow& r : in.ops)
+    if (!top || r.ms > top->ms) top = &r;
+  if (!top || top->ms <= 0) return std::nullopt;
+  return Advice{fmt::format("Largest share: {} takes {:.1f}% of the step", top->name, pct(top->ms, in.totals.step_ms)),
+                pct(top->ms, in.totals.step_ms), what_reduces(*top, in)};
+}
+
 }  // namespace
 
 int64_t matmul_fill_rows(bool gpu) { return gpu ? 8192 : 1024; }
@@ -250,6 +297,7 @@ std::vector<Advice> rank_advice(const AdviceInputs& in) {
     if (a.actionable != b.actionable) return a.actionable;
     return a.payoff_pct > b.payoff_pct;
   });
+  if (std::optional<Advice> top = largest_share(in)) out.insert(out.begin(), std::move(*top));
   return out;
 }
 

@@ -1,6 +1,6 @@
-// What a profile advises: one rule per cause (data wait, small micro-batch, memory-bound ops, host
-// gaps, optimizer, recompute, FP8), each estimating from the measurements how much of the step its
-// change would save; the list comes sorted by that payoff, so the first entry is the cause to fix first.
+// What a profile advises: first the op that takes the largest share of the step and what would make it smaller,
+// then one rule per cause (data wait, small micro-batch, memory-bound ops, host gaps, optimizer, recompute, FP8),
+// each estimating from the measurements how much of the step its change would save, sorted by that payoff.
 #pragma once
 #include <string>
 #include <vector>
@@ -21,6 +21,7 @@ struct AdviceInputs {
   bool lm_head_fp8_shape = false; // the model's LM head could take them (Recipe::lm_head_fp8_shapes)
   double lm_head_cast_bytes = 0;  // what --fp8-lm-head's casts would move a step, beyond the bf16 head's
   int micro_batch = 1, seq = 1, accumulation_steps = 1;
+  int64_t vocab_size = 0;          // the model's: the LM head's work is in proportion
   std::string data_dir, mount_type;
   double free_memory_bytes = 0;   // device memory free (GPU) or memory available (CPU) during the profile
   double activation_bytes = 0;    // the planned activations of one micro-batch
@@ -28,7 +29,8 @@ struct AdviceInputs {
   double recompute_saved_bytes = 0;  // what keeping everything would add to the device memory
 };
 
-// Largest payoff first; only changes expected to save a measurable share of the step.
+// The op with the largest share of the step first (its payoff_pct is that share: what there is to win), then the
+// changes by payoff, largest first; only changes expected to save a measurable share of the step.
 std::vector<Advice> rank_advice(const AdviceInputs& in);
 
 // Micro-batches of fewer rows than this leave the matmuls short of the hardware: the M of the GEMM

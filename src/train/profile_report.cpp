@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "core/fs.h"
 
 namespace tk {
@@ -108,7 +109,7 @@ json profile_json(const ProfileReport& r) {
   j["tokens_per_s"] = r.tokens_per_s;
   j["mfu"] = number_or_null(r.mfu);
   j["hfu"] = number_or_null(r.hfu);
-  j["peak_tflops"] = r.peak_tflops;
+  j["peak_tflops"] = r.peak_tflops > 0 ? json(r.peak_tflops) : json(nullptr);
   j["ceilings"] = {{"matmul_tflops", r.ceilings.matmul_flops / 1e12},
                    {"copy_gbps", r.ceilings.copy_bytes_per_s / 1e9},
                    {"source", r.ceilings.source}};
@@ -177,7 +178,8 @@ std::string format_profile(const ProfileReport& r) {
                                 r.model, r.device, r.backend, r.steps, r.tokens_per_step, r.micro_batch, r.seq,
                                 r.accumulation_steps);
   out += fmt::format("step {:.2f} ms | {:.0f} tokens/s | ", t.step_ms, r.tokens_per_s);
-  out += r.mfu >= 0 ? fmt::format("MFU {:.1f}% HFU {:.1f}% of {:.1f} TFLOP/s\n", 100 * r.mfu, 100 * r.hfu, r.peak_tflops)
+  out += r.mfu >= 0 ? fmt::format("MFU {:.1f}% HFU {:.1f}% of {}\n", 100 * r.mfu, 100 * r.hfu,
+                                  format_flop_rate(r.peak_tflops * 1e12))
                     : std::string("no MFU (no peak rate known for this device: --peak-tflops gives one)\n");
   const std::string unit = gpu ? "TFLOP/s" : "GFLOP/s";
   const double scale = gpu ? 1.0 : 1e3;  // OpRow::tflops to the unit shown
@@ -199,7 +201,7 @@ std::string format_profile(const ProfileReport& r) {
   total("unexplained", t.unexplained_ms);
   total("step (wall)", t.step_ms);
   if (t.recompute_ms > 0) total("  of the ops: recompute", t.recompute_ms);
-  out += "\nadvice, largest payoff first (changes tokamak cannot make yet last):\n";
+  out += "\nadvice: the largest share of the step, then changes by payoff (those tokamak cannot make yet last):\n";
   if (r.advice.empty()) out += "  nothing stands out: no change is estimated to save 1% of the step\n";
   for (size_t i = 0; i < r.advice.size(); i++)
     out += fmt::format("{:>3}. [{:.1f}% of the step] {}{}\n     {}\n", i + 1, r.advice[i].payoff_pct, r.advice[i].title,

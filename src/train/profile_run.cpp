@@ -230,6 +230,7 @@ ProfileReport run_profile(const ProfileOptions& o) {
                                                                           in.fp8_delayed);
   in.micro_batch = c.batch;
   in.seq = c.seq;
+  in.vocab_size = steps.model().config().vocab_size;
   in.accumulation_steps = rep.accumulation_steps;
   in.data_dir = c.data;
   in.mount_type = rep.mount_type;

@@ -34,6 +34,14 @@ TEST(Format, FlopRatesInTheDevicesUnit) {
   EXPECT_EQ(format_flop_rate(12.3456e9, false), "12.35 GFLOP/s");
 }
 
+// Whatever the device: TFLOP/s, unless that reads 0.0 (a CPU's rate, a CPU's peak given for MFU).
+TEST(Format, FlopRatesThatNeverReadZero) {
+  EXPECT_EQ(format_flop_rate(123.44e12), "123.4 TFLOP/s");
+  EXPECT_EQ(format_flop_rate(0.05e12), "0.1 TFLOP/s");
+  EXPECT_EQ(format_flop_rate(0.04e12), "40.00 GFLOP/s");
+  EXPECT_EQ(format_flop_rate(12.345e9), "12.35 GFLOP/s");
+}
+
 TEST(Format, ClockAndDuration) {
   EXPECT_EQ(format_clock(42), "42s");
   EXPECT_EQ(format_clock(187), "3:07");
