@@ -273,17 +273,6 @@ std::string what_reduces(const OpRow& op, const AdviceInputs& in) {
   }
 }
 
-// The op that takes the largest share of the step, and what would make it smaller: named whatever it is, so that
-// the profile says where most of the time goes even when no rule below has a change to estimate for it.
-std::optional<Advice> largest_share(const AdviceInputs& in) {
-  const OpRow* top = nullptr;
-  for (const OpRow& r : in.ops)
-    if (!top || r.ms > top->ms) top = &r;
-  if (!top || top->ms <= 0) return std::nullopt;
-  return Advice{fmt::format("Largest share: {} takes {:.1f}% of the step", top->name, pct(top->ms, in.totals.step_ms)),
-                pct(top->ms, in.totals.step_ms), what_reduces(*top, in)};
-}
-
 }  // namespace
 
 int64_t matmul_fill_rows(bool gpu) { return gpu ? 8192 : 1024; }
@@ -297,8 +286,16 @@ std::vector<Advice> rank_advice(const AdviceInputs& in) {
     if (a.actionable != b.actionable) return a.actionable;
     return a.payoff_pct > b.payoff_pct;
   });
-  if (std::optional<Advice> top = largest_share(in)) out.insert(out.begin(), std::move(*top));
   return out;
+}
+
+std::optional<Advice> largest_share(const AdviceInputs& in) {
+  const OpRow* top = nullptr;
+  for (const OpRow& r : in.ops)
+    if (!top || r.ms > top->ms) top = &r;
+  if (!top || top->ms <= 0 || pct(top->ms, in.totals.step_ms) < kLargestShareShownPct) return std::nullopt;
+  return Advice{fmt::format("Largest share: {} takes {:.1f}% of the step", top->name, pct(top->ms, in.totals.step_ms)),
+                pct(top->ms, in.totals.step_ms), what_reduces(*top, in)};
 }
 
 }  // namespace tk

@@ -1,7 +1,8 @@
-// What a profile advises: first the op that takes the largest share of the step and what would make it smaller,
-// then one rule per cause (data wait, small micro-batch, memory-bound ops, host gaps, optimizer, recompute, FP8),
-// each estimating from the measurements how much of the step its change would save, sorted by that payoff.
+// What a profile advises: one rule per cause (data wait, small micro-batch, memory-bound ops, host gaps, optimizer,
+// recompute, FP8), each estimating from the measurements how much of the step its change would save, sorted by that
+// payoff; and, apart from them, the op that takes the largest share of the step and what would make it smaller.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,9 +30,14 @@ struct AdviceInputs {
   double recompute_saved_bytes = 0;  // what keeping everything would add to the device memory
 };
 
-// The op with the largest share of the step first (its payoff_pct is that share: what there is to win), then the
-// changes by payoff, largest first; only changes expected to save a measurable share of the step.
+// The changes by payoff, largest first; only changes expected to save a measurable share of the step.
 std::vector<Advice> rank_advice(const AdviceInputs& in);
+
+// The op that takes the largest share of the step (payoff_pct: that share) and what makes that kind of op smaller,
+// named whatever it is, so that the profile says where the time goes even when no rule has a change to estimate
+// for it; none below kLargestShareShownPct of the step.
+inline constexpr double kLargestShareShownPct = 10.0;
+std::optional<Advice> largest_share(const AdviceInputs& in);
 
 // Micro-batches of fewer rows than this leave the matmuls short of the hardware: the M of the GEMM
 // the matmul ceiling is measured with.

@@ -136,6 +136,9 @@ json profile_json(const ProfileReport& r) {
   for (const Advice& a : r.advice) advice.push_back(
         {{"title", a.title}, {"payoff_pct", a.payoff_pct}, {"detail", a.detail}, {"actionable", a.actionable}});
   j["advice"] = advice;
+  if (r.largest_share)
+    j["largest_share"] = {{"title", r.largest_share->title}, {"share_pct", r.largest_share->payoff_pct},
+                          {"detail", r.largest_share->detail}};
   return j;
 }
 
@@ -201,7 +204,9 @@ std::string format_profile(const ProfileReport& r) {
   total("unexplained", t.unexplained_ms);
   total("step (wall)", t.step_ms);
   if (t.recompute_ms > 0) total("  of the ops: recompute", t.recompute_ms);
-  out += "\nadvice: the largest share of the step, then changes by payoff (those tokamak cannot make yet last):\n";
+  if (r.largest_share)
+    out += fmt::format("\nwhere the time goes: {}\n     {}\n", r.largest_share->title, r.largest_share->detail);
+  out += "\nadvice, largest payoff first (changes tokamak cannot make yet last):\n";
   if (r.advice.empty()) out += "  nothing stands out: no change is estimated to save 1% of the step\n";
   for (size_t i = 0; i < r.advice.size(); i++)
     out += fmt::format("{:>3}. [{:.1f}% of the step] {}{}\n     {}\n", i + 1, r.advice[i].payoff_pct, r.advice[i].title,

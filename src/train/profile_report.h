@@ -3,6 +3,7 @@
 // report is written in (profile.json, a Chrome trace, the terminal table).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,7 @@ struct ProfileReport {
   std::vector<OpRow> ops;  // by time, largest first
   StepTotals totals;
   std::vector<Advice> advice;
+  std::optional<Advice> largest_share;  // profile_advice.h's largest_share
   std::vector<MeasuredStep> measured;
 };
 

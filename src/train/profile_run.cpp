@@ -248,6 +248,7 @@ ProfileReport run_profile(const ProfileOptions& o) {
     in.recompute_saved_bytes = all - now;
   }
   rep.advice = rank_advice(in);
+  rep.largest_share = largest_share(in);
   return rep;
 }
 

@@ -518,6 +518,31 @@ TEST(ProfileAdvice, RankedByPayoff) {
   EXPECT_NE(a[2].detail.find("does not keep up"), std::string::npos);  // ext4 is not a slow mount
 }
 
+// The op with the largest share is named with what makes its kind smaller, apart from the ranked advice: an LM head
+// that is 79% of a CPU step is said to scale with the vocabulary; a largest op under 10% of the step is not shown.
+TEST(ProfileAdvice, TheLargestShareIsNamedWithWhatReducesIt) {
+  AdviceInputs in = one_gemm(100, 10, 4e9);
+  OpRow head;
+  head.name = "lm_head_cross_entropy";
+  head.category = OpCategory::Matmul;
+  head.ms = 79;
+  head.flops = 4e10;
+  in.ops.push_back(head);
+  in.vocab_size = 50304;
+  in.seq = 128;
+  const std::optional<Advice> top = largest_share(in);
+  ASSERT_TRUE(top.has_value());
+  EXPECT_EQ(top->title, "Largest share: lm_head_cross_entropy takes 79.0% of the step");
+  EXPECT_DOUBLE_EQ(top->payoff_pct, 79);
+  EXPECT_NE(top->detail.find("vocabulary (50,304 tokens)"), std::string::npos) << top->detail;
+  EXPECT_NE(top->detail.find("train-tokenizer"), std::string::npos) << top->detail;
+  for (const Advice& a : rank_advice(in)) EXPECT_EQ(a.title.find("Largest share"), std::string::npos);
+
+  in.ops.pop_back();
+  in.ops[0].ms = 9;
+  EXPECT_FALSE(largest_share(in).has_value());
+}
+
 // FP8 on a GPU that has it: the linears' time less 1/1.6 of it, less the cast with delayed scaling (--fp8's
 // default: 0.6 of 1.2x the GEMMs' bytes at the copy rate); once the run uses --fp8 with current scaling, delayed
 // scaling instead (0.4 of the cast saved) and nothing once it uses that; and no FP8 advice where the cast would
