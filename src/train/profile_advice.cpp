@@ -246,7 +246,7 @@ std::string what_reduces(const OpRow& op, const AdviceInputs& in) {
         "FLOPs, in proportion to the vocabulary. A smaller vocabulary reduces it in proportion: a tokenizer of your "
         "data (`tokamak train-tokenizer --vocab-size N`) and data prepared with it, whose vocabulary a model trained "
         "from scratch takes{}",
-        format_count(double(in.vocab_size)), pct(op.flops, gemms.flops),
+        in.vocab_size, pct(op.flops, gemms.flops),
         in.gpu ? "; on the GPU, a larger --logits-chunk passes over the f32 LM-head gradient fewer times, and "
                  "--fp8-lm-head (with --fp8, on FP8 tensor cores) runs its GEMMs in FP8."
                : ".");
