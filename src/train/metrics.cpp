@@ -1,45 +1,18 @@
-// Metrics: the GPU peak table, device and memory queries, and the per-step throughput arithmetic.
+// Metrics: the peak rate from the GPU table (gpu_specs.h), device and memory queries, and the per-step throughput
+// arithmetic.
 #include "train/metrics.h"
 
 #include <unistd.h>
 
-#include <cctype>
 #include <cstdio>
 
 #include <fmt/format.h>
 
 #include "ops/device_info.h"
+#include "train/gpu_specs.h"
 
 namespace tk {
 namespace {
-
-struct GpuPeak {
-  const char* key;  // matched as a whole word sequence in the device name
-  double flops;     // dense bf16 with fp32 accumulation, from the vendor's datasheet
-};
-
-// More specific names come first: "H100 PCIe" before "H100", "L40S" before "L40".
-constexpr GpuPeak kGpuPeaks[] = {
-    {"B200", 2250e12},        {"H100 NVL", 835e12},  {"H100 PCIe", 756e12},     {"H200 NVL", 835e12},
-    {"H100", 989e12},         {"H200", 989e12},      {"GH200", 989e12},         {"A100", 312e12},
-    {"A800", 312e12},         {"L40S", 362e12},      {"L40", 181e12},           {"L4", 121e12},
-    {"A10", 125e12},          {"RTX 6000 Ada", 364.2e12}, {"RTX A6000", 154.8e12}, {"RTX 4090", 165.2e12},
-    {"RTX 4080", 97.5e12},    {"RTX 4060 Ti", 44e12}, {"RTX 3090 Ti", 80e12},   {"RTX 3090", 71e12},
-};
-
-bool is_word_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; }
-
-// True when `key` occurs in `name` with no letter or digit right before or after it, so that "A10"
-// does not match "A100" and "H200" does not match "GH200".
-bool contains_word(const std::string& name, const std::string& key) {
-  for (size_t at = name.find(key); at != std::string::npos; at = name.find(key, at + 1)) {
-    bool starts = at == 0 || !is_word_char(name[at - 1]);
-    size_t end = at + key.size();
-    bool ends = end == name.size() || !is_word_char(name[end]);
-    if (starts && ends) return true;
-  }
-  return false;
-}
 
 size_t process_rss_bytes() {
   long pages_total = 0, pages_resident = 0;
@@ -53,22 +26,13 @@ size_t process_rss_bytes() {
 }  // namespace
 
 int hopper_multiprocessors(const std::string& device_name) {
-  struct Sms {
-    const char* key;
-    int sms;
-  };
-  // More specific names first, as in kGpuPeaks.
-  constexpr Sms kHopper[] = {{"H100 PCIe", 114}, {"H100 NVL", 132}, {"H100", 132},
-                             {"H200 NVL", 132},  {"H200", 132},     {"GH200", 132}};
-  for (const Sms& h : kHopper)
-    if (contains_word(device_name, h.key)) return h.sms;
-  return 0;
+  const GpuSpec* g = gpu_spec_by_device_name(device_name);
+  return g && g->cc_major == 9 && g->cc_minor == 0 ? g->sms : 0;
 }
 
 double gpu_peak_flops(const std::string& device_name) {
-  for (const GpuPeak& p : kGpuPeaks)
-    if (contains_word(device_name, p.key)) return p.flops;
-  return 0;
+  const GpuSpec* g = gpu_spec_by_device_name(device_name);
+  return g ? g->bf16_tflops * 1e12 : 0;
 }
 
 DeviceInfo describe_device(bool gpu, double peak_override) {

@@ -1,0 +1,43 @@
+// The GPUs tokamak knows by their datasheets: memory, memory bandwidth, dense bf16 and FP8 tensor rates, compute
+// capability and SM count. One table serves MFU's peak (found by the CUDA device name) and `tokamak plan --gpu NAME`
+// (found by the name a user types), so that a plan for a card and a run on it use the same figures.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace tk {
+
+struct PlanTarget;
+
+struct GpuSpec {
+  const char* name;         // what `plan --gpu` lists and matches: "RTX 4080", "H100 SXM"
+  const char* device_key;   // matched as whole words in CUDA device names ("NVIDIA GeForce RTX 4080")
+  double memory_gib;        // the card's memory
+  double bandwidth_gbs;     // memory bandwidth, GB/s
+  double bf16_tflops;       // dense bf16 tensor rate with fp32 accumulation (what cuBLAS runs)
+  double fp8_tflops;        // dense FP8 tensor rate with fp32 accumulation (cuBLASLt's); 0: no FP8 tensor cores
+  int cc_major, cc_minor;   // compute capability
+  int sms;                  // streaming multiprocessors
+
+  bool fp8_tensor_cores() const { return fp8_tflops > 0; }
+  std::string compute_capability() const { return std::to_string(cc_major) + "." + std::to_string(cc_minor); }
+};
+
+// Every card, most specific device keys first ("H100 PCIe" before "H100").
+const std::vector<GpuSpec>& gpu_specs();
+
+// The card a CUDA device name names ("NVIDIA H100 80GB HBM3" -> H100 SXM), or null when none does.
+const GpuSpec* gpu_spec_by_device_name(const std::string& device_name);
+
+// The cards a user's text names: case-insensitive, "NVIDIA " and "GeForce " optional; the card of that exact name,
+// else every card whose name begins with the text, else the card a CUDA device name names. One card found is the
+// answer; several, an ambiguous name; none, an unknown one.
+std::vector<const GpuSpec*> find_gpu_specs(const std::string& text);
+
+// What the plan's speed model assumes of a card: its dense bf16 peak at the GEMM and attention efficiencies measured
+// on the H200 (PlanTarget's defaults), its bandwidth at the share of the datasheet figure a device copy reached
+// there (4.27 of 4.8 TB/s, bench/NOTES.md), and tokamak's own attention backward on Hopper cards.
+PlanTarget plan_target_for(const GpuSpec& gpu);
+constexpr double kAchievedBandwidthShare = 4.27 / 4.8;
+
+}  // namespace tk
