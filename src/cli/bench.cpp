@@ -18,6 +18,7 @@
 #include "ops/backend.h"
 #include "train/metrics.h"
 #include "train/optimizer.h"
+#include "train/precision_choice.h"
 #include "train/recipe.h"
 
 namespace {
@@ -31,6 +32,7 @@ struct BenchOptions {
   int batch = 8, seq = 256, steps = 10, warmup = 3;
   int logits_chunk_mib = 0;  // 0: the backend's default
   bool gemm_tuning = true;
+  std::string precision = tk::kDefaultPrecision;
   bool fp8 = false;
   std::string fp8_scaling = "delayed";
   int fp8_margin = 1;  // as train's default
@@ -60,7 +62,8 @@ tk::Recipe bench_recipe(const BenchOptions& o, const tk::ModelConfig& cfg, bool 
   r.batch = o.batch;
   r.seq = o.seq;
   r.optimizer.moments = tk::parse_moments(o.moments);
-  r.backend.precision = tk::Precision::parse(o.fp8, o.fp8_scaling, o.fp8_margin, o.fp8_lm_head);
+  r.backend.precision = tk::resolve_precision(o.precision, o.fp8, o.fp8_scaling, o.fp8_margin, o.fp8_lm_head,
+                                             tk::current_precision_device(gpu), cfg, o.batch, o.seq, r.precision_note);
   r.backend.gemm_tuning = o.gemm_tuning;
   if (o.logits_chunk_mib > 0) r.backend.logits_chunk_bytes = size_t(o.logits_chunk_mib) << 20;
   return r;
@@ -70,6 +73,8 @@ int run_bench(const BenchOptions& o) {
   tk::ModelConfig cfg = tk::ModelConfig::resolve(o.model);
   tk::Backend be = tk::make_backend(o.device);
   const tk::Recipe recipe = bench_recipe(o, cfg, be.gpu);
+  if (!recipe.precision_note.empty()) fmt::print(stderr, "{}\n", recipe.precision_note);
+  const bool fp8 = recipe.backend.precision.fp8, fp8_lm_head = recipe.backend.precision.fp8_lm_head();
   const size_t mem_before = tk::memory_in_use_bytes(be.gpu);
   tk::configure_backend(*be.ops, recipe.backend);
   const std::unique_ptr<tk::Model> model = tk::make_model(recipe, *be.ops);
@@ -91,7 +96,7 @@ int run_bench(const BenchOptions& o) {
   const double warm_s = std::chrono::duration<double>(clock::now() - t0).count();
   if (const std::string tuning = tk::gemm_tuning_summary(*be.ops); !tuning.empty()) fmt::print(stderr, "{}\n", tuning);
   size_t mem_peak = tk::memory_in_use_bytes(be.gpu);
-  const int64_t recasts_before = o.fp8 ? tk::fp8_recasts(*be.ops) : -1;
+  const int64_t recasts_before = fp8 ? tk::fp8_recasts(*be.ops) : -1;
   t0 = clock::now();
   for (int i = 0; i < o.steps; i++) step(i);
   be.ops->synchronize();
@@ -106,7 +111,7 @@ int run_bench(const BenchOptions& o) {
   tk::StepMetrics m = tm.measure(tokens * o.steps, secs, 0);
   const double mem_gib = double(be.gpu ? mem_peak - mem_before : mem_peak) / double(1ull << 30);
   nlohmann::json row = {{"config", o.model},
-                        {"engine", !o.fp8 ? "tokamak" : o.fp8_scaling == "current" ? "tokamak fp8 current" : "tokamak fp8"},
+                        {"engine", !fp8 ? "tokamak" : o.fp8_scaling == "current" ? "tokamak fp8 current" : "tokamak fp8"},
                         {"device", tm.device().name},
                         {"params", cfg.total_params()},
                         {"tokens_per_step", tokens},
@@ -118,14 +123,14 @@ int run_bench(const BenchOptions& o) {
                         {"peak_mem_gib", std::round(mem_gib * 10) / 10},
                         {"warm_s", std::round(warm_s * 10) / 10},
                         {"loss", std::round(loss * 1000) / 1000}};
-  if (o.fp8 && o.fp8_scaling == "delayed" && recasts >= 0) row["fp8_recasts"] = recasts;
-  if (o.fp8 && o.fp8_lm_head) row["engine"] = row["engine"].get<std::string>() + " + LM head";
+  if (fp8 && o.fp8_scaling == "delayed" && recasts >= 0) row["fp8_recasts"] = recasts;
+  if (fp8_lm_head) row["engine"] = row["engine"].get<std::string>() + " + LM head";
   if (o.logits_chunk_mib > 0) row["engine"] = row["engine"].get<std::string>() + fmt::format(", logits chunk {} MiB", o.logits_chunk_mib);
   if (o.json) {
     fmt::print("{}\n", row.dump());
   } else {
     fmt::print("{}{} on {}: {:.1f} ms/step, {:.0f} tok/s, {}, MFU {}, memory {:.1f} GiB, loss {:.3f}\n",
-               o.model, !o.fp8 ? "" : o.fp8_lm_head ? " (FP8 linears and LM head)" : " (FP8 linears)", tm.device().name, secs / o.steps * 1e3, m.tokens_per_s, tk::format_flop_rate(m.achieved_flops),
+               o.model, !fp8 ? "" : fp8_lm_head ? " (FP8 linears and LM head)" : " (FP8 linears)", tm.device().name, secs / o.steps * 1e3, m.tokens_per_s, tk::format_flop_rate(m.achieved_flops),
                m.mfu < 0 ? std::string("n/a (") + tm.peak_description() + ")" : fmt::format("{:.1f}%", m.mfu * 100), mem_gib,
                loss);
     if (row.contains("fp8_recasts"))
@@ -150,7 +155,11 @@ void add_options(CLI::App& app, BenchOptions& o) {
       ->check(CLI::Range(1, 65536));
   tk::cli::add_on_off_flag(app, "gemm-tuning", o.gemm_tuning,
                            "GEMM algorithms chosen by timing, kept in the cache (as train's)");
-  app.add_flag("--fp8", o.fp8, "The linear layers' GEMMs in FP8 (as train's)");
+  CLI::Option* precision = tk::cli::one_of(app.add_option("--precision", o.precision,
+                                                          "auto, bf16 or fp8: the matmuls' precision (as train's)"),
+                                           {"auto", "bf16", "fp8"})
+                               ->capture_default_str();
+  app.add_flag("--fp8", o.fp8, "The linear layers' GEMMs in FP8 (as train's): --precision fp8")->excludes(precision);
   app.add_flag("--fp8-lm-head", o.fp8_lm_head, "The LM head's GEMMs in FP8 too (as train's)");
   app.add_option("--fp8-margin", o.fp8_margin, "Delayed scaling's headroom (as train's)")
       ->check(CLI::Range(0, 8))

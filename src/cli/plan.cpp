@@ -1,30 +1,39 @@
 // `tokamak plan`: what a training run of a model needs on the device, component by component, and the
-// fastest micro-batch and recompute policy that fit a memory budget, with predicted tokens/s. Runs
-// without a GPU: it computes the plan, it allocates nothing.
+// fastest micro-batch, recompute policy, offload and (for a named card) precision that fit a memory budget or the
+// card's memory, with predicted tokens/s and what bounds it; on N GPUs, per ZeRO stage. Runs without a GPU: it
+// computes the plan, it allocates nothing.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "cli/conventions.h"
 #include "core/format.h"
 #include "train/memory_plan.h"
+#include "train/gpu_specs.h"
 #include "train/metrics.h"
 #include "train/model_source.h"
+#include "train/precision_choice.h"
 #include "train/recipe.h"
+#include "train/zero_plan.h"
 
 namespace {
 
 // The model and shape default to train's (the tiny preset, 8 x 256); the device to cuda, not train's auto: a plan is
-// for a GPU run, made on any machine.
+// for a GPU run, made on any machine. The card defaults to the H100 SXM with no budget; naming one (--gpu) plans for
+// its memory, its rates and, unless a precision is given, the faster of bf16 and FP8 where it has FP8.
 struct PlanFlags {
-  std::string model = "tiny", budget, device = "cuda", gpu = "NVIDIA H100 80GB HBM3", host_memory;
-  std::string moments = "f32";
-  int batch = 8, seq = 256;
+  std::string model = "tiny", budget, device = "cuda", gpu = "H100 SXM", host_memory;
+  std::string moments = "f32", precision = tk::kDefaultPrecision, interconnect = "nvlink";
+  int batch = 8, seq = 256, gpus = 1, zero = -1;
   int64_t batch_tokens = 0;
-  double efficiency = 0.75, attention_fwd = 0.33, attention_bwd = 0.175, bandwidth_gbs = 3350, host_gbs = 45;
+  double efficiency = 0.75, attention_fwd = 0.33, attention_bwd = 0.175, bandwidth_gbs = 0, host_gbs = 45;
+  double link_gbs = 0;
   bool json = false, all = false, doc_mask = false, fp8 = false, fp8_lm_head = false;
+  bool gpu_given = false, precision_given = false;
   std::string fp8_scaling = "delayed";
   int logits_chunk_mib = 0;
 };
@@ -38,129 +47,290 @@ nlohmann::ordered_json to_json(const tk::MemoryPlan& p, double budget, const tk:
   j["recompute"] = r.recompute.describe();
   j["offload"] = r.offload_name();
   j["moments"] = tk::moments_name(r.optimizer.moments);
+  j["precision"] = tk::precision_name(r);
+  j["world_size"] = r.world_size;
+  j["zero_stage"] = r.zero_stage;
   if (r.gpu) j["logits_chunk_bytes"] = double(r.logits_chunk_bytes());
   j["total_bytes"] = p.total_bytes;
   j["host_bytes"] = p.host_bytes;
   j["fits"] = p.fits(budget, target);
   j["predicted_tokens_per_s"] = p.predicted_tokens_per_s;
+  j["communication_bytes_per_step"] = p.communication.bytes;
+  j["communication_s_per_step"] = p.communication.seconds;
+  j["exposed_communication_s_per_step"] = p.communication.exposed_seconds;
+  j["seconds_per_token"] = {{"matmul", p.time.matmul},       {"memory", p.time.memory},
+                            {"optimizer", p.time.optimizer}, {"offload", p.time.offload},
+                            {"communication", p.time.communication}};
   j["rows"] = nlohmann::ordered_json::array();
   for (const tk::PlanRow& row : p.rows)
     j["rows"].push_back({{"component", row.component}, {"bytes", row.bytes}, {"exact", row.exact}, {"host", row.host}});
   return j;
 }
 
-// The recipe the flags describe: train's for the same flags, with the micro-batch at its largest.
-tk::Recipe plan_recipe(const PlanFlags& f, const tk::ModelConfig& cfg, int64_t global) {
+// The card --gpu names, or a usage error listing the names that match (or all of them).
+const tk::GpuSpec& find_card(const std::string& text) {
+  const std::vector<const tk::GpuSpec*> found = tk::find_gpu_specs(text);
+  if (found.size() == 1) return *found[0];
+  std::string names;
+  for (const tk::GpuSpec* g : found) names += fmt::format("{}\"{}\"", names.empty() ? "" : ", ", g->name);
+  if (!found.empty()) tk::cli::usage_error("--gpu \"{}\" names several GPUs: {}; give one of them", text, names);
+  for (const tk::GpuSpec& g : tk::gpu_specs()) names += fmt::format("{}\"{}\"", names.empty() ? "" : ", ", g.name);
+  tk::cli::usage_error("--gpu \"{}\" is not a GPU tokamak knows; the GPUs are {}", text, names);
+}
+
+// The recipe the flags describe: train's for the same flags, with the micro-batch at its largest. The precision is
+// the flags' (auto's line printed), unless `search` leaves it to the candidates.
+tk::Recipe plan_recipe(const PlanFlags& f, const tk::ModelConfig& cfg, int64_t global, const tk::GpuSpec& card,
+                       bool search) {
   tk::Recipe r;
   r.model = cfg;
   r.gpu = f.device != "cpu";
   r.batch = f.batch;
   r.seq = f.seq;
-  r.accumulation = int(global / (int64_t(f.batch) * f.seq));
+  r.world_size = f.gpus;
+  r.accumulation = int(global / (int64_t(f.batch) * f.seq * f.gpus));
   r.doc_mask = f.doc_mask;
   r.optimizer.moments = tk::parse_moments(f.moments);
-  r.backend.precision = tk::Precision::parse(f.fp8, f.fp8_scaling, 1, f.fp8_lm_head);
+  if (!search) {
+    tk::PrecisionDevice device{r.gpu, card.name, card.cc_major, card.cc_minor};
+    r.backend.precision = tk::resolve_precision(f.precision, f.fp8, f.fp8_scaling, 1, f.fp8_lm_head, device, cfg,
+                                                f.batch, f.seq, r.precision_note);
+    TK_CHECK(!r.backend.precision.fp8 || card.fp8_tensor_cores(),
+             "the {} (compute capability {}) has no FP8 tensor cores: FP8 cannot run there", card.name,
+             card.compute_capability());
+  } else {
+    r.backend.precision.delayed = f.fp8_scaling == "delayed";
+  }
   if (f.logits_chunk_mib > 0) r.backend.logits_chunk_bytes = size_t(f.logits_chunk_mib) << 20;
   return r;
 }
 
-int run(const PlanFlags& f) {
-  const tk::ModelConfig cfg = tk::find_model_source(f.model).config;
-  const int64_t global = f.batch_tokens > 0 ? f.batch_tokens : int64_t(f.batch) * f.seq;
-  const tk::Recipe recipe = plan_recipe(f, cfg, global);
-  tk::PlanTarget target;
-  target.peak_flops = tk::gpu_peak_flops(f.gpu);
-  if (target.peak_flops <= 0) target.peak_flops = 989e12;
+tk::PlanTarget plan_target(const PlanFlags& f, const tk::GpuSpec& card, bool gpu) {
+  tk::PlanTarget target = tk::plan_target_for(card);
   target.matmul_efficiency = f.efficiency;
   target.attention_forward_efficiency = f.attention_fwd;
   target.attention_backward_efficiency = f.attention_bwd;
-  target.bandwidth = f.bandwidth_gbs * 1e9;
+  if (f.bandwidth_gbs > 0) target.bandwidth = f.bandwidth_gbs * 1e9;
   target.host_bandwidth = f.host_gbs * 1e9;
   target.host_memory_limit = f.host_memory.empty() ? tk::local_host_memory_limit() : tk::parse_bytes(f.host_memory);
-  target.own_attention_sms = recipe.gpu ? tk::hopper_multiprocessors(f.gpu) : 0;
-  const double budget = f.budget.empty() ? 0 : tk::parse_bytes(f.budget);
+  target.link_bandwidth = f.link_gbs > 0 ? f.link_gbs * 1e9 : tk::interconnect_bandwidth(f.interconnect);
+  if (!gpu) target.own_attention_sms = 0;
+  return target;
+}
+
+// One stage's plan: the fastest setting that fits the budget (an error naming why none does), or the recipe as given.
+struct StagePlan {
+  int stage = 0;
+  std::optional<tk::MemoryPlan> plan;
+  std::string refusal;
+};
+StagePlan plan_stage(tk::Recipe r, int stage, int64_t global, double budget, const tk::PlanTarget& target) {
+  r.zero_stage = stage;
+  if (budget <= 0) return {stage, tk::plan_memory(r, target), ""};
+  try {
+    return {stage, tk::choose_plan(r, global, budget, target), ""};
+  } catch (const tk::Error& e) {
+    return {stage, std::nullopt, fmt::format("ZeRO-{}: {}", stage, e.what())};
+  }
+}
+
+void print_settings_tried(const std::vector<tk::MemoryPlan>& all, double budget, const tk::PlanTarget& target) {
+  fmt::print("\nsettings tried, fastest first:\n  {:>6} {:>6} {:<26} {:<28} {:<19} {:>10} {:>11} {:>12}  fits\n", "B",
+             "accum", "precision", "recompute", "offload", "logits", "memory", "tokens/s");
+  for (const tk::MemoryPlan& p : all) {
+    const tk::Recipe& r = p.recipe;
+    const std::string chunk = r.gpu ? tk::format_bytes(double(r.logits_chunk_bytes())) : "-";
+    fmt::print("  {:>6} {:>6} {:<26} {:<28} {:<19} {:>10} {:>11} {:>12.0f}  {}\n", r.batch, r.accumulation,
+               tk::precision_name(r), r.recompute.describe(), r.offload_name(), chunk, tk::format_bytes(p.total_bytes),
+               p.predicted_tokens_per_s, budget <= 0 ? "" : (p.fits(budget, target) ? "yes" : "no"));
+  }
+}
+
+// ZeRO 0-3 side by side: each stage's fastest setting (that fits the budget, when there is one).
+void print_stages(const std::vector<StagePlan>& stages, int gpus) {
+  auto row = [&](const std::string& label, auto cell) {
+    std::string line = fmt::format("  {:<26}", label);
+    for (const StagePlan& s : stages) line += fmt::format(" {:>26}", s.plan ? cell(*s.plan) : std::string("-"));
+    fmt::print("{}\n", line);
+  };
+  std::string head = fmt::format("  {:<26}", "ZeRO stage");
+  for (const StagePlan& s : stages) head += fmt::format(" {:>26}", s.stage);
+  fmt::print("{}\n", head);
+  row("memory per GPU", [](const tk::MemoryPlan& p) { return tk::format_bytes(p.total_bytes); });
+  row("micro-batch x accumulation",
+      [](const tk::MemoryPlan& p) { return fmt::format("{} x {}", p.recipe.batch, p.recipe.accumulation); });
+  row("recompute", [](const tk::MemoryPlan& p) { return p.recipe.recompute.describe(); });
+  row("offload", [](const tk::MemoryPlan& p) { return p.recipe.offload_name(); });
+  row("precision", [](const tk::MemoryPlan& p) { return tk::precision_name(p.recipe); });
+  row("moved per GPU per step", [](const tk::MemoryPlan& p) { return tk::format_bytes(p.communication.bytes); });
+  row("communication per step",
+      [](const tk::MemoryPlan& p) { return fmt::format("{:.1f} ms", p.communication.seconds * 1e3); });
+  row("  of it exposed",
+      [](const tk::MemoryPlan& p) { return fmt::format("{:.1f} ms", p.communication.exposed_seconds * 1e3); });
+  row(fmt::format("tokens/s (all {} GPUs)", gpus),
+      [](const tk::MemoryPlan& p) { return fmt::format("{:.0f}", p.predicted_tokens_per_s); });
+  for (const StagePlan& s : stages)
+    if (!s.plan) fmt::print("  {}\n", s.refusal);
+}
+
+int run(const PlanFlags& f) {
+  const tk::GpuSpec& card = find_card(f.gpu);
+  const tk::ModelConfig cfg = tk::find_model_source(f.model).config;
+  const int64_t global = f.batch_tokens > 0 ? f.batch_tokens : int64_t(f.batch) * f.seq * f.gpus;
+  const bool gpu = f.device != "cpu";
+  const bool search = gpu && f.gpu_given && !f.precision_given && !f.fp8;
+  const tk::Recipe recipe = plan_recipe(f, cfg, global, card, search);
+  tk::PlanTarget target = plan_target(f, card, gpu);
+  target.try_fp8 = search && card.fp8_tensor_cores();
+  const double budget = !f.budget.empty() ? tk::parse_bytes(f.budget)
+                        : f.gpu_given && gpu ? card.memory_gib * double(1ull << 30)
+                                             : 0;
   target.choose_logits_chunk = budget > 0 && f.logits_chunk_mib == 0;
-  const std::vector<tk::MemoryPlan> all = tk::plan_candidates(recipe, global, target);
-  const tk::MemoryPlan chosen =
-      budget > 0 ? tk::choose_plan(recipe, global, budget, target) : tk::plan_memory(recipe, target);
+  std::vector<int> stage_numbers = {std::max(f.zero, 0)};
+  if (f.gpus > 1 && f.zero < 0) stage_numbers = {0, 1, 2, 3};
+  std::vector<StagePlan> stages;
+  for (int k : stage_numbers) stages.push_back(plan_stage(recipe, k, global, budget, target));
+  if (stages.size() == 1 && !stages[0].plan) tk::fail("{}", stages[0].refusal);
   if (f.json) {
     nlohmann::ordered_json j;
     j["model"] = cfg.name;
+    j["gpu"] = card.name;
     j["budget_bytes"] = budget;
-    j["chosen"] = to_json(chosen, budget, target);
-    j["candidates"] = nlohmann::ordered_json::array();
-    for (const tk::MemoryPlan& p : all) j["candidates"].push_back(to_json(p, budget, target));
+    j["stages"] = nlohmann::ordered_json::array();
+    for (const StagePlan& s : stages)
+      j["stages"].push_back(s.plan ? to_json(*s.plan, budget, target) : nlohmann::ordered_json{{"refused", s.refusal}});
+    if (stages.size() == 1) {
+      j["chosen"] = to_json(*stages[0].plan, budget, target);
+      j["candidates"] = nlohmann::ordered_json::array();
+      tk::Recipe base = recipe;
+      base.zero_stage = stage_numbers[0];
+      for (const tk::MemoryPlan& p : tk::plan_candidates(base, global, target))
+        j["candidates"].push_back(to_json(p, budget, target));
+    }
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
-  fmt::print("{}: {} on {} ({}), global batch {} tokens\n", f.model, cfg.name, recipe.gpu ? f.gpu : "the CPU",
-             budget > 0 ? "budget " + tk::format_bytes(budget) : "no budget", global);
+  if (gpu && f.gpu_given)
+    fmt::print("{}: {:g} GiB, {:g} GB/s, {:g} TFLOP/s bf16, {}, compute capability {} (dense datasheet figures, cited "
+               "in src/train/gpu_specs.cpp)\n",
+               card.name, card.memory_gib, card.bandwidth_gbs, card.bf16_tflops,
+               card.fp8_tensor_cores() ? fmt::format("{:g} TFLOP/s FP8", card.fp8_tflops) : std::string("no FP8"),
+               card.compute_capability());
+  if (!recipe.precision_note.empty()) fmt::print("{}\n", recipe.precision_note);
+  fmt::print("{}: {} on {}{} ({}), global batch {} tokens\n", f.model, cfg.name,
+             f.gpus > 1 ? fmt::format("{} x ", f.gpus) : "", gpu ? card.name : "the CPU",
+             budget > 0 ? "budget " + tk::format_bytes(budget) + (f.gpus > 1 ? " each" : "") : "no budget", global);
+  if (stages.size() > 1) {
+    fmt::print("ZeRO stages side by side ({} interconnect, {:.0f} GB/s bus bandwidth):\n",
+               f.link_gbs > 0 ? "given" : f.interconnect, target.link_bandwidth / 1e9);
+    print_stages(stages, f.gpus);
+    const StagePlan* best = nullptr;
+    for (const StagePlan& s : stages)
+      if (s.plan && (!best || s.plan->predicted_tokens_per_s > best->plan->predicted_tokens_per_s)) best = &s;
+    if (!best) return 0;
+    fmt::print("\nfastest: ZeRO-{}\n", best->stage);
+    stages = {*best};
+  }
+  const tk::MemoryPlan& chosen = *stages[0].plan;
+  fmt::print("precision {}, ", tk::precision_name(chosen.recipe));
   fmt::print("{}", tk::format_plan(chosen, budget));
-  if (f.all || budget > 0) {
-    fmt::print("\nsettings tried, fastest first:\n  {:>6} {:>6} {:<28} {:<19} {:>10} {:>11} {:>12}  fits\n", "B",
-               "accum", "recompute", "offload", "logits", "memory", "tokens/s");
-    for (const tk::MemoryPlan& p : all) {
-      const tk::Recipe& r = p.recipe;
-      const std::string chunk = r.gpu ? tk::format_bytes(double(r.logits_chunk_bytes())) : "-";
-      fmt::print("  {:>6} {:>6} {:<28} {:<19} {:>10} {:>11} {:>12.0f}  {}\n", r.batch, r.accumulation,
-                 r.recompute.describe(), r.offload_name(), chunk, tk::format_bytes(p.total_bytes),
-                 p.predicted_tokens_per_s,
-                 budget <= 0 ? "" : (p.fits(budget, target) ? "yes" : "no"));
-    }
+  fmt::print("{}", tk::format_speed(chosen, target));
+  if (chosen.recipe.world_size > 1)
+    fmt::print("communication per optimizer step (ZeRO-{}): {} per GPU, {:.1f} ms at {:.0f} GB/s, {:.1f} ms exposed\n",
+               chosen.recipe.zero_stage, tk::format_bytes(chosen.communication.bytes),
+               chosen.communication.seconds * 1e3, target.link_bandwidth / 1e9,
+               chosen.communication.exposed_seconds * 1e3);
+  if (f.all || (budget > 0 && !f.gpu_given)) {
+    tk::Recipe base = recipe;
+    base.zero_stage = chosen.recipe.zero_stage;
+    print_settings_tried(tk::plan_candidates(base, global, target), budget, target);
   }
   return 0;
 }
 
-tk::cli::Command plan_cmd("plan", "The memory a training run needs, and the fastest setting that fits a budget (no GPU needed)",
+void add_options(CLI::App& app, PlanFlags& f) {
+  app.add_option("--model", f.model, "Preset, config.json or HF model directory (as train's)")->capture_default_str();
+  app.add_option("--batch", f.batch, "Largest micro-batch rows to consider (per GPU)")->capture_default_str();
+  app.add_option("--seq", f.seq, "Sequence length")->capture_default_str();
+  app.add_option("--batch-tokens", f.batch_tokens, "Global batch in tokens (default: batch x seq x GPUs)");
+  app.add_option("--memory-budget", f.budget,
+                 "Device memory to fit, e.g. 16GiB (default: the memory of the card --gpu names; without --gpu, none: "
+                 "the plan as given)");
+  tk::cli::one_of(app.add_option("--device", f.device,
+                                 "The device of the run planned: cuda (bf16) or cpu (the default is cuda, not train's "
+                                 "auto: plans are for GPU runs, and need no GPU to make)"),
+                  {"cuda", "cpu"})
+      ->capture_default_str();
+  app.add_option("--gpu", f.gpu,
+                 "The GPU planned for, by name (case-insensitive, a unique prefix will do: \"RTX 4080\", \"A100 80\"): its "
+                 "memory is the budget, its rates time the step, and without --precision the faster of bf16 and FP8 "
+                 "is chosen where it has FP8 (the default card is planned with no budget, in the given precision)")
+      ->capture_default_str();
+  app.add_option("--gpus", f.gpus, "Data-parallel GPUs: memory per GPU and the run's tokens/s with communication")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--zero", f.zero,
+                 "ZeRO stage with --gpus: 0 replicated, 1 optimizer state sharded, 2 and gradients, 3 and parameters "
+                 "(default: the four side by side)")
+      ->check(CLI::Range(0, 3));
+  tk::cli::one_of(app.add_option("--interconnect", f.interconnect,
+                                 "The GPUs' link: nvlink (360 GB/s bus bandwidth), pcie (gen 4 x16, 25 GB/s), pcie4, or "
+                                 "pcie5 (50 GB/s); docs/plan.md says where the figures come from"),
+                  {"nvlink", "pcie", "pcie4", "pcie5"})
+      ->capture_default_str();
+  app.add_option("--link-bandwidth", f.link_gbs, "Measured bus bandwidth between the GPUs in GB/s (replaces --interconnect's)");
+  app.add_option("--matmul-efficiency", f.efficiency,
+                 "Achieved share of the peak on the GEMMs, for the speed prediction (measured on the H200)")
+      ->capture_default_str();
+  app.add_option("--attention-efficiency", f.attention_fwd, "Achieved share of the peak in the attention's forward")
+      ->capture_default_str();
+  app.add_option("--attention-backward-efficiency", f.attention_bwd,
+                 "Achieved share of the peak in the attention's backward")
+      ->capture_default_str();
+  app.add_option("--bandwidth", f.bandwidth_gbs,
+                 "Memory bandwidth the memory-bound ops reach, GB/s (default: the card's datasheet figure x 0.89, the "
+                 "share a device copy reached on the H200)");
+  app.add_option("--host-bandwidth", f.host_gbs, "GB/s each way between host memory and the GPU (offload)")
+      ->capture_default_str();
+  app.add_option("--host-memory", f.host_memory,
+                 "Page-locked host memory offload may take, e.g. 100GiB (default: 80% of this machine's memory)");
+  app.add_flag("--doc-mask", f.doc_mask, "Plan for train --doc-mask (with its attention mask)");
+  CLI::Option* precision =
+      tk::cli::one_of(app.add_option("--precision", f.precision,
+                                     "Plan for train --precision: auto (its choice for the card, printed), bf16 or "
+                                     "fp8"),
+                      {"auto", "bf16", "fp8"})
+          ->capture_default_str();
+  app.add_flag("--fp8", f.fp8, "Plan for train --fp8 (with the FP8 copies of the operands): --precision fp8")
+      ->excludes(precision);
+  app.add_flag("--fp8-lm-head", f.fp8_lm_head, "Plan for train --fp8 --fp8-lm-head");
+  app.add_option("--logits-chunk", f.logits_chunk_mib,
+                 "MiB of the LM head's logits chunk as train --logits-chunk (default 512, or chosen with a budget)")
+      ->check(CLI::Range(1, 65536));
+  app.add_option("--fp8-scaling", f.fp8_scaling, "As train --fp8-scaling: delayed or current")
+      ->check(CLI::IsMember({"current", "delayed"}))
+      ->capture_default_str();
+  tk::cli::one_of(app.add_option("--moments", f.moments,
+                                 "AdamW's m and v as train --moments: f32, bf16 or int8 (every setting tried keeps it)"),
+                  {"f32", "bf16", "int8"})
+      ->capture_default_str();
+  app.add_flag("--all", f.all, "List every setting tried");
+  app.add_flag("--json", f.json, "Print the plan as JSON");
+}
+
+tk::cli::Command plan_cmd("plan",
+                          "The memory a training run needs, and the fastest setting that fits a budget or a GPU, on "
+                          "one GPU or many (no GPU needed)",
                           [](CLI::App& app) -> tk::cli::Runner {
                             auto f = std::make_shared<PlanFlags>();
-                            app.add_option("--model", f->model, "Preset, config.json or HF model directory (as train's)")
-                                ->capture_default_str();
-                            app.add_option("--batch", f->batch, "Largest micro-batch rows to consider")->capture_default_str();
-                            app.add_option("--seq", f->seq, "Sequence length")->capture_default_str();
-                            app.add_option("--batch-tokens", f->batch_tokens, "Global batch in tokens (default: batch x seq)");
-                            app.add_option("--memory-budget", f->budget, "Device memory to fit, e.g. 16GiB (default: none; the plan as given)");
-                            tk::cli::one_of(app.add_option("--device", f->device,
-                                                           "The device of the run planned: cuda (bf16) or cpu (the "
-                                                           "default is cuda, not train's auto: plans are for GPU runs, "
-                                                           "and need no GPU to make)"),
-                                            {"cuda", "cpu"})
-                                ->capture_default_str();
-                            app.add_option("--gpu", f->gpu, "GPU name for the peak FLOP rate")->capture_default_str();
-                            app.add_option("--matmul-efficiency", f->efficiency,
-                                           "Achieved share of the peak on the GEMMs, for the speed prediction")
-                                ->capture_default_str();
-                            app.add_option("--attention-efficiency", f->attention_fwd,
-                                           "Achieved share of the peak in the attention's forward")
-                                ->capture_default_str();
-                            app.add_option("--attention-backward-efficiency", f->attention_bwd,
-                                           "Achieved share of the peak in the attention's backward")
-                                ->capture_default_str();
-                            app.add_option("--bandwidth", f->bandwidth_gbs, "Memory bandwidth in GB/s")->capture_default_str();
-                            app.add_option("--host-bandwidth", f->host_gbs,
-                                           "GB/s each way between host memory and the GPU (offload)")
-                                ->capture_default_str();
-                            app.add_option("--host-memory", f->host_memory,
-                                           "Page-locked host memory offload may take, e.g. 100GiB (default: 80% of "
-                                           "this machine's memory)");
-                            app.add_flag("--doc-mask", f->doc_mask, "Plan for train --doc-mask (with its attention mask)");
-                            app.add_flag("--fp8", f->fp8, "Plan for train --fp8 (with the FP8 copies of the operands)");
-                            app.add_flag("--fp8-lm-head", f->fp8_lm_head, "Plan for train --fp8 --fp8-lm-head");
-                            app.add_option("--logits-chunk", f->logits_chunk_mib,
-                                           "MiB of the LM head's logits chunk as train --logits-chunk (default 512, or "
-                                           "chosen with --memory-budget)")
-                                ->check(CLI::Range(1, 65536));
-                            app.add_option("--fp8-scaling", f->fp8_scaling, "As train --fp8-scaling: delayed or current")
-                                ->check(CLI::IsMember({"current", "delayed"}))
-                                ->capture_default_str();
-                            tk::cli::one_of(app.add_option("--moments", f->moments,
-                                           "AdamW's m and v as train --moments: f32, bf16 or int8 (every setting "
-                                           "tried keeps it)"),
-                                            {"f32", "bf16", "int8"})
-                                ->capture_default_str();
-                            app.add_flag("--all", f->all, "List every setting tried");
-                            app.add_flag("--json", f->json, "Print the plan as JSON");
-                            return [f] { return run(*f); };
+                            add_options(app, *f);
+                            const CLI::Option* gpu = app.get_option("--gpu");
+                            const CLI::Option* precision = app.get_option("--precision");
+                            return [f, gpu, precision] {
+                              f->gpu_given = gpu->count() > 0;
+                              f->precision_given = precision->count() > 0;
+                              return run(*f);
+                            };
                           });
 
 }  // namespace

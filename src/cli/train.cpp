@@ -86,10 +86,19 @@ void add_step_options(CLI::App& app, TrainConfig& c) {
                   "(gemm-algorithms.json); runs sharing that file run the same algorithms, bit for bit "
                   "(--no-gemm-tuning takes cuBLASLt's first choice)")
       ->group(precision);
+  CLI::Option* matmuls =
+      one_of(app.add_option("--precision", c.precision,
+                            "The matmuls' precision: bf16, fp8 (as --fp8), or auto: FP8 linears and LM head where the "
+                            "GPU has FP8 tensor cores, the model's shapes take the FP8 path and the plan predicts a "
+                            "gain, else bf16 (f32 on the CPU); the run prints what it chose and why"),
+             {"auto", "bf16", "fp8"})
+          ->capture_default_str()
+          ->group(precision);
   app.add_flag("--fp8", c.fp8,
                "The linear layers' GEMMs in FP8 (e4m3 weights and activations, e5m2 gradients, per-tensor scales; "
                "CUDA on compute capability 8.9+). The LM head (unless --fp8-lm-head), attention and everything else "
-               "stay bf16")
+               "stay bf16. The same as --precision fp8")
+      ->excludes(matmuls)
       ->group(precision);
   one_of(app.add_option("--fp8-scaling", c.fp8_scaling,
                         "Where --fp8 takes each tensor's scale from: delayed (the largest maximum of the same tensor "
@@ -100,9 +109,10 @@ void add_step_options(CLI::App& app, TrainConfig& c) {
       ->capture_default_str()
       ->group(precision);
   app.add_flag("--fp8-lm-head", c.fp8_lm_head,
-               "With --fp8, the LM head's three GEMMs in FP8 as well (e4m3 weight and input, e5m2 logit gradients "
-               "scaled by their bound; the logits stay bf16 and the softmax f32): faster where the vocabulary is "
-               "large against the model, at a small cost in the loss's precision (bench/NOTES.md measures it)")
+               "With --fp8 (or --precision fp8), the LM head's three GEMMs in FP8 as well (e4m3 weight and input, "
+               "e5m2 logit gradients scaled by their bound; the logits stay bf16 and the softmax f32): faster where "
+               "the vocabulary is large against the model, at a small cost in the loss's precision (bench/NOTES.md "
+               "measures it)")
       ->group(precision);
   app.add_option("--fp8-margin", c.fp8_margin,
                  "Delayed scaling's headroom: scale by 2^M times the history's maximum, so that a tensor whose maximum "

@@ -30,9 +30,10 @@ constexpr double kCudnnWorkspaceMargin = 1.10;                // cuDNN's figure 
 constexpr double kCudaContext = 600.0 * (1 << 20);            // context, cuBLAS/cuDNN handles and kernels
 constexpr double kSmallScratch = 8.0 * (1 << 20);             // norm/grad-norm partials, RoPE table, sort buffers
 
-// Seconds per token: the GEMMs at the target's efficiency (lower for small micro-batches, whose GEMMs
-// do not fill the GPU), the memory-bound ops at its bandwidth, the optimizer once per global batch.
-double seconds_per_token(const Recipe& rc, const PlanTarget& t) {
+// Seconds per token of one GPU: the GEMMs at the target's efficiency (lower for small micro-batches, whose GEMMs
+// do not fill the GPU), the memory-bound ops at its bandwidth, the optimizer (its shard under ZeRO 1-3) once per
+// optimizer step.
+StepTimes compute_times(const Recipe& rc, const PlanTarget& t) {
   const ModelConfig& c = rc.model;
   const Recompute& r = rc.recompute;
   const Precision& precision = rc.backend.precision;
@@ -61,7 +62,7 @@ double seconds_per_token(const Recipe& rc, const PlanTarget& t) {
   // AdamW reads the gradient, reads and writes m, v and the master weight, writes the bf16 weight; then the
   // gradient norm and zeroing.
   const double adamw_bytes = 4 + 2 * moment_bytes_per_param(rc.optimizer.moments) + 8 + 2;
-  const double optimizer_bytes = P * (adamw_bytes + 8);
+  const double optimizer_bytes = P * (adamw_bytes + 8) / (rc.zero_stage >= 1 ? rc.world_size : 1);
   const double tokens_per_step = N * rc.accumulation;
   // The causal attention's FLOPs (flops_per_token's 6 L T q: forward 2 L T q, backward twice that, and the
   // forward again when recomputed) at its own rates; the rest at the GEMMs'.
@@ -70,7 +71,7 @@ double seconds_per_token(const Recipe& rc, const PlanTarget& t) {
                     (attn_fwd + attn_redo) / (t.peak_flops * t.attention_forward_efficiency) +
                     2 * attn_fwd / (t.peak_flops * t.attention_backward_efficiency);
   double cast_bytes = 0;
-  if (precision.fp8) {
+  if (precision.fp8 && rc.linears_fp8_shapes()) {
     // --fp8: the linears' GEMMs (forward and backward, 6 FLOPs a weight a token) at kFp8GemmSpeedup times the
     // bf16 rate, plus their operands' casts: per token 10 bytes an input feature (x: amax and cast, forward
     // and backward), 6 an output feature (dy: amax and the cast as is and transposed); per micro-step 10 a
@@ -98,8 +99,11 @@ double seconds_per_token(const Recipe& rc, const PlanTarget& t) {
       cast_bytes += fp8_lm_head_cast_bytes(c, N, precision.delayed) / N;
     }
   }
-  return matmul_s + (L * layer_bytes + loss_bytes + cast_bytes) / t.bandwidth +
-         optimizer_bytes / t.bandwidth / tokens_per_step;
+  StepTimes times;
+  times.matmul = matmul_s;
+  times.memory = (L * layer_bytes + loss_bytes + cast_bytes) / t.bandwidth;
+  times.optimizer = optimizer_bytes / t.bandwidth / tokens_per_step;
+  return times;
 }
 
 std::vector<Recompute> policies() {
@@ -136,12 +140,31 @@ double fp8_transient_bytes(const Recipe& r, int64_t chunk_rows) {
   return double(bytes);
 }
 
+// ZeRO 2 and 3 (memory_plan.h): the model's gradients and parameters as one GPU holds them.
+void shard_model_rows(MemoryPlan& p) {
+  const Recipe& r = p.recipe;
+  if (r.zero_stage < 2 || r.world_size <= 1) return;
+  const double n = r.world_size, unit = zero_unit_elements(r.model), P = double(ParamLayout::build(r.model).total);
+  for (PlanRow& row : p.rows) {
+    const double element = row.bytes / P;  // the row's bytes per parameter
+    if (row.component == "parameter gradients") {
+      row.bytes = element * (P / n + unit);
+      row.component = fmt::format("parameter gradients: a 1/{} shard and one unit being reduced (ZeRO-{})",
+                                  r.world_size, r.zero_stage);
+    } else if (row.component == "parameters" && r.zero_stage == 3) {
+      row.bytes = element * (P / n + 2 * unit);
+      row.component = fmt::format("parameters: a 1/{} shard and two units gathered (ZeRO-3)", r.world_size);
+    }
+  }
+}
+
 // The optimizer's allocations (AdamW's constructor): m and v in their precision, int8's block scales; the fp32
 // master weights on the GPU; offloaded, all of it in host memory and two chunks of each streaming through the
 // device (AdamW::offloaded_update), with the gradients when they are offloaded too.
 void add_optimizer_rows(MemoryPlan& p) {
   const Recipe& r = p.recipe;
-  const int64_t params = ParamLayout::build(r.model).total;
+  const int64_t shards = r.zero_stage >= 1 ? r.world_size : 1;  // ZeRO 1-3: each GPU's 1/N of the state
+  const int64_t params = (ParamLayout::build(r.model).total + shards - 1) / shards;
   const double P = double(params);
   const MomentPrecision moments = r.optimizer.moments;
   const bool int8 = moments == MomentPrecision::Int8;
@@ -213,48 +236,64 @@ MemoryPlan plan_memory(const Recipe& recipe, const PlanTarget& target) {
   const DType act = r.gpu ? DType::BF16 : DType::F32;
   for (const auto& [label, bytes] : model_memory(r.model, r.model_options(), act, DType::F32))
     p.rows.push_back({label, double(bytes)});
+  shard_model_rows(p);
   add_optimizer_rows(p);
   if (r.gpu) add_cuda_rows(p, target);
   std::stable_sort(p.rows.begin(), p.rows.end(), [](const PlanRow& a, const PlanRow& b) { return a.bytes > b.bytes; });
   for (const PlanRow& row : p.rows) (row.host ? p.host_bytes : p.total_bytes) += row.bytes;
   p.recompute_flops_per_token = r.recompute.flops_per_token(r.model, r.seq);
   const double P = double(ParamLayout::build(r.model).total), tokens = double(r.micro_tokens());
-  double s = seconds_per_token(r, target);
+  const double state = r.zero_stage >= 1 ? P / r.world_size : P, grads = r.zero_stage >= 2 ? P / r.world_size : P;
+  const double step_tokens = tokens * r.accumulation;
+  p.time = compute_times(r, target);
   // Offload: master, m and v (and the gradients) go up and come back once per update, the two directions
   // overlapping each other (and the chunks' updates) but not the forward and backward.
   if (r.optimizer.offload)
-    s += (4 + moment_bytes_per_param(r.optimizer.moments) + (r.offload_gradients ? 4 : 0)) * P /
-         target.host_bandwidth / (tokens * r.accumulation);
+    p.time.offload += ((4 + moment_bytes_per_param(r.optimizer.moments)) * state +
+                       (r.offload_gradients ? 4 : 0) * grads) / target.host_bandwidth / step_tokens;
   // Gradient offload: each micro-step takes every gradient down (and, after the first, brings it up first),
   // overlapping the backward only in part: counted in full, plus the host's gradient norm.
   if (r.offload_gradients)
-    s += (4 * P * (r.accumulation > 1 ? 2 : 1) / target.host_bandwidth) / tokens +
-         4 * P / target.host_bandwidth / (tokens * r.accumulation);
-  p.predicted_tokens_per_s = 1.0 / s;
+    p.time.offload += (4 * grads * (r.accumulation > 1 ? 2 : 1) / target.host_bandwidth) / tokens +
+                      4 * grads / target.host_bandwidth / step_tokens;
+  // A micro-step's forward is a third of its compute, the backward two thirds (the FLOPs' split).
+  const double micro_s = (p.time.matmul + p.time.memory) * tokens;
+  p.communication = zero_communication(r, micro_s / 3, 2 * micro_s / 3, target.link_bandwidth);
+  p.time.communication = p.communication.exposed_seconds / step_tokens;
+  p.predicted_tokens_per_s = r.world_size / p.time.total();
   return p;
 }
 
 std::vector<MemoryPlan> plan_candidates(const Recipe& base, int64_t global_tokens, const PlanTarget& target) {
   std::vector<MemoryPlan> out;
+  std::vector<Precision> precisions = {base.backend.precision};
+  if (target.try_fp8 && base.gpu) {
+    const bool delayed = base.backend.precision.delayed;
+    precisions = {Precision{}, Precision{true, delayed, 1, false}, Precision{true, delayed, 1, true}};
+  }
   for (int B = base.batch; B >= 1; B /= 2) {
-    const int64_t micro = int64_t(B) * base.seq;
+    const int64_t micro = int64_t(B) * base.seq * base.world_size;
     if (global_tokens % micro != 0) continue;
     std::vector<size_t> chunks = {base.logits_chunk_bytes()};
     if (base.gpu && target.choose_logits_chunk)
       chunks.assign(std::begin(kLogitsChunkChoices), std::end(kLogitsChunkChoices));
     for (size_t chunk : chunks)
-      for (const Recompute& policy : policies()) {
-        Recipe r = base;
-        r.batch = B;
-        r.accumulation = int(global_tokens / micro);
-        r.recompute = policy;
-        r.backend.logits_chunk_bytes = chunk;
-        for (const char* offload : {"none", "optimizer", "optimizer,gradients"}) {
-          r.set_offload(offload);
-          out.push_back(plan_memory(r, target));
-          if (!r.gpu) break;  // the CPU offloads nothing
+      for (const Recompute& policy : policies())
+        for (const Precision& precision : precisions) {
+          Recipe r = base;
+          r.batch = B;
+          r.accumulation = int(global_tokens / micro);
+          r.recompute = policy;
+          r.backend.logits_chunk_bytes = chunk;
+          r.backend.precision = precision;
+          // FP8 only where the backend runs it: the linears' shapes, and the LM head's for its variant.
+          if (precision.fp8 && (!r.linears_fp8_shapes() || (precision.lm_head && !r.lm_head_fp8_shapes()))) continue;
+          for (const char* offload : {"none", "optimizer", "optimizer,gradients"}) {
+            r.set_offload(offload);
+            out.push_back(plan_memory(r, target));
+            if (!r.gpu) break;  // the CPU offloads nothing
+          }
         }
-      }
   }
   std::stable_sort(out.begin(), out.end(), [](const MemoryPlan& a, const MemoryPlan& b) {
     return a.predicted_tokens_per_s > b.predicted_tokens_per_s;
@@ -264,8 +303,9 @@ std::vector<MemoryPlan> plan_candidates(const Recipe& base, int64_t global_token
 
 MemoryPlan choose_plan(const Recipe& base, int64_t global_tokens, double budget_bytes, const PlanTarget& target) {
   const std::vector<MemoryPlan> all = plan_candidates(base, global_tokens, target);
-  TK_CHECK(!all.empty(), "no micro-batch of at most {} rows of {} tokens divides the global batch of {} tokens",
-           base.batch, base.seq, global_tokens);
+  TK_CHECK(!all.empty(), "no micro-batch of at most {} rows of {} tokens{} divides the global batch of {} tokens",
+           base.batch, base.seq, base.world_size > 1 ? fmt::format(" on each of {} GPUs", base.world_size) : "",
+           global_tokens);
   for (const MemoryPlan& p : all)
     if (p.fits(budget_bytes, target)) return p;
   const MemoryPlan* smallest = &all[0];
@@ -314,6 +354,36 @@ double parse_bytes(const std::string& text) {
   if (unit == "gb") return value * 1e9;
   if (unit == "tb") return value * 1e12;
   fail("'{}' has an unknown unit '{}': use B, KiB, MiB, GiB, TiB (or KB, MB, GB, TB)", text, unit);
+}
+
+std::string precision_name(const Recipe& r) {
+  if (!r.gpu) return "f32";
+  const Precision& p = r.backend.precision;
+  if (!p.fp8 || !r.linears_fp8_shapes()) return "bf16";
+  return p.lm_head && r.lm_head_fp8_shapes() ? "fp8 (linears and LM head)" : "fp8 (linears)";
+}
+
+std::string format_speed(const MemoryPlan& p, const PlanTarget& t) {
+  const StepTimes& s = p.time;
+  const double total = s.total();
+  struct Part {
+    double seconds;
+    std::string what;
+  };
+  std::vector<Part> parts = {
+      {s.matmul, fmt::format("matmuls: FLOPs at {:.0f}% of {:.1f} TFLOP/s for the GEMMs, {:.1f}% / {:.1f}% for the "
+                             "attention's forward / backward",
+                             100 * t.matmul_efficiency, t.peak_flops / 1e12, 100 * t.attention_forward_efficiency,
+                             100 * t.attention_backward_efficiency)},
+      {s.memory, fmt::format("memory-bound ops: bytes at {:.0f} GB/s", t.bandwidth / 1e9)},
+      {s.optimizer, fmt::format("the optimizer step: bytes at {:.0f} GB/s", t.bandwidth / 1e9)},
+      {s.offload, fmt::format("offload transfers: bytes at {:.0f} GB/s each way", t.host_bandwidth / 1e9)},
+      {s.communication, fmt::format("exposed communication: bytes at {:.0f} GB/s bus bandwidth", t.link_bandwidth / 1e9)}};
+  std::stable_sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.seconds > b.seconds; });
+  std::string out = "the step's parts, the first bounds it (efficiencies measured on the H200, memory_plan.h):\n";
+  for (const Part& part : parts)
+    if (part.seconds > 0) out += fmt::format("  {:>5.1f}%  {}\n", 100 * part.seconds / total, part.what);
+  return out;
 }
 
 std::string format_plan(const MemoryPlan& p, double budget_bytes) {

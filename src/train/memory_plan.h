@@ -9,6 +9,7 @@
 
 #include "model/config.h"
 #include "train/recipe.h"
+#include "train/zero_plan.h"
 
 namespace tk {
 
@@ -71,6 +72,19 @@ struct PlanTarget {
   // writes the f32 LM-head gradient once, so larger chunks move fewer bytes. With this the candidates also try
   // kLogitsChunkChoices, so that a budget search spends memory left over on the chunk when nothing faster wants it.
   bool choose_logits_chunk = false;
+  // With this the candidates also try FP8 (the linears, and the LM head where its shapes allow; delayed scaling),
+  // for a device with FP8 tensor cores: what `plan --gpu` searches when no precision is given.
+  bool try_fp8 = false;
+  // Bus bandwidth between the GPUs of a data-parallel run, bytes/s (zero_plan.h: NVLink 4 by default).
+  double link_bandwidth = kNvlinkBusBandwidth;
+};
+
+// Seconds per token of one GPU in the predicted step, by what bounds each part: the GEMMs and attention (FLOPs at
+// the efficiencies), the memory-bound ops and the optimizer (bytes at the bandwidth), the offload's transfers (bytes
+// at the host link), and the collectives the backward does not hide (ZeRO, zero_plan.h).
+struct StepTimes {
+  double matmul = 0, memory = 0, optimizer = 0, offload = 0, communication = 0;
+  double total() const { return matmul + memory + optimizer + offload + communication; }
 };
 
 struct MemoryPlan {
@@ -82,6 +96,8 @@ struct MemoryPlan {
   double predicted_tokens_per_s = 0;
   double recompute_flops_per_token = 0;
   double host_bytes = 0;  // the host rows' sum
+  StepTimes time;
+  ZeroCommunication communication;  // one GPU's, per optimizer step (nothing on one GPU)
   // Fits the device budget, and the host memory limit when offloading.
   bool fits(double budget_bytes, const PlanTarget& target) const {
     return (budget_bytes <= 0 || total_bytes <= budget_bytes) &&
@@ -92,13 +108,17 @@ struct MemoryPlan {
 // What this machine allows offload to pin: 80% of its physical memory (0 when unknown).
 double local_host_memory_limit();
 
-// The plan of one setting: what the recipe's run holds on its device (the CPU's memory when !recipe.gpu).
+// The plan of one setting: what the recipe's run holds on its device (the CPU's memory when !recipe.gpu); under ZeRO
+// (recipe.zero_stage, recipe.world_size) what one GPU holds: stage 1 divides the fp32 master weights and AdamW's
+// moments by N, stage 2 the gradients too (less one unit's, zero_unit_elements, kept whole while it is reduced), stage
+// 3 the parameters too (plus two units gathered: the one in use and the one prefetched). predicted_tokens_per_s is
+// the whole run's, every GPU's tokens.
 MemoryPlan plan_memory(const Recipe& r, const PlanTarget& target);
 
-// Every setting tried for a global batch of global_tokens (B * T * accumulation), fastest first, and
+// Every setting tried for a global batch of global_tokens (B * T * accumulation * world size), fastest first, and
 // whether it fits `budget_bytes`. The micro-batch halves from base.batch down to 1; policies go from none to block,
 // each with the optimizer state on the device, offloaded, and offloaded with the gradients (GPU recipes); the rest
-// of the recipe (the model, T, the precision, the moments) is kept.
+// of the recipe (the model, T, the precision unless target.try_fp8, the moments, the ZeRO stage) is kept.
 std::vector<MemoryPlan> plan_candidates(const Recipe& base, int64_t global_tokens, const PlanTarget& target);
 // The fastest candidate that fits, or a tk::Error naming the smallest footprint and its largest component.
 MemoryPlan choose_plan(const Recipe& base, int64_t global_tokens, double budget_bytes, const PlanTarget& target);
@@ -106,5 +126,9 @@ MemoryPlan choose_plan(const Recipe& base, int64_t global_tokens, double budget_
 // "16GiB", "24 GB", "1.5TiB", "800MiB", or plain bytes.
 double parse_bytes(const std::string& text);
 std::string format_plan(const MemoryPlan& p, double budget_bytes);
+// The predicted speed's parts and the rates behind them: what bounds the step.
+std::string format_speed(const MemoryPlan& p, const PlanTarget& target);
+// "bf16", "fp8 (linears)" or "fp8 (linears and LM head)": what the backend runs (f32 on the CPU).
+std::string precision_name(const Recipe& r);
 
 }  // namespace tk

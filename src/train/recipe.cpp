@@ -5,6 +5,7 @@
 #include "model/params.h"
 #include "ops/cuda/fp8_shapes.h"
 #include "ops/cuda/workspace_sizes.h"
+#include "train/precision_choice.h"
 #include "train/trainer.h"
 
 namespace tk {
@@ -27,6 +28,12 @@ size_t Recipe::logits_chunk_bytes() const {
 bool Recipe::keeps_fp8_inputs() const {
   return gpu && backend.precision.delayed_fp8() &&
          cuda::fp8_shapes::keeps_linear_inputs(seq, model.d_model, model.ffn_dim, model.qkv_dim());
+}
+
+bool Recipe::linears_fp8_shapes() const {
+  namespace shapes = cuda::fp8_shapes;
+  const int64_t N = micro_tokens(), d = model.d_model, q = model.q_dim(), qkv = model.qkv_dim(), f = model.ffn_dim;
+  return shapes::gemm(N, d, qkv) && shapes::gemm(N, q, d) && shapes::gemm(N, d, 2 * f) && shapes::gemm(N, f, d);
 }
 
 bool Recipe::lm_head_fp8_shapes() const {
@@ -61,7 +68,8 @@ Recipe train_recipe(const TrainConfig& c, const ModelConfig& model, bool gpu) {
   r.optimizer.moments = parse_moments(c.moments);
   r.optimizer.offload_chunk = c.offload_chunk;
   r.set_offload(c.offload);
-  r.backend.precision = Precision::parse(c.fp8, c.fp8_scaling, c.fp8_margin, c.fp8_lm_head);
+  r.backend.precision = resolve_precision(c.precision, c.fp8, c.fp8_scaling, c.fp8_margin, c.fp8_lm_head,
+                                         current_precision_device(gpu), model, r.batch, r.seq, r.precision_note);
   r.backend.gemm_tuning = c.gemm_tuning;
   if (c.logits_chunk_mib > 0) r.backend.logits_chunk_bytes = size_t(c.logits_chunk_mib) << 20;
   return r;

@@ -31,6 +31,9 @@ struct Recipe {
   bool offload_gradients = false;  // the parameter gradients in host memory too (with optimizer.offload)
   AdamWOptions optimizer;          // the hyperparameters, m and v's precision, the optimizer state's offload
   BackendSettings backend;         // the precision, GEMM tuning, the LM head's logits chunk
+  std::string precision_note;      // --precision auto's choice and why, the line the run prints ("" otherwise)
+  int zero_stage = 0;              // ZeRO: 0 replicated, 1 optimizer state, 2 and gradients, 3 and parameters sharded
+  int world_size = 1;              // data-parallel ranks (GPUs), each computing micro-batches of this shape
 
   int64_t micro_tokens() const { return int64_t(batch) * seq; }
   // "none", "optimizer" or "optimizer,gradients", as train --offload spells it; set_offload reads the same (a
@@ -42,6 +45,8 @@ struct Recipe {
   // Whether the CUDA backend's fused FP8 forwards (delayed scaling) keep the norms' and SwiGLU's outputs as their
   // linears' one-byte x^T: for its FP8 shapes (ops/cuda/fp8_shapes.h) at this model and sequence length.
   bool keeps_fp8_inputs() const;
+  // Whether every linear of a block (qkv, o, gate/up, down) at this micro-batch takes the FP8 GEMMs (fp8_shapes.h).
+  bool linears_fp8_shapes() const;
   // Whether the LM head's shapes at this micro-batch take its FP8 GEMMs (--fp8-lm-head; fp8_shapes.h).
   bool lm_head_fp8_shapes() const;
 

@@ -40,7 +40,7 @@
 namespace tk {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, model, data, out, tokenizer, device, batch, seq,
-                                                batch_tokens, doc_mask, gemm_tuning, logits_chunk_mib, fp8, fp8_scaling, fp8_margin, fp8_lm_head, recompute, offload, offload_chunk, moments, memory_budget, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
+                                                batch_tokens, doc_mask, gemm_tuning, logits_chunk_mib, precision, fp8, fp8_scaling, fp8_margin, fp8_lm_head, recompute, offload, offload_chunk, moments, memory_budget, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
                                                 decay_fraction, beta1, beta2, adam_eps, weight_decay, grad_clip, seed,
                                                 eval_every, eval_tokens, save_every, keep_checkpoints, peak_tflops)
 
@@ -420,7 +420,7 @@ void TrainingRun::print_plan() const {
              cfg_.batch, cfg_.seq, accum_steps_, global_batch_tokens_, cfg_.steps,
              format_count(double(global_batch_tokens_) * double(cfg_.steps)));
   fmt::print("backend {} on {}{}; {:.3g} GFLOP per token; {}\n", ops.name(), throughput_->device().name,
-             cfg_.fp8 ? " (linear layers' GEMMs in FP8; MFU against the bf16 peak)" : "",
+             recipe_.backend.precision.fp8 ? " (linear layers' GEMMs in FP8; MFU against the bf16 peak)" : "",
              throughput_->model_flops_per_token() / 1e9, throughput_->peak_description());
   // Offloaded gradients are not on the device: they count in the offload line below, not in the total.
   const double device_grads = model_->grads_on_host() ? 0.0 : grads;
@@ -636,6 +636,7 @@ void TrainingRun::build_parts() {
   meta_ = read_dataset_meta(cfg_.data);
   choose_vocab();
   recipe_ = train_recipe(cfg_, source_.config, backend_.gpu);
+  if (!recipe_.precision_note.empty()) fmt::print("{}\n", recipe_.precision_note);
   if (!cfg_.memory_budget.empty()) apply_memory_budget();  // before the loader: it sets the micro-batch
   if (recipe_.backend.precision.fp8_lm_head() && !recipe_.lm_head_fp8_shapes()) {
     const ModelConfig& c = source_.config;

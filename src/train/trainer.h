@@ -13,6 +13,7 @@
 #include "data/loader.h"
 #include "model/model.h"
 #include "train/metrics.h"
+#include "train/precision_choice.h"
 
 namespace tk {
 
@@ -32,7 +33,8 @@ struct TrainConfig {
   int64_t offload_chunk = int64_t(16) << 20;  // elements of the optimizer state per device round trip
   std::string moments = "f32";  // AdamW's m and v: f32, bf16 or int8 (ops.h adamw_update)
   bool gemm_tuning = true;     // cuBLASLt algorithms chosen by timing, kept in the cache (ops/backend.h)
-  bool fp8 = false;           // the linear layers' GEMMs in FP8 (CUDA, sm_89+; ops/backend.h Precision)
+  std::string precision = kDefaultPrecision;  // auto, bf16 or fp8 (train/precision_choice.h)
+  bool fp8 = false;           // the linear layers' GEMMs in FP8 (CUDA, sm_89+; ops/backend.h Precision): precision fp8
   std::string fp8_scaling = "delayed";  // delayed | current (CudaOps::set_fp8)
   int fp8_margin = 1;                   // delayed scaling's headroom: the scale from 2^margin x the history's amax
   bool fp8_lm_head = false;             // with fp8, the LM head's GEMMs in FP8 too (CudaOps::set_fp8_lm_head)

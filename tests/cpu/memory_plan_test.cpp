@@ -385,5 +385,84 @@ TEST(MemoryLedger, CountsBytesByAllocationAndLabel) {
   EXPECT_EQ(ledger.peak(), 180u);
 }
 
+// ZeRO (zero_plan.h): one GPU equals the plain plan at every stage; on N, each stage takes from one GPU's memory what
+// its formula says, and the collectives move and take what theirs say.
+Recipe on_gpus(Recipe r, int n, int stage) {
+  r.world_size = n;
+  r.zero_stage = stage;
+  return r;
+}
+
+TEST(ZeroPlan, OneGpuIsThePlainPlan) {
+  const PlanTarget gpu;
+  const Recipe r = recipe(preset("llama3.2-1b"), 8, 2048);
+  const MemoryPlan plain = plan_memory(r, gpu);
+  for (int stage = 0; stage <= 3; stage++) {
+    const MemoryPlan one = plan_memory(on_gpus(r, 1, stage), gpu);
+    EXPECT_EQ(one.total_bytes, plain.total_bytes) << stage;
+    EXPECT_EQ(one.predicted_tokens_per_s, plain.predicted_tokens_per_s) << stage;
+    EXPECT_EQ(one.communication.bytes, 0) << stage;
+  }
+}
+
+TEST(ZeroPlan, EachStageShardsWhatItsFormulaSays) {
+  const PlanTarget gpu;
+  const ModelConfig cfg = preset("llama3.2-1b");
+  const Recipe r = recipe(cfg, 8, 2048);
+  const double P = double(ParamLayout::build(cfg).total), n = 4, unit = zero_unit_elements(cfg);
+  double total[4];
+  for (int stage = 0; stage <= 3; stage++) total[stage] = plan_memory(on_gpus(r, 4, stage), gpu).total_bytes;
+  EXPECT_EQ(total[0], plan_memory(r, gpu).total_bytes);               // 0: everything replicated
+  EXPECT_NEAR(total[0] - total[1], 12 * (P - P / n), 12 * n);         // 1: master weights, m and v / N
+  EXPECT_NEAR(total[1] - total[2], 4 * (P - (P / n + unit)), 4 * n);  // 2: + gradients / N, one unit whole
+  EXPECT_NEAR(total[2] - total[3], 2 * (P - (P / n + 2 * unit)), 2 * n);  // 3: + parameters / N, two units gathered
+  EXPECT_GT(total[0], total[1]);
+  EXPECT_GT(total[1], total[2]);
+  EXPECT_GT(total[2], total[3]);
+}
+
+TEST(ZeroPlan, CommunicationAtAKnownSize) {
+  const ModelConfig cfg = preset("llama3.2-1b");
+  Recipe r = on_gpus(recipe(cfg, 8, 2048), 8, 0);
+  const double P = double(ParamLayout::build(cfg).total), share = 7.0 / 8, link = 100e9;
+  const double unit = zero_unit_elements(cfg) / P;
+  // 0: an all-reduce of the f32 gradients, 2 (N-1)/N x 4P; hidden behind a backward long enough but for one unit's.
+  ZeroCommunication z = zero_communication(r, 1.0, 2.0, link);
+  EXPECT_DOUBLE_EQ(z.bytes, 2 * share * 4 * P);
+  EXPECT_DOUBLE_EQ(z.seconds, z.bytes / link);
+  EXPECT_DOUBLE_EQ(z.exposed_seconds, unit * z.seconds);
+  // With no compute to hide behind, all of it is exposed (and the unit once more: it never hides).
+  EXPECT_DOUBLE_EQ(zero_communication(r, 0, 0, link).exposed_seconds, (1 + unit) * z.seconds);
+  // 1: and the all-gather of the bf16 parameters after the update, exposed.
+  r.zero_stage = 1;
+  z = zero_communication(r, 1.0, 2.0, link);
+  EXPECT_DOUBLE_EQ(z.bytes, 2 * share * 4 * P + share * 2 * P);
+  EXPECT_DOUBLE_EQ(z.exposed_seconds, unit * 2 * share * 4 * P / link + share * 2 * P / link);
+  // 2 with two micro-steps: a reduce-scatter in each backward, one all-gather.
+  r.zero_stage = 2;
+  r.accumulation = 2;
+  EXPECT_DOUBLE_EQ(zero_communication(r, 1.0, 2.0, link).bytes, 2 * share * 4 * P + share * 2 * P);
+  // 3: the reduce-scatters, and the parameters gathered in every forward and every backward.
+  r.zero_stage = 3;
+  EXPECT_DOUBLE_EQ(zero_communication(r, 1.0, 2.0, link).bytes, 2 * (share * 4 * P + 2 * share * 2 * P));
+  EXPECT_EQ(interconnect_bandwidth("nvlink"), 360e9);
+  EXPECT_EQ(interconnect_bandwidth("pcie"), 25e9);
+  EXPECT_EQ(interconnect_bandwidth("pcie5"), 50e9);
+  EXPECT_THROW(interconnect_bandwidth("infiniband"), Error);
+}
+
+TEST(ZeroPlan, ExposedCommunicationSlowsTheRunAndTheBudgetSearchKeepsTheStage) {
+  PlanTarget target;
+  target.link_bandwidth = 25e9;
+  const Recipe r = recipe(preset("llama3.2-1b"), 8, 2048);
+  const MemoryPlan one = plan_memory(r, target), eight = plan_memory(on_gpus(r, 8, 0), target);
+  EXPECT_LT(eight.predicted_tokens_per_s, 8 * one.predicted_tokens_per_s);
+  EXPECT_GT(eight.predicted_tokens_per_s, one.predicted_tokens_per_s);
+  const MemoryPlan chosen = choose_plan(on_gpus(r, 8, 3), 8 * 8 * 2048, 16.0 * (1 << 30), target);
+  EXPECT_EQ(chosen.recipe.zero_stage, 3);
+  EXPECT_EQ(chosen.recipe.world_size, 8);
+  EXPECT_EQ(int64_t(chosen.recipe.batch) * chosen.recipe.accumulation, 8);
+}
+
 }  // namespace
 }  // namespace tk

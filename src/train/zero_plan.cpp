@@ -1,0 +1,55 @@
+// The ZeRO stages' communication (zero_plan.h).
+#include "train/zero_plan.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "model/grad_offload.h"
+#include "model/params.h"
+
+namespace tk {
+
+double interconnect_bandwidth(const std::string& name) {
+  if (name == "nvlink") return kNvlinkBusBandwidth;
+  if (name == "pcie" || name == "pcie4") return kPcie4BusBandwidth;
+  if (name == "pcie5") return kPcie5BusBandwidth;
+  fail("--interconnect is '{}': it must be nvlink, pcie (gen 4), pcie4 or pcie5", name);
+}
+
+double zero_unit_elements(const ModelConfig& c) {
+  const auto [outer, layer] = gradient_stage_elements(c, ParamLayout::build(c));
+  return double(std::max(outer, layer));
+}
+
+ZeroCommunication zero_communication(const Recipe& r, double forward_s, double backward_s, double link_bandwidth) {
+  ZeroCommunication z;
+  const double n = r.world_size;
+  if (n <= 1) return z;
+  const double P = double(ParamLayout::build(r.model).total), share = (n - 1) / n;
+  const double unit = std::min(1.0, zero_unit_elements(r.model) / P);  // the unit's share of every collective
+  const double gradients = 4 * P, parameters = 2 * P, accum = r.accumulation;
+  auto seconds = [&](double bytes) { return bytes / link_bandwidth; };
+  // A collective of `s` seconds beside `compute` seconds of work: the excess, and the unit nothing hides.
+  auto exposed = [&](double s, double compute, double unhidden) { return std::max(0.0, s - compute) + unhidden; };
+  if (r.zero_stage <= 1) {
+    const double all_reduce = 2 * share * gradients;
+    z.bytes = all_reduce;
+    z.exposed_seconds = exposed(seconds(all_reduce), backward_s, unit * seconds(all_reduce));
+  } else {
+    const double reduce_scatter = share * gradients;
+    const double gathers = r.zero_stage == 3 ? share * parameters : 0;  // each forward, and each backward
+    z.bytes = accum * (reduce_scatter + 2 * gathers);
+    z.exposed_seconds =
+        accum * (exposed(seconds(gathers), forward_s, unit * seconds(gathers)) +
+                 exposed(seconds(gathers + reduce_scatter), backward_s, unit * seconds(reduce_scatter)));
+  }
+  if (r.zero_stage == 1 || r.zero_stage == 2) {
+    const double all_gather = share * parameters;
+    z.bytes += all_gather;
+    z.exposed_seconds += seconds(all_gather);
+  }
+  z.seconds = seconds(z.bytes);
+  return z;
+}
+
+}  // namespace tk

@@ -1,0 +1,43 @@
+// The ZeRO stages as the planner counts them (issue: data parallel over N GPUs): what each stage divides by N in a
+// GPU's memory, and the bytes each GPU moves per optimizer step with the time of it that the backward cannot hide.
+// Ring collectives: an all-reduce of S bytes moves 2 (N-1)/N S per GPU, a reduce-scatter or an all-gather (N-1)/N S;
+// a link's bus bandwidth (what nccl-tests reports as busbw) times that is the collective's time.
+#pragma once
+#include <string>
+
+#include "train/recipe.h"
+
+namespace tk {
+
+// Bus bandwidth per GPU of the interconnects `plan --interconnect` names, bytes/s. NVLink 4 (H100/H200 SXM) is
+// 450 GB/s each way (NVIDIA's H100 datasheet: 900 GB/s bidirectional); NCCL's ring collectives reach ~80% of it
+// without NVLink SHARP, 360 GB/s. PCIe x16 through the host: 47 GB/s each way was measured host <-> GPU on the
+// H200 machine's PCIe 5 link (bench/NOTES.md), so 50 for gen 5 and half that, 25, for gen 4 ("pcie").
+constexpr double kNvlinkBusBandwidth = 360e9;
+constexpr double kPcie5BusBandwidth = 50e9;
+constexpr double kPcie4BusBandwidth = 25e9;
+// nvlink, pcie (gen 4), pcie4 or pcie5; a tk::Error for another name.
+double interconnect_bandwidth(const std::string& name);
+
+// The largest unit the data-parallel code moves or holds at once: a layer's parameters, or the embedding / LM head
+// group (model/grad_offload.h), in elements.
+double zero_unit_elements(const ModelConfig& c);
+
+// One GPU's share of the collectives of one optimizer step of r (r.world_size GPUs at r.zero_stage, r.accumulation
+// micro-steps), gradients in f32, parameters in bf16:
+//   0: all-reduce of the gradients after the last micro-step's backward;
+//   1: the same, then an all-gather of the updated bf16 parameters;
+//   2: a reduce-scatter of the gradients in every micro-step's backward, then the all-gather;
+//   3: a reduce-scatter in every backward, and the parameters all-gathered layer by layer in every forward and again
+//      in every backward (no all-gather after the update: each GPU updates its own shard).
+// Overlap: a collective that runs during the forward or the backward hides behind its compute (forward_s and
+// backward_s, one micro-step's); what exceeds that compute is exposed, and so is one unit's share that nothing can
+// hide (the last gradients reduced, the first layer gathered). The all-gather after the update is exposed in full.
+struct ZeroCommunication {
+  double bytes = 0;            // moved by one GPU per optimizer step
+  double seconds = 0;          // at the link's bus bandwidth
+  double exposed_seconds = 0;  // what overlap leaves on the step's critical path
+};
+ZeroCommunication zero_communication(const Recipe& r, double forward_s, double backward_s, double link_bandwidth);
+
+}  // namespace tk

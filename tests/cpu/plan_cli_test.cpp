@@ -1,0 +1,105 @@
+// `tokamak plan --gpu NAME` and `--gpus N --zero K` on the built binary: the small presets fit a 16 GB card with a
+// setting, an 8B model on a 12 GB card fits with offload or is refused with the reason, a name no card has (or several
+// have) is a usage error listing the names, and the ZeRO stages print side by side.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/fs.h"
+#include "data_testing.h"
+
+namespace tk {
+namespace {
+
+const std::string kTokamak = std::string(TK_BINARY_DIR) + "/tokamak";
+// The plans must not depend on this machine's memory (offload's page-locked limit).
+const std::string kHost = " --host-memory 64GiB";
+
+struct CliResult {
+  int status;
+  std::string out, err;
+};
+
+class PlanCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(kTokamak)) GTEST_SKIP() << kTokamak << " is not built";
+  }
+
+  CliResult plan(const std::string& args) const {
+    const std::string cmd =
+        kTokamak + " plan " + args + " > " + dir_.path("stdout") + " 2> " + dir_.path("stderr");
+    const int status = std::system(cmd.c_str());
+    return {WEXITSTATUS(status), fs::read_file(dir_.path("stdout")), fs::read_file(dir_.path("stderr"))};
+  }
+
+  testing::TempDir dir_;
+};
+
+bool has(const std::string& text, const std::string& words) { return text.find(words) != std::string::npos; }
+
+TEST_F(PlanCli, SmallPresetsFitASixteenGigabyteCard) {
+  for (const char* model : {"qwen2.5-0.5b", "llama3.2-1b"}) {
+    SCOPED_TRACE(model);
+    const CliResult r = plan(std::string("--gpu \"RTX 4080\" --model ") + model + " --seq 2048 --json" + kHost);
+    ASSERT_EQ(r.status, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["gpu"], "RTX 4080");
+    EXPECT_DOUBLE_EQ(j["budget_bytes"].get<double>(), 16.0 * (1ull << 30));
+    const nlohmann::json& chosen = j["chosen"];
+    EXPECT_TRUE(chosen["fits"].get<bool>());
+    EXPECT_LE(chosen["total_bytes"].get<double>(), 16.0 * (1ull << 30));
+    EXPECT_GT(chosen["predicted_tokens_per_s"].get<double>(), 0);
+    EXPECT_EQ(chosen["precision"].get<std::string>().rfind("fp8", 0), 0u) << chosen["precision"];  // Ada has FP8
+  }
+  const CliResult text = plan("--gpu \"rtx 4080\" --model llama3.2-1b --seq 2048" + kHost);
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_TRUE(has(text.out, "RTX 4080: 16 GiB, 716.8 GB/s, 97.5 TFLOP/s bf16, 194.9 TFLOP/s FP8")) << text.out;
+  EXPECT_TRUE(has(text.out, "predicted: ")) << text.out;
+  EXPECT_TRUE(has(text.out, "the first bounds it")) << text.out;
+}
+
+TEST_F(PlanCli, AnEightBillionModelOnATwelveGigabyteCardFitsWithOffloadOrIsRefused) {
+  const CliResult r = plan("--gpu \"RTX 3060\" --model llama3.1-8b --seq 2048 --batch 1 --json" + kHost);
+  if (r.status == 0) {
+    const nlohmann::json chosen = nlohmann::json::parse(r.out)["chosen"];
+    EXPECT_TRUE(chosen["fits"].get<bool>());
+    EXPECT_NE(chosen["offload"], "none");
+  } else {
+    EXPECT_EQ(r.status, 1) << r.err;
+    EXPECT_TRUE(has(r.err, "llama3.1-8b does not fit in 12.00 GiB")) << r.err;
+    EXPECT_TRUE(has(r.err, "is the largest part")) << r.err;
+  }
+}
+
+TEST_F(PlanCli, UnknownAndAmbiguousCardsAreUsageErrors) {
+  CliResult r = plan("--gpu \"RTX 9999\"");
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "error: --gpu \"RTX 9999\" is not a GPU tokamak knows; the GPUs are ")) << r.err;
+  EXPECT_TRUE(has(r.err, "\"RTX 4080\"")) << r.err;
+  r = plan("--gpu h100");
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "names several GPUs: \"H100 NVL\", \"H100 PCIe\", \"H100 SXM\"")) << r.err;
+  r = plan("--precision auto --fp8");
+  EXPECT_EQ(r.status, 2) << r.err;
+}
+
+TEST_F(PlanCli, ZeroStagesSideBySide) {
+  CliResult r = plan("--gpus 8 --model llama3.2-1b --seq 2048" + kHost);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "ZeRO stages side by side (nvlink interconnect, 360 GB/s bus bandwidth)")) << r.out;
+  EXPECT_TRUE(has(r.out, "memory per GPU")) << r.out;
+  r = plan("--gpus 8 --zero 3 --interconnect pcie --model llama3.2-1b --seq 2048 --json" + kHost);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json chosen = nlohmann::json::parse(r.out)["chosen"];
+  EXPECT_EQ(chosen["zero_stage"], 3);
+  EXPECT_EQ(chosen["world_size"], 8);
+  EXPECT_GT(chosen["communication_bytes_per_step"].get<double>(), 0);
+}
+
+}  // namespace
+}  // namespace tk
