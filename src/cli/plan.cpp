@@ -173,6 +173,45 @@ void print_stages(const std::vector<StagePlan>& stages, int gpus) {
     if (!s.plan) fmt::print("  {}\n", s.refusal);
 }
 
+void print_json(const tk::ModelConfig& cfg, const tk::GpuSpec& card, const tk::Recipe& recipe,
+                const std::vector<StagePlan>& stages, int64_t global, double budget, const tk::PlanTarget& target) {
+  nlohmann::ordered_json j;
+  j["model"] = cfg.name;
+  j["gpu"] = card.name;
+  j["budget_bytes"] = budget;
+  j["stages"] = nlohmann::ordered_json::array();
+  for (const StagePlan& s : stages)
+    j["stages"].push_back(s.plan ? to_json(*s.plan, budget, target) : nlohmann::ordered_json{{"refused", s.refusal}});
+  if (stages.size() == 1) {
+    j["chosen"] = to_json(*stages[0].plan, budget, target);
+    j["candidates"] = nlohmann::ordered_json::array();
+    tk::Recipe base = recipe;
+    base.zero_stage = stages[0].stage;
+    for (const tk::MemoryPlan& p : tk::plan_candidates(base, global, target))
+      j["candidates"].push_back(to_json(p, budget, target));
+  }
+  fmt::print("{}\n", j.dump(2));
+}
+
+void print_card(const tk::GpuSpec& card) {
+  fmt::print("{}: {:g} GiB, {:g} GB/s, {:g} TFLOP/s bf16, {}, compute capability {} (dense datasheet figures, cited in "
+             "src/train/gpu_specs.cpp)\n",
+             card.name, card.memory_gib, card.bandwidth_gbs, card.bf16_tflops,
+             card.fp8_tensor_cores() ? fmt::format("{:g} TFLOP/s FP8", card.fp8_tflops) : std::string("no FP8"),
+             card.compute_capability());
+}
+
+// The setting chosen (one stage's, or the fastest stage's), its memory, its speed and what bounds it.
+void print_chosen(const tk::MemoryPlan& chosen, double budget, const tk::PlanTarget& target) {
+  fmt::print("precision {}, {}", tk::precision_name(chosen.recipe), tk::format_plan(chosen, budget));
+  fmt::print("{}", tk::format_speed(chosen, target));
+  if (chosen.recipe.world_size > 1)
+    fmt::print("communication per optimizer step (ZeRO-{}): {} per GPU, {:.1f} ms at {:.0f} GB/s, {:.1f} ms exposed\n",
+               chosen.recipe.zero_stage, tk::format_bytes(chosen.communication.bytes),
+               chosen.communication.seconds * 1e3, target.link_bandwidth / 1e9,
+               chosen.communication.exposed_seconds * 1e3);
+}
+
 int run(const PlanFlags& f) {
   const tk::GpuSpec& card = find_card(f.gpu);
   const tk::ModelConfig cfg = tk::find_model_source(f.model).config;
@@ -182,67 +221,39 @@ int run(const PlanFlags& f) {
   const tk::Recipe recipe = plan_recipe(f, cfg, global, card, search);
   tk::PlanTarget target = plan_target(f, card, gpu);
   target.try_fp8 = search && card.fp8_tensor_cores();
-  const double budget = !f.budget.empty() ? tk::parse_bytes(f.budget)
+  const double budget = !f.budget.empty()       ? tk::parse_bytes(f.budget)
                         : f.gpu_given && gpu ? card.memory_gib * double(1ull << 30)
                                              : 0;
   target.choose_logits_chunk = budget > 0 && f.logits_chunk_mib == 0;
-  std::vector<int> stage_numbers = {std::max(f.zero, 0)};
-  if (f.gpus > 1 && f.zero < 0) stage_numbers = {0, 1, 2, 3};
   std::vector<StagePlan> stages;
-  for (int k : stage_numbers) stages.push_back(plan_stage(recipe, k, global, budget, target));
+  if (f.gpus > 1 && f.zero < 0)
+    for (int k = 0; k <= 3; k++) stages.push_back(plan_stage(recipe, k, global, budget, target));
+  else
+    stages.push_back(plan_stage(recipe, std::max(f.zero, 0), global, budget, target));
   if (stages.size() == 1 && !stages[0].plan) tk::fail("{}", stages[0].refusal);
   if (f.json) {
-    nlohmann::ordered_json j;
-    j["model"] = cfg.name;
-    j["gpu"] = card.name;
-    j["budget_bytes"] = budget;
-    j["stages"] = nlohmann::ordered_json::array();
-    for (const StagePlan& s : stages)
-      j["stages"].push_back(s.plan ? to_json(*s.plan, budget, target) : nlohmann::ordered_json{{"refused", s.refusal}});
-    if (stages.size() == 1) {
-      j["chosen"] = to_json(*stages[0].plan, budget, target);
-      j["candidates"] = nlohmann::ordered_json::array();
-      tk::Recipe base = recipe;
-      base.zero_stage = stage_numbers[0];
-      for (const tk::MemoryPlan& p : tk::plan_candidates(base, global, target))
-        j["candidates"].push_back(to_json(p, budget, target));
-    }
-    fmt::print("{}\n", j.dump(2));
+    print_json(cfg, card, recipe, stages, global, budget, target);
     return 0;
   }
-  if (gpu && f.gpu_given)
-    fmt::print("{}: {:g} GiB, {:g} GB/s, {:g} TFLOP/s bf16, {}, compute capability {} (dense datasheet figures, cited "
-               "in src/train/gpu_specs.cpp)\n",
-               card.name, card.memory_gib, card.bandwidth_gbs, card.bf16_tflops,
-               card.fp8_tensor_cores() ? fmt::format("{:g} TFLOP/s FP8", card.fp8_tflops) : std::string("no FP8"),
-               card.compute_capability());
+  if (gpu && f.gpu_given) print_card(card);
   if (!recipe.precision_note.empty()) fmt::print("{}\n", recipe.precision_note);
   fmt::print("{}: {} on {}{} ({}), global batch {} tokens\n", f.model, cfg.name,
              f.gpus > 1 ? fmt::format("{} x ", f.gpus) : "", gpu ? card.name : "the CPU",
              budget > 0 ? "budget " + tk::format_bytes(budget) + (f.gpus > 1 ? " each" : "") : "no budget", global);
+  const StagePlan* best = nullptr;
+  for (const StagePlan& s : stages)
+    if (s.plan && (!best || s.plan->predicted_tokens_per_s > best->plan->predicted_tokens_per_s)) best = &s;
   if (stages.size() > 1) {
     fmt::print("ZeRO stages side by side ({} interconnect, {:.0f} GB/s bus bandwidth):\n",
                f.link_gbs > 0 ? "given" : f.interconnect, target.link_bandwidth / 1e9);
     print_stages(stages, f.gpus);
-    const StagePlan* best = nullptr;
-    for (const StagePlan& s : stages)
-      if (s.plan && (!best || s.plan->predicted_tokens_per_s > best->plan->predicted_tokens_per_s)) best = &s;
-    if (!best) return 0;
+    TK_CHECK(best, "no ZeRO stage fits {} on each GPU", tk::format_bytes(budget));
     fmt::print("\nfastest: ZeRO-{}\n", best->stage);
-    stages = {*best};
   }
-  const tk::MemoryPlan& chosen = *stages[0].plan;
-  fmt::print("precision {}, ", tk::precision_name(chosen.recipe));
-  fmt::print("{}", tk::format_plan(chosen, budget));
-  fmt::print("{}", tk::format_speed(chosen, target));
-  if (chosen.recipe.world_size > 1)
-    fmt::print("communication per optimizer step (ZeRO-{}): {} per GPU, {:.1f} ms at {:.0f} GB/s, {:.1f} ms exposed\n",
-               chosen.recipe.zero_stage, tk::format_bytes(chosen.communication.bytes),
-               chosen.communication.seconds * 1e3, target.link_bandwidth / 1e9,
-               chosen.communication.exposed_seconds * 1e3);
+  print_chosen(*best->plan, budget, target);
   if (f.all || (budget > 0 && !f.gpu_given)) {
     tk::Recipe base = recipe;
-    base.zero_stage = chosen.recipe.zero_stage;
+    base.zero_stage = best->stage;
     print_settings_tried(tk::plan_candidates(base, global, target), budget, target);
   }
   return 0;
