@@ -152,7 +152,7 @@ PY
     grep "memory budget" /tmp/plan-run.log
   done | tee "$OUT/plan-measured.txt"
   for r in none norm,swiglu norm,swiglu,attention,qkv block; do
-    echo "plan $r: $($BUILD/tokamak plan --model llama3.2-1b --batch 8 --seq 2048 --gpu "NVIDIA H200" --bandwidth 4300 --json \
+    echo "plan $r: $($BUILD/tokamak plan --model llama3.2-1b --batch 8 --seq 2048 --gpu "NVIDIA H200" --bandwidth 4300 --precision bf16 --logits-chunk 512 --json \
       | python3 -c "import json,sys; j=json.load(sys.stdin); print([round(c['total_bytes']/2**30,2) for c in j['candidates'] if c['recompute']=='$r' and c['micro_batch']==8 and c['offload']=='none'][0], 'GiB', [round(c['predicted_tokens_per_s']) for c in j['candidates'] if c['recompute']=='$r' and c['micro_batch']==8 and c['offload']=='none'][0], 'tok/s')")"
   done | tee -a "$OUT/plan-measured.txt"
   echo "plan: $(( $(date +%s) - start ))s"; pack

@@ -63,7 +63,8 @@ tk::Recipe bench_recipe(const BenchOptions& o, const tk::ModelConfig& cfg, bool 
   r.seq = o.seq;
   r.optimizer.moments = tk::parse_moments(o.moments);
   r.backend.precision = tk::resolve_precision(o.precision, o.fp8, o.fp8_scaling, o.fp8_margin, o.fp8_lm_head,
-                                             tk::current_precision_device(gpu), cfg, o.batch, o.seq, r.precision_note);
+                                             gpu ? tk::current_gpu() : std::nullopt, cfg, o.batch, o.seq,
+                                             r.precision_note);
   r.backend.gemm_tuning = o.gemm_tuning;
   if (o.logits_chunk_mib > 0) r.backend.logits_chunk_bytes = size_t(o.logits_chunk_mib) << 20;
   return r;

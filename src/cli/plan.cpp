@@ -92,7 +92,9 @@ tk::Recipe plan_recipe(const PlanFlags& f, const tk::ModelConfig& cfg, int64_t g
   r.doc_mask = f.doc_mask;
   r.optimizer.moments = tk::parse_moments(f.moments);
   if (!search) {
-    tk::PrecisionDevice device{r.gpu, card.name, card.cc_major, card.cc_minor};
+    std::optional<tk::GpuInfo> device;
+    if (r.gpu)
+      device = tk::GpuInfo{card.name, card.sms, card.cc_major, card.cc_minor, size_t(card.memory_gib * (1ull << 30))};
     r.backend.precision = tk::resolve_precision(f.precision, f.fp8, f.fp8_scaling, 1, f.fp8_lm_head, device, cfg,
                                                 f.batch, f.seq, r.precision_note);
     TK_CHECK(!r.backend.precision.fp8 || card.fp8_tensor_cores(),
@@ -273,7 +275,8 @@ void add_options(CLI::App& app, PlanFlags& f) {
                   {"cuda", "cpu"})
       ->capture_default_str();
   app.add_option("--gpu", f.gpu,
-                 "The GPU planned for, by name (case-insensitive, a unique prefix will do: \"RTX 4080\", \"A100 80\"): its "
+                 "The GPU planned for, by name (case-insensitive, a unique prefix will do: \"RTX 4080\", \"A100 80\"): "
+                 "its "
                  "memory is the budget, its rates time the step, and without --precision the faster of bf16 and FP8 "
                  "is chosen where it has FP8 (the default card is planned with no budget, in the given precision)")
       ->capture_default_str();
@@ -285,11 +288,12 @@ void add_options(CLI::App& app, PlanFlags& f) {
                  "(default: the four side by side)")
       ->check(CLI::Range(0, 3));
   tk::cli::one_of(app.add_option("--interconnect", f.interconnect,
-                                 "The GPUs' link: nvlink (360 GB/s bus bandwidth), pcie (gen 4 x16, 25 GB/s), pcie4, or "
-                                 "pcie5 (50 GB/s); docs/plan.md says where the figures come from"),
+                                 "The GPUs' link: nvlink (360 GB/s bus bandwidth), pcie (gen 4 x16, 25 GB/s), pcie4, "
+                                 "or pcie5 (50 GB/s); docs/plan.md says where the figures come from"),
                   {"nvlink", "pcie", "pcie4", "pcie5"})
       ->capture_default_str();
-  app.add_option("--link-bandwidth", f.link_gbs, "Measured bus bandwidth between the GPUs in GB/s (replaces --interconnect's)");
+  app.add_option("--link-bandwidth", f.link_gbs,
+                 "Measured bus bandwidth between the GPUs in GB/s (replaces --interconnect's)");
   app.add_option("--matmul-efficiency", f.efficiency,
                  "Achieved share of the peak on the GEMMs, for the speed prediction (measured on the H200)")
       ->capture_default_str();
@@ -322,7 +326,8 @@ void add_options(CLI::App& app, PlanFlags& f) {
       ->check(CLI::IsMember({"current", "delayed"}))
       ->capture_default_str();
   tk::cli::one_of(app.add_option("--moments", f.moments,
-                                 "AdamW's m and v as train --moments: f32, bf16 or int8 (every setting tried keeps it)"),
+                                 "AdamW's m and v as train --moments: f32, bf16 or int8 (every setting tried keeps "
+                                 "it)"),
                   {"f32", "bf16", "int8"})
       ->capture_default_str();
   app.add_flag("--all", f.all, "List every setting tried");

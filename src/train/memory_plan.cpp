@@ -378,7 +378,8 @@ std::string format_speed(const MemoryPlan& p, const PlanTarget& t) {
       {s.memory, fmt::format("memory-bound ops: bytes at {:.0f} GB/s", t.bandwidth / 1e9)},
       {s.optimizer, fmt::format("the optimizer step: bytes at {:.0f} GB/s", t.bandwidth / 1e9)},
       {s.offload, fmt::format("offload transfers: bytes at {:.0f} GB/s each way", t.host_bandwidth / 1e9)},
-      {s.communication, fmt::format("exposed communication: bytes at {:.0f} GB/s bus bandwidth", t.link_bandwidth / 1e9)}};
+      {s.communication,
+       fmt::format("exposed communication: bytes at {:.0f} GB/s bus bandwidth", t.link_bandwidth / 1e9)}};
   std::stable_sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.seconds > b.seconds; });
   std::string out = "the step's parts, the first bounds it (efficiencies measured on the H200, memory_plan.h):\n";
   for (const Part& part : parts)

@@ -6,7 +6,6 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "ops/device_info.h"
 #include "train/gpu_specs.h"
 #include "train/memory_plan.h"
 
@@ -25,21 +24,10 @@ double predicted_tokens_per_s(const ModelConfig& model, int batch, int seq, cons
 
 }  // namespace
 
-PrecisionDevice current_precision_device(bool gpu) {
-  PrecisionDevice d;
-  if (!gpu) return d;
-  d.gpu = true;
-  if (const std::optional<GpuInfo> g = current_gpu()) {
-    d.name = g->name;
-    d.cc_major = g->cc_major;
-    d.cc_minor = g->cc_minor;
-  }
-  return d;
-}
-
-PrecisionChoice choose_precision(const PrecisionDevice& device, const ModelConfig& model, int batch, int seq,
+PrecisionChoice choose_precision(const std::optional<GpuInfo>& gpu, const ModelConfig& model, int batch, int seq,
                                  bool delayed_scaling) {
-  if (!device.gpu) return {false, false, "precision auto: f32 (the CPU backend computes in float32)"};
+  if (!gpu) return {false, false, "precision auto: f32 (the CPU backend computes in float32)"};
+  const GpuInfo& device = *gpu;
   if (!device.fp8_tensor_cores())
     return {false, false,
             fmt::format("precision auto: bf16: {} (compute capability {}.{}) has no FP8 tensor cores (they start at "
@@ -85,8 +73,8 @@ PrecisionChoice choose_precision(const PrecisionDevice& device, const ModelConfi
 }
 
 Precision resolve_precision(const std::string& precision, bool fp8, const std::string& scaling, int margin,
-                            bool lm_head, const PrecisionDevice& device, const ModelConfig& model, int batch, int seq,
-                            std::string& note) {
+                            bool lm_head, const std::optional<GpuInfo>& gpu, const ModelConfig& model, int batch,
+                            int seq, std::string& note) {
   note.clear();
   const std::string asked = fp8 ? "fp8" : precision.empty() ? kDefaultPrecision : precision;
   TK_CHECK(asked == "auto" || asked == "bf16" || asked == "fp8", "--precision is '{}': it must be auto, bf16 or fp8",
@@ -94,7 +82,7 @@ Precision resolve_precision(const std::string& precision, bool fp8, const std::s
   TK_CHECK(!lm_head || asked == "fp8",
            "--fp8-lm-head puts the LM head's GEMMs in FP8 with the linears': it needs --fp8 (or --precision fp8)");
   if (asked != "auto") return Precision::parse(asked == "fp8", scaling, margin, lm_head);
-  const PrecisionChoice choice = choose_precision(device, model, batch, seq, scaling != "current");
+  const PrecisionChoice choice = choose_precision(gpu, model, batch, seq, scaling != "current");
   note = choice.reason;
   return Precision::parse(choice.fp8, scaling, margin, choice.lm_head);
 }

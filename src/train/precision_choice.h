@@ -3,10 +3,12 @@
 // model and the micro-batch that says why it chose what it chose.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "model/config.h"
 #include "ops/backend.h"
+#include "ops/device_info.h"
 
 namespace tk {
 
@@ -14,35 +16,25 @@ namespace tk {
 // seed spread of bf16, bench/NOTES.md) holds with it on the GPU machine: this line is the switch.
 inline constexpr const char* kDefaultPrecision = "bf16";
 
-// The device auto chooses for: a GPU's name and compute capability, or the CPU.
-struct PrecisionDevice {
-  bool gpu = false;
-  std::string name;
-  int cc_major = 0, cc_minor = 0;
-  // FP8 tensor cores, and cuBLASLt's FP8 GEMMs on them, from compute capability 8.9 (Ada, Hopper, Blackwell).
-  bool fp8_tensor_cores() const { return gpu && cc_major * 10 + cc_minor >= 89; }
-};
-// This process's device: the current CUDA GPU when `gpu`, else the CPU.
-PrecisionDevice current_precision_device(bool gpu);
-
 struct PrecisionChoice {
   bool fp8 = false;      // the linears' GEMMs in FP8
   bool lm_head = false;  // and the LM head's
   std::string reason;    // one line: "precision auto: fp8 (linears and LM head): ..."
 };
 
-// auto: FP8 for the linears (and the LM head) where the device has FP8 tensor cores, every linear's shape at this
-// micro-batch takes the FP8 path (ops/cuda/fp8_shapes.h) and the plan's speed model predicts a gain over bf16
-// (memory_plan.h, with the device's rates when the GPU table knows it); bf16 elsewhere, f32 on the CPU.
-PrecisionChoice choose_precision(const PrecisionDevice& device, const ModelConfig& model, int batch, int seq,
+// auto for a GPU (its name and compute capability; nothing: the CPU): FP8 for the linears (and the LM head) where it
+// has FP8 tensor cores (GpuInfo::fp8_tensor_cores), every linear's shape at this micro-batch takes the FP8 path
+// (ops/cuda/fp8_shapes.h) and the plan's speed model predicts a gain over bf16 (memory_plan.h, with the GPU's rates
+// when the GPU table knows it); bf16 elsewhere, f32 on the CPU.
+PrecisionChoice choose_precision(const std::optional<GpuInfo>& gpu, const ModelConfig& model, int batch, int seq,
                                  bool delayed_scaling);
 
 // The precision of the flags --precision (auto, bf16, fp8; "" is kDefaultPrecision), --fp8 (precision fp8, which the
 // command lines do not let --precision contradict), --fp8-scaling, --fp8-margin and --fp8-lm-head (fp8's LM head
-// too) for the model at micro-batch batch x seq on `device`. auto's line goes to `note` ("" otherwise); a tk::Error
-// for an unknown precision and for --fp8-lm-head with another precision than fp8.
+// too) for the model at micro-batch batch x seq on `gpu` (nothing: the CPU). auto's line goes to `note` ("" otherwise);
+// a tk::Error for an unknown precision and for --fp8-lm-head with another precision than fp8.
 Precision resolve_precision(const std::string& precision, bool fp8, const std::string& scaling, int margin,
-                            bool lm_head, const PrecisionDevice& device, const ModelConfig& model, int batch, int seq,
-                            std::string& note);
+                            bool lm_head, const std::optional<GpuInfo>& gpu, const ModelConfig& model, int batch,
+                            int seq, std::string& note);
 
 }  // namespace tk

@@ -69,7 +69,7 @@ Recipe train_recipe(const TrainConfig& c, const ModelConfig& model, bool gpu) {
   r.optimizer.offload_chunk = c.offload_chunk;
   r.set_offload(c.offload);
   r.backend.precision = resolve_precision(c.precision, c.fp8, c.fp8_scaling, c.fp8_margin, c.fp8_lm_head,
-                                         current_precision_device(gpu), model, r.batch, r.seq, r.precision_note);
+                                         gpu ? current_gpu() : std::nullopt, model, r.batch, r.seq, r.precision_note);
   r.backend.gemm_tuning = c.gemm_tuning;
   if (c.logits_chunk_mib > 0) r.backend.logits_chunk_bytes = size_t(c.logits_chunk_mib) << 20;
   return r;

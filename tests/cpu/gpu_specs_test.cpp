@@ -1,5 +1,6 @@
-// The GPU table: a user's name finds one card (exactly, by a unique prefix, or by its CUDA device name), an ambiguous
-// one finds them all, and the cards the planner promises are there with FP8 exactly where the compute capability has it.
+// The GPU table: a user's name finds one card (exactly, by a unique prefix, or by its CUDA device name), an
+// ambiguous one finds them all, and the cards the planner promises are there, with FP8 exactly where the compute
+// capability has it.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -33,9 +34,9 @@ TEST(GpuSpecs, NamesFindOneCard) {
 }
 
 TEST(GpuSpecs, TheCardsPlannedForAreThere) {
-  for (const char* card : {"RTX 3060 12GB", "RTX 3080", "RTX 3090", "RTX 4060 Ti 16GB", "RTX 4070 Ti SUPER",
-                           "RTX 4080", "RTX 4090", "RTX 5080", "RTX 5090", "A10", "A100 40GB", "A100 80GB", "L4", "L40S",
-                           "H100 SXM", "H100 PCIe", "H200"}) {
+  for (const char* card : {"RTX 3060 12GB", "RTX 3080", "RTX 3090", "RTX 4060 Ti 16GB", "RTX 4070 Ti SUPER", "RTX 4080",
+                           "RTX 4090", "RTX 5080", "RTX 5090", "A10", "A100 40GB", "A100 80GB", "L4", "L40S", "H100 SXM",
+                           "H100 PCIe", "H200"}) {
     const std::vector<const GpuSpec*> found = find_gpu_specs(card);
     ASSERT_EQ(found.size(), 1u) << card;
     const GpuSpec& g = *found[0];

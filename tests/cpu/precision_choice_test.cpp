@@ -14,11 +14,11 @@ namespace {
 
 bool has(const std::string& text, const std::string& words) { return text.find(words) != std::string::npos; }
 
-PrecisionDevice gpu(const std::string& name, int major, int minor) { return {true, name, major, minor}; }
+GpuInfo gpu(const std::string& name, int major, int minor) { return {name, 0, major, minor, 0}; }
 
 TEST(PrecisionChoice, AmpereHasNoFp8) {
   const ModelConfig cfg = ModelConfig::preset("llama3.2-1b");
-  for (const PrecisionDevice& d : {gpu("NVIDIA A100-SXM4-80GB", 8, 0), gpu("NVIDIA GeForce RTX 3090", 8, 6)}) {
+  for (const GpuInfo& d : {gpu("NVIDIA A100-SXM4-80GB", 8, 0), gpu("NVIDIA GeForce RTX 3090", 8, 6)}) {
     const PrecisionChoice c = choose_precision(d, cfg, 8, 2048, true);
     EXPECT_FALSE(c.fp8) << d.name;
     EXPECT_TRUE(has(c.reason, "precision auto: bf16: " + d.name)) << c.reason;
@@ -29,7 +29,7 @@ TEST(PrecisionChoice, AmpereHasNoFp8) {
 TEST(PrecisionChoice, AdaHopperAndBlackwellTakeFp8WithTheLmHead) {
   for (const char* preset : {"qwen2.5-0.5b", "llama3.2-1b"}) {
     const ModelConfig cfg = ModelConfig::preset(preset);
-    for (const PrecisionDevice& d : {gpu("NVIDIA GeForce RTX 4090", 8, 9), gpu("NVIDIA L4", 8, 9),
+    for (const GpuInfo& d : {gpu("NVIDIA GeForce RTX 4090", 8, 9), gpu("NVIDIA L4", 8, 9),
                                      gpu("NVIDIA H200", 9, 0), gpu("NVIDIA GeForce RTX 5090", 12, 0),
                                      gpu("A GPU the table lacks", 8, 9)}) {
       const PrecisionChoice c = choose_precision(d, cfg, 8, 2048, true);
@@ -43,7 +43,8 @@ TEST(PrecisionChoice, AdaHopperAndBlackwellTakeFp8WithTheLmHead) {
 
 TEST(PrecisionChoice, ShapesOffTheFp8PathStayBf16) {
   // 100 tokens a micro-batch: cuBLASLt's FP8 GEMMs need multiples of 16.
-  const PrecisionChoice c = choose_precision(gpu("NVIDIA H200", 9, 0), ModelConfig::preset("llama3.2-1b"), 1, 100, true);
+  const PrecisionChoice c =
+      choose_precision(gpu("NVIDIA H200", 9, 0), ModelConfig::preset("llama3.2-1b"), 1, 100, true);
   EXPECT_FALSE(c.fp8);
   EXPECT_TRUE(has(c.reason, "precision auto: bf16: the linears of this shape do not take the FP8 path")) << c.reason;
   EXPECT_TRUE(has(c.reason, "100 tokens a micro-batch")) << c.reason;
@@ -54,14 +55,14 @@ TEST(PrecisionChoice, ShapesOffTheFp8PathStayBf16) {
 }
 
 TEST(PrecisionChoice, TheCpuComputesInF32) {
-  const PrecisionChoice c = choose_precision(PrecisionDevice{}, ModelConfig::preset("llama3.2-1b"), 8, 2048, true);
+  const PrecisionChoice c = choose_precision(std::nullopt, ModelConfig::preset("llama3.2-1b"), 8, 2048, true);
   EXPECT_FALSE(c.fp8);
   EXPECT_EQ(c.reason, "precision auto: f32 (the CPU backend computes in float32)");
 }
 
 TEST(PrecisionChoice, FlagsResolveToOnePrecision) {
   const ModelConfig cfg = ModelConfig::preset("llama3.2-1b");
-  const PrecisionDevice h200 = gpu("NVIDIA H200", 9, 0);
+  const GpuInfo h200 = gpu("NVIDIA H200", 9, 0);
   std::string note;
   auto resolve = [&](const std::string& precision, bool fp8, bool lm_head) {
     return resolve_precision(precision, fp8, "delayed", 1, lm_head, h200, cfg, 8, 2048, note);
@@ -78,7 +79,7 @@ TEST(PrecisionChoice, FlagsResolveToOnePrecision) {
   EXPECT_TRUE(has(note, "precision auto: fp8")) << note;
   EXPECT_THROW(resolve("bf16", false, true), Error);  // --fp8-lm-head needs fp8
   EXPECT_THROW(resolve("fp16", false, false), Error);
-  resolve_precision("auto", false, "delayed", 1, false, PrecisionDevice{}, cfg, 8, 2048, note);
+  resolve_precision("auto", false, "delayed", 1, false, std::nullopt, cfg, 8, 2048, note);
   EXPECT_TRUE(has(note, "f32")) << note;
 }
 
