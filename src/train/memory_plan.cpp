@@ -314,10 +314,11 @@ MemoryPlan choose_plan(const Recipe& base, int64_t global_tokens, double budget_
   const Recipe& r = smallest->recipe;
   const MomentPrecision moments = base.optimizer.moments;
   if (smallest->total_bytes <= budget_bytes)  // only the host memory stood in the way
-    fail("{} fits {} on the device only by offloading, which needs {} of page-locked host memory (micro-batch {} x "
+    fail("{} fits {} on the device only by offloading, which needs {} of page-locked host memory{} (micro-batch {} x "
          "{}, recompute {}, offload {}, {} moments); this machine allows {} (80% of its memory); {}more host memory "
          "would be needed",
-         base.model.name, human(budget_bytes), human(smallest->host_bytes), r.batch, r.seq, r.recompute.describe(),
+         base.model.name, human(budget_bytes), human(smallest->host_bytes_of_all_gpus()),
+         r.world_size > 1 ? fmt::format(" for its {} GPUs", r.world_size) : "", r.batch, r.seq, r.recompute.describe(),
          r.offload_name(), moments_name(moments), human(target.host_memory_limit),
          moments == MomentPrecision::Int8 ? "" : "narrower optimizer moments (--moments bf16 or int8) or ");
   const PlanRow* top = nullptr;  // the largest part on the device

@@ -98,10 +98,12 @@ struct MemoryPlan {
   double host_bytes = 0;  // the host rows' sum
   StepTimes time;
   ZeroCommunication communication;  // one GPU's, per optimizer step (nothing on one GPU)
-  // Fits the device budget, and the host memory limit when offloading.
+  // Fits the device budget, and the host memory limit when offloading: every GPU's host rows, the GPUs of a
+  // data-parallel plan sharing one host (train --gpus N).
+  double host_bytes_of_all_gpus() const { return host_bytes * recipe.world_size; }
   bool fits(double budget_bytes, const PlanTarget& target) const {
     return (budget_bytes <= 0 || total_bytes <= budget_bytes) &&
-           (target.host_memory_limit <= 0 || host_bytes <= target.host_memory_limit);
+           (target.host_memory_limit <= 0 || host_bytes_of_all_gpus() <= target.host_memory_limit);
   }
 };
 
