@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "core/bf16.h"
 #include "core/error.h"
 
 namespace tk::dist {
@@ -22,19 +23,8 @@ struct Plain {
 struct Bf16 {
   using Elem = uint16_t;
   using Accum = float;
-  static float load(uint16_t h) {
-    const uint32_t bits = uint32_t(h) << 16;
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
-  }
-  static uint16_t store(float f) {
-    uint32_t bits;
-    std::memcpy(&bits, &f, 4);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return uint16_t((bits >> 16) | 0x40);
-    bits += 0x7fffu + ((bits >> 16) & 1u);
-    return uint16_t(bits >> 16);
-  }
+  static float load(uint16_t h) { return bf16_to_float(h); }
+  static uint16_t store(float f) { return float_to_bf16(f); }
 };
 
 template <class E>

@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/bf16.h"
 #include "core/checked.h"
 #include "core/error.h"
 #include "core/fs.h"
@@ -83,17 +84,6 @@ int64_t first_non_finite(const float* v, int64_t n) {
   for (int64_t i = 0; i < n; i++)
     if (!std::isfinite(v[i])) return i;
   return n;
-}
-
-float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(uint32_t(h) << 16); }
-
-// Round to nearest, ties to even: add 0x7fff plus the lowest kept bit, then truncate. NaNs keep
-// their sign and stay NaN (the quiet bit is set so that truncation cannot make an infinity).
-uint16_t f32_to_bf16(float f) {
-  uint32_t u = std::bit_cast<uint32_t>(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x0040u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
 }
 
 float f16_to_f32(uint16_t h) {
@@ -320,7 +310,7 @@ void SafeTensorsFile::read_f32(const SafeTensorInfo& t, float* dst) const {
   if (t.dtype == "F32") {
     std::memcpy(dst, src, size_t(n) * 4);
   } else if (t.dtype == "BF16") {
-    convert_to_f32<uint16_t>(dst, src, n, bf16_to_f32);
+    convert_to_f32<uint16_t>(dst, src, n, bf16_to_float);
   } else if (t.dtype == "F16") {
     convert_to_f32<uint16_t>(dst, src, n, f16_to_f32);
   } else if (t.dtype == "F64") {
@@ -373,7 +363,7 @@ void SafeTensorsWriter::add_f32_as_bf16(const std::string& name, std::vector<int
   Entry& e = add_entry(name, "BF16", std::move(shape), size_t(n) * 2);
   e.owned.resize(e.nbytes);
   for (int64_t i = 0; i < n; i++) {
-    uint16_t h = f32_to_bf16(data[i]);
+    uint16_t h = float_to_bf16(data[i]);
     std::memcpy(e.owned.data() + 2 * i, &h, 2);
   }
 }

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/bf16.h"
 #include "ops/cpu/cpu_ops.h"
 
 namespace tk {
@@ -10,22 +11,6 @@ namespace tk {
 namespace {
 
 constexpr size_t kAlignment = 256;
-
-// bf16 is the top half of a float32; rounding to nearest even on the dropped half (NaN stays NaN).
-uint16_t float_to_bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return uint16_t((bits >> 16) | 0x40);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return uint16_t(bits >> 16);
-}
-
-float bf16_to_float(uint16_t h) {
-  uint32_t bits = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 
 void check_float_tensor(const Tensor& t, const char* op) {
   TK_CHECK(!t.empty(), "{}: the tensor is missing", op);
