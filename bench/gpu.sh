@@ -21,7 +21,7 @@ if has moments; then
   # A 1B model's step time and peak memory with AdamW moments in f32, bf16 and int8.
   for m in f32 bf16 int8; do
     echo "bench llama3.2-1b --moments $m: $($BUILD/tokamak bench --model llama3.2-1b --batch 8 --seq 2048 \
-      --device cuda --moments $m 2>&1 | tail -1)"
+      --device cuda --precision bf16 --moments $m 2>&1 | tail -1)"
   done | tee "$OUT/moments-bench.txt"
   echo "moments: $(( $(date +%s) - start ))s"; pack
 fi
@@ -107,7 +107,7 @@ if has tuning; then
   export XDG_CACHE_HOME=/tmp/tk-tuning-cache; rm -rf $XDG_CACHE_HOME
   for m in ${TUNING_MODELS:-qwen2.5-0.5b llama3.2-1b}; do
     for flags in "--no-gemm-tuning" "--gemm-tuning" "--gemm-tuning"; do
-      echo "$m ${flags:-heuristic}: $($BUILD/tokamak bench --model $m --batch 8 --seq 2048 --device cuda $flags 2>&1 | grep -E "GEMM tuning|tok/s" | tr '\n' ' ')"
+      echo "$m ${flags:-heuristic}: $($BUILD/tokamak bench --model $m --batch 8 --seq 2048 --device cuda --precision bf16 $flags 2>&1 | grep -E "GEMM tuning|tok/s" | tr '\n' ' ')"
     done
   done | tee "$OUT/tuning.txt"
   cp $XDG_CACHE_HOME/tokamak/gemm-algorithms.json "$OUT/" 2>/dev/null; unset XDG_CACHE_HOME
@@ -128,7 +128,7 @@ if has chunks; then
   # rows), 1 GiB and 2 GiB: fewer passes over the f32 LM-head gradient and larger GEMMs, for more memory.
   for mib in 512 1024 2048; do
     echo "logits chunk $mib MiB: $($BUILD/tokamak bench --model qwen2.5-0.5b --batch 8 --seq 2048 --device cuda \
-      --logits-chunk $mib 2>&1 | tail -1)"
+      --precision bf16 --logits-chunk $mib 2>&1 | tail -1)"
   done | tee "$OUT/chunks.txt"
   echo "chunks: $(( $(date +%s) - start ))s"; pack
 fi

@@ -7,7 +7,8 @@
 # (gpt2-small-llama 16 x 1024), or BATCH and SEQ for all. peer-modes: by default compile, and compile-fp8 and
 # compile-fp8-rowwise when `bench/torch_peer.py --check-torchao` passes (TORCHAO_PATH, default .shared/torchao).
 # tokamak runs each config in bf16, with --fp8 (FP8 linears, delayed scaling) and with --fp8 --fp8-scaling current,
-# unless NO_FP8=1 (PRECS picks among bf16, fp8, fp8c and fp8h: --fp8 --fp8-lm-head). TK_BENCH_FLAGS adds flags to
+# unless NO_FP8=1 (PRECS picks among bf16, fp8, fp8c and fp8h: --fp8 --fp8-lm-head; bf16 is --precision bf16, since
+# the default, auto, takes FP8 where it pays). TK_BENCH_FLAGS adds flags to
 # every tokamak run (e.g. "--logits-chunk 1024"), CONFIG_FLAGS to one config's only, e.g.
 # CONFIG_FLAGS="qwen2.5-0.5b=--logits-chunk 2048;llama3.2-1b=--moments bf16". NO_PEER=1 skips the peer; STEPS (10)
 # timed steps each. Results in $OUT: table.md, tokamak.jsonl, peer.jsonl, and the logs in bench-logs.tgz (inside
@@ -42,7 +43,7 @@ for c in ${CONFIGS//,/ }; do
   # fp8c: FP8 with current scaling (--fp8-scaling current); fp8h: the LM head's GEMMs in FP8 too (--fp8-lm-head).
   precs=${PRECS:-"bf16 fp8 fp8c"}; [ -n "${NO_FP8:-}" ] && precs=bf16
   for prec in $precs; do
-    flags=(); [ "$prec" = fp8 ] && flags=(--fp8); [ "$prec" = fp8c ] && flags=(--fp8 --fp8-scaling current)
+    flags=(--precision bf16); [ "$prec" = fp8 ] && flags=(--fp8); [ "$prec" = fp8c ] && flags=(--fp8 --fp8-scaling current)
     [ "$prec" = fp8h ] && flags=(--fp8 --fp8-lm-head)
     $BUILD/tokamak bench --model "$c" --batch $B --seq $T --steps "$STEPS" --json "${flags[@]}" "${cflags[@]}" ${TK_BENCH_FLAGS:-} \
       2> "$LOGS/tokamak-$c-$prec.log" | tee -a "$OUT/tokamak.jsonl" \

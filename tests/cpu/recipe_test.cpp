@@ -20,18 +20,18 @@
 namespace tk {
 namespace {
 
-// --precision: bf16 by default, auto's choice with its line (on the CPU: f32), fp8 as --fp8.
+// --precision: auto by default, with its line (on the CPU: f32), bf16 as asked, fp8 as --fp8.
 TEST(Recipe, PrecisionFlagsGiveTheBackendsPrecision) {
   TrainConfig c;
   const ModelConfig qwen = ModelConfig::preset("qwen2.5-0.5b");
-  EXPECT_EQ(c.precision, "bf16");
+  EXPECT_EQ(c.precision, "auto");
   Recipe r = train_recipe(c, qwen, false);
   EXPECT_FALSE(r.backend.precision.fp8);
-  EXPECT_TRUE(r.precision_note.empty());
-  c.precision = "auto";
+  EXPECT_EQ(r.precision_note, "precision auto: f32 (the CPU backend computes in float32)");
+  c.precision = "bf16";
   r = train_recipe(c, qwen, false);
   EXPECT_FALSE(r.backend.precision.fp8);
-  EXPECT_EQ(r.precision_note, "precision auto: f32 (the CPU backend computes in float32)");
+  EXPECT_TRUE(r.precision_note.empty());
   c.precision = "fp8";
   c.fp8_lm_head = true;
   r = train_recipe(c, qwen, true);

@@ -31,7 +31,7 @@ fi
 if has curve && [ -f data/brown/meta.json ]; then
   # 300 steps of the tiny model on Brown: CUDA bf16 against the CPU fp32 reference, and CUDA twice.
   CURVE=(train --data data/brown --model tiny --batch 4 --seq 128 --steps 300 --lr 3e-3 --warmup 10
-         --eval-every 0 --eval-tokens 0 --save-every 0 --seed 7 --overwrite)
+         --eval-every 0 --eval-tokens 0 --save-every 0 --seed 7 --overwrite --precision bf16)
   $BUILD/tokamak "${CURVE[@]}" --device cpu --out "$OUT/curve-cpu" > "$OUT/curve-cpu.log" 2>&1 &
   $BUILD/tokamak "${CURVE[@]}" --device cuda --out "$OUT/curve-cuda" > "$OUT/curve-cuda.log" 2>&1
   $BUILD/tokamak "${CURVE[@]}" --device cuda --out "$OUT/curve-cuda2" > "$OUT/curve-cuda2.log" 2>&1
@@ -51,7 +51,7 @@ if has moments && [ -f data/brown/meta.json ]; then
   # last 50 steps), with a second f32 run from another seed for the spread that a different start gives (their
   # step time and memory: bench/gpu.sh moments).
   MOM=(train --data data/brown --model gpt2-small-llama --batch 8 --seq 512 --steps 300 --lr 1e-3 --warmup 20
-       --eval-every 0 --eval-tokens 0 --save-every 0 --overwrite --device cuda)
+       --eval-every 0 --eval-tokens 0 --save-every 0 --overwrite --device cuda --precision bf16)
   for m in f32 bf16 int8 f32:8; do
     seed=7; [[ $m == *:* ]] && seed=${m#*:}
     $BUILD/tokamak "${MOM[@]}" --seed $seed --moments ${m%:*} --out "$OUT/moments-$m" > "$OUT/moments-$m.log" 2>&1 \
@@ -130,7 +130,7 @@ if has fp8 && [ -f data/brown/meta.json ]; then
   # fp8m: delayed scaling with --fp8-margin 0 (no headroom; the default is 1).
   for r in bf16:7 fp8:7 fp8b:7 fp8d:7 fp8m:7 bf16:8; do
     p=${r%:*}; flags=(--save-every 0)
-    case $p in fp8) flags+=(--fp8 --fp8-scaling current) ;; fp8b) flags+=(--fp8) ;; fp8m) flags+=(--fp8 --fp8-margin 0) ;; fp8d) flags=(--fp8 --fp8-scaling delayed --save-every 150) ;; esac
+    case $p in bf16) flags+=(--precision bf16) ;; fp8) flags+=(--fp8 --fp8-scaling current) ;; fp8b) flags+=(--fp8) ;; fp8m) flags+=(--fp8 --fp8-margin 0) ;; fp8d) flags=(--fp8 --fp8-scaling delayed --save-every 150) ;; esac
     $BUILD/tokamak "${F8[@]}" --seed ${r#*:} "${flags[@]}" --out "$OUT/fp8-$p-${r#*:}" > "$OUT/fp8-$p-${r#*:}.log" 2>&1 \
       || tail -3 "$OUT/fp8-$p-${r#*:}.log"
   done
@@ -166,12 +166,12 @@ fi
 if has fp8head && [ -f data/brown/meta.json ]; then
   # The LM head in FP8 (--fp8-lm-head): 300 steps of the 124M model on Brown, its vocabulary padded to 50304 (a
   # multiple of 16, as the FP8 GEMMs need), against --fp8 alone and bf16 (mean loss of the last 50 steps; bf16 with
-  # a second seed for the natural spread), and two runs bitwise equal.
+  # a second seed for the natural spread), and two runs bitwise equal; auto, the default precision, with no flag.
   FH=(train --data data/brown --model gpt2-small-llama --vocab-size 50304 --batch 8 --seq 512 --steps 300 --lr 1e-3
       --warmup 20 --eval-every 0 --eval-tokens 0 --save-every 0 --overwrite --device cuda)
-  for r in bf16:7 bf16:8 fp8:7 head:7 head2:7 head:8; do
+  for r in bf16:7 bf16:8 fp8:7 head:7 head2:7 head:8 auto:7; do
     p=${r%:*}; flags=()
-    case $p in fp8) flags=(--fp8) ;; head|head2) flags=(--fp8 --fp8-lm-head) ;; esac
+    case $p in bf16) flags=(--precision bf16) ;; fp8) flags=(--fp8) ;; head|head2) flags=(--fp8 --fp8-lm-head) ;; esac
     $BUILD/tokamak "${FH[@]}" --seed ${r#*:} "${flags[@]}" --out "$OUT/fh-$p-${r#*:}" > "$OUT/fh-$p-${r#*:}.log" 2>&1 \
       || tail -3 "$OUT/fh-$p-${r#*:}.log"
   done
@@ -185,7 +185,7 @@ def tail(run):
     return sum(l) / len(l)
 ref = tail("bf16-7")
 for run, what in (("bf16-8", "bf16, seed 8"), ("fp8-7", "--fp8"), ("head-7", "--fp8 --fp8-lm-head"),
-                  ("head-8", "--fp8 --fp8-lm-head, seed 8")):
+                  ("head-8", "--fp8 --fp8-lm-head, seed 8"), ("auto-7", "the default (--precision auto)")):
     print(f"{what}: last 50 steps mean loss {tail(run):.4f} vs bf16 {ref:.4f} ({tail(run) - ref:+.4f})")
 print(f"--fp8 --fp8-lm-head against bf16, seed 8: {tail('head-8') - tail('bf16-8'):+.4f}")
 print("two --fp8-lm-head runs bitwise equal losses:", losses("head-7") == losses("head2-7"))
