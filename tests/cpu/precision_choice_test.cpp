@@ -67,8 +67,10 @@ TEST(PrecisionChoice, FlagsResolveToOnePrecision) {
   auto resolve = [&](const std::string& precision, bool fp8, bool lm_head) {
     return resolve_precision(precision, fp8, "delayed", 1, lm_head, h200, cfg, 8, 2048, note);
   };
-  EXPECT_EQ(std::string(kDefaultPrecision), "bf16");  // auto becomes the default only after the quality check
-  EXPECT_FALSE(resolve(kDefaultPrecision, false, false).fp8);
+  EXPECT_EQ(std::string(kDefaultPrecision), "auto");  // what it picks passed the 300-step quality check
+  EXPECT_TRUE(resolve("", false, false).fp8_lm_head());  // no --precision: the default, auto
+  EXPECT_TRUE(has(note, "precision auto: fp8")) << note;
+  EXPECT_FALSE(resolve("bf16", false, false).fp8);
   EXPECT_TRUE(note.empty());
   EXPECT_TRUE(resolve("bf16", true, false).fp8);  // --fp8 is precision fp8
   EXPECT_FALSE(resolve("fp8", false, false).lm_head);
