@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/json_integer.h"
+#include "core/text_lines.h"
 #include "data/byte_level.h"
 #include "data/tokenizer_spec.h"
 
@@ -43,16 +44,9 @@ std::unordered_map<std::string, int32_t> read_encoder(const std::string& path, T
 }
 
 void read_merges(const std::string& path, const std::unordered_map<std::string, int32_t>& ids, TokenizerSpec& spec) {
-  std::string text = fs::read_file(path);
-  size_t line_no = 0;
-  for (size_t pos = 0; pos < text.size();) {
-    size_t eol = text.find('\n', pos);
-    if (eol == std::string::npos) eol = text.size();
-    std::string_view line(text.data() + pos, eol - pos);
-    pos = eol + 1;
-    line_no++;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
+  const std::string text = fs::read_file(path);
+  for_each_line(text, [&](size_t line_no, std::string_view line) {
+    if (line_no == 1 && line.starts_with("#version")) return;
     size_t space = line.find(' ');
     TK_CHECK(space != std::string_view::npos && space > 0 && line.find(' ', space + 1) == std::string_view::npos &&
                  space + 1 < line.size(),
@@ -61,7 +55,7 @@ void read_merges(const std::string& path, const std::unordered_map<std::string, 
     TK_CHECK(left != ids.end() && right != ids.end(), "{} line {}: merge {:?} uses a token that is not in encoder.json",
              path, line_no, line);
     spec.merges.emplace_back(left->second, right->second);
-  }
+  });
   TK_CHECK(!spec.merges.empty(), "{} holds no merges", path);
 }
 

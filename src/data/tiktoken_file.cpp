@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/json_integer.h"
+#include "core/text_lines.h"
 #include "data/tokenizer_spec.h"
 
 namespace tk {
@@ -71,16 +72,8 @@ std::optional<std::string> decode_base64(std::string_view s) {
 }
 
 void read_ranks(const std::string& path, TokenizerSpec& spec) {
-  std::string text = fs::read_file(path);
-  size_t line_no = 0;
-  for (size_t pos = 0; pos < text.size();) {
-    size_t eol = text.find('\n', pos);
-    if (eol == std::string::npos) eol = text.size();
-    std::string_view line(text.data() + pos, eol - pos);
-    pos = eol + 1;
-    line_no++;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty()) continue;
+  const std::string text = fs::read_file(path);
+  for_each_line(text, [&](size_t line_no, std::string_view line) {
     size_t space = line.find(' ');
     std::optional<std::string> bytes;
     int64_t rank = -1;
@@ -96,7 +89,7 @@ void read_ranks(const std::string& path, TokenizerSpec& spec) {
     if (size_t(rank) >= spec.token_bytes.size()) spec.token_bytes.resize(rank + 1);
     TK_CHECK(spec.token_bytes[rank].empty(), "{} line {}: rank {} is given twice", path, line_no, rank);
     spec.token_bytes[rank] = std::move(*bytes);
-  }
+  });
   TK_CHECK(!spec.token_bytes.empty(), "{} holds no tokens", path);
 }
 
