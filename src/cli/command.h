@@ -6,7 +6,15 @@
 #include <string>
 #include <vector>
 
+namespace tk::dist {
+class Communicator;
+}
+
 namespace tk::cli {
+
+// The communicator main() connected for a command of a run of many ranks (docs/distributed.md); nullptr for one
+// process.
+tk::dist::Communicator* communicator();
 
 using Runner = std::function<int()>;
 using Setup = std::function<Runner(CLI::App&)>;

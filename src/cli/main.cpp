@@ -10,6 +10,7 @@
 #include <cstring>
 #include <exception>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "cli/command.h"
@@ -74,20 +75,32 @@ static bool runs_on_ranks(const std::string& command) {
   return command == "train" || command == "profile" || command == "bench";
 }
 
-// Training on many ranks comes with the ZeRO stages. Until then, the ranks of such a run start, connect, check that
-// they were given the same command, and all stop here with this error.
-static int stop_before_data_parallel(const tk::dist::Session& session, const CLI::App& command, int argc,
-                                     char** argv) {
+namespace tk::cli {
+
+static std::unique_ptr<tk::dist::Communicator> connected;
+tk::dist::Communicator* communicator() { return connected.get(); }
+
+}  // namespace tk::cli
+
+// The ranks of a run connect (NCCL on the GPU, MPI on the CPU) and check that they were given the same command before
+// any work; the other ranks' warnings and stdout are dropped (mpirun and srun would print every rank's step lines: the launcher of
+// --gpus drops it too). `tokamak profile` and `bench` measure one rank: more are refused.
+static void connect_ranks(const tk::dist::Session& session, const CLI::App& command, int argc, char** argv) {
+  TK_CHECK(command.get_name() == "train",
+           "`tokamak {}` runs on one rank: data parallelism is `tokamak train`'s (run {} on one GPU, without --gpus)",
+           command.get_name(), command.get_name());
   const bool gpu = tk::backend_is_gpu(command.get_option("--device")->as<std::string>());
-  auto comm = tk::dist::make_communicator(session, gpu);
+  tk::cli::connected = tk::dist::make_communicator(session, gpu);
   std::string args;
   for (int i = 1; i < argc; i++) args.append(argv[i]).push_back('\0');
   tk::dist::Fingerprint given;
   given.add("tokamak version", TOKAMAK_VERSION).add("command line", args);
-  tk::dist::require_agreement(*comm, given);
-  tk::fail("the {} ranks started and agree, but `tokamak {}` on more than one rank comes with the ZeRO stages, which "
-           "this version does not have yet: run it on one GPU (without --gpus) or as one process",
-           comm->world_size(), command.get_name());
+  tk::dist::require_agreement(*tk::cli::connected, given);
+  if (session.world().rank == 0) return;
+  tk::log::set_level(tk::log::Level::Error);  // rank 0 says what every rank would warn of
+  if (session.world().launcher != tk::dist::Launcher::tokamak)
+    TK_CHECK(std::freopen("/dev/null", "w", stdout) != nullptr, "rank {}: cannot drop its standard output: {}",
+             session.world().rank, std::strerror(errno));
 }
 
 // CLI11 reads an unknown command as a missing one: name it, and the commands there are. The root takes only
@@ -164,9 +177,13 @@ int main(int argc, char** argv) {
         return tk::dist::launch_local_ranks(std::vector<std::string>(argv, argv + argc), gpus);
       }
       tk::dist::Session session(launched);
-      if (session.world().size > 1 && runs_on_ranks(sub->get_name()))
-        return stop_before_data_parallel(session, *sub, argc, argv);
-      return session.finish(run());
+      // --gpus 1 takes the data-parallel path too, on NCCL with one rank.
+      const bool gpus_given = runs_on_ranks(sub->get_name()) && sub->get_option("--gpus")->count() > 0;
+      if ((session.world().size > 1 && runs_on_ranks(sub->get_name())) || (gpus_given && sub->get_name() == "train"))
+        connect_ranks(session, *sub, argc, argv);
+      const int code = run();
+      tk::cli::connected.reset();
+      return session.finish(code);
     }
   } catch (const tk::cli::UsageError& e) {
     tk::log::error("{}", e.what());

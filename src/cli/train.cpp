@@ -148,6 +148,13 @@ void add_step_options(CLI::App& app, TrainConfig& c) {
          {"f32", "bf16", "int8"})
       ->capture_default_str()
       ->group(precision);
+  app.add_option("--zero", c.zero,
+                 "Data parallelism's ZeRO stage, on the ranks of --gpus, mpirun or srun: 0 keeps the optimizer state "
+                 "whole on every rank, 1 gives each rank a slice of it (and of the fp32 master weights), 2 also "
+                 "reduce-scatters the gradients (docs/distributed.md)")
+      ->check(CLI::Range(0, 2))
+      ->capture_default_str()
+      ->group(precision);
   app.add_option("--memory-budget", c.memory_budget,
                  "Fit the run into this much device memory (e.g. 16GiB): picks the micro-batch (at most --batch), the "
                  "recompute policy, the offload and the LM head's logits chunk, keeping the global batch (default: "
@@ -372,7 +379,7 @@ tk::cli::Command train_cmd("train", "Train a model on prepared data", [](CLI::Ap
       refuse_replacing_the_recorded_run(args->config_file, c);
     }
     c.overwrite = args->config.overwrite;
-    tk::Trainer trainer(c);
+    tk::Trainer trainer(c, tk::cli::communicator());
     return trainer.run().exit_code;
   };
 });

@@ -78,19 +78,22 @@ class TokenStream {
 };
 
 // Which window each row of each batch reads. Window w is the tokens [w*T, w*T + T]: consecutive windows
-// share one token, so every token after the first is a target exactly once per epoch. An epoch is a
-// sequence of steps of world * B windows; rank r takes rows [r*B, (r+1)*B) of each step.
+// share one token, so every token after the first is a target exactly once per epoch. The ranks read the batches
+// one process would read, dealt out in turn: rank r's batch number k is the one-process batch k * world + r, so
+// the epochs and their shuffles are those of one process whatever the world size.
 class BatchOrder {
  public:
-  BatchOrder(uint64_t windows, const LoaderOptions& o)
-      : windows_(windows), per_epoch_(windows / (uint64_t(o.world) * o.B)), opts_(o) {}
+  BatchOrder(uint64_t windows, const LoaderOptions& o) : windows_(windows), per_epoch_(windows / o.B), opts_(o) {}
 
-  uint64_t batches_per_epoch() const { return per_epoch_; }
+  // One process's batches per epoch, and each rank's share of them (rounded down).
+  uint64_t global_batches_per_epoch() const { return per_epoch_; }
+  uint64_t batches_per_epoch() const { return per_epoch_ / opts_.world; }
 
   // The window that row `row` of this rank's batch number `batch` (counted across epochs) reads.
   uint64_t window(uint64_t batch, int row) const {
-    const uint64_t epoch = batch / per_epoch_, step = batch % per_epoch_;
-    const uint64_t pos = (step * opts_.world + opts_.rank) * opts_.B + row;
+    const uint64_t global = batch * opts_.world + opts_.rank;
+    const uint64_t epoch = global / per_epoch_, step = global % per_epoch_;
+    const uint64_t pos = step * opts_.B + row;
     if (!opts_.shuffle) return pos;
     return RandomPermutation(windows_, splitmix64(opts_.seed ^ splitmix64(epoch)))(pos);
   }
@@ -242,10 +245,13 @@ class ShardLoader final : public DataLoader {
 
   double take_wait_seconds() override { return std::exchange(wait_seconds_, 0.0); }
 
+  // The position as one process's batch count, so that a run resumes at another world size (at a step's end every
+  // rank has read the same number of batches, and the step's count is a multiple of either world size).
   nlohmann::json state() const override {
     nlohmann::json s = identity();
     s["next_batch"] = next_batch_;
-    s["epoch"] = next_batch_ / order_.batches_per_epoch();  // for people reading a checkpoint
+    s["world"] = opts_.world;
+    s["epoch"] = next_batch_ * opts_.world / order_.global_batches_per_epoch();  // for people reading a checkpoint
     return s;
   }
 
@@ -254,12 +260,18 @@ class ShardLoader final : public DataLoader {
     for (const auto& [key, value] : want.items())
       if (!state.contains(key) || state[key] != value)
         fail("cannot resume the data position: it was saved with {}={} but this run has {}={}; resume with the same "
-             "data, batch shape, world size and seed",
+             "data, batch shape and seed",
              key, state.contains(key) ? state[key].dump() : "(missing)", key, value.dump());
     TK_CHECK(state.contains("next_batch") && state["next_batch"].is_number_unsigned(),
              "cannot resume the data position: its next_batch is missing or not a count");
+    const uint64_t saved_world = state.value("world", uint64_t(1));
+    const uint64_t global = state["next_batch"].get<uint64_t>() * saved_world;
+    TK_CHECK(saved_world >= 1 && global % uint64_t(opts_.world) == 0,
+             "cannot resume the data position on {} ranks: it was saved by {} ranks after {} batches, not a multiple "
+             "of {}",
+             opts_.world, saved_world, global, opts_.world);
     stop_producer();
-    next_batch_ = state["next_batch"].get<uint64_t>();
+    next_batch_ = global / uint64_t(opts_.world);
     if (opts_.prefetch > 0) start_producer(next_batch_);
   }
 
@@ -269,11 +281,11 @@ class ShardLoader final : public DataLoader {
   uint64_t tokenizer_fingerprint() const override { return split_.fingerprint; }
 
  private:
-  // What a saved position is only valid with. The rank is not part of it: every rank is at the same
-  // batch number, so one rank's state restores any rank.
+  // What a saved position is only valid with. Neither the rank nor the world size is part of it: every rank is at
+  // the same batch number, so one rank's state restores any rank, at any world size that divides its batches.
   nlohmann::json identity() const {
-    return {{"split", opts_.split}, {"tokens", split_.stream.size()}, {"B", opts_.B},      {"T", opts_.T},
-            {"world", opts_.world}, {"shuffle", opts_.shuffle},       {"seed", opts_.seed}};
+    return {{"split", opts_.split}, {"tokens", split_.stream.size()}, {"B", opts_.B},
+            {"T", opts_.T},         {"shuffle", opts_.shuffle},       {"seed", opts_.seed}};
   }
 
   // Row b: the window's first T tokens as inputs, its last T as targets, then positions and segments.

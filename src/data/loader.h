@@ -1,7 +1,7 @@
 // DataLoader: memory-maps prepared token shards and yields packed micro-batches (core/batch.h): per row a window of
 // T+1 tokens as its T inputs and T targets, with the positions and document segments the model uploads, in a
-// deterministic order from a seed, a serialisable position for bit-exact resume, and disjoint slices for
-// data-parallel ranks. Which window each row reads, per epoch and per rank, is specified in docs/data.md.
+// deterministic order from a seed, a serialisable position for bit-exact resume, and data-parallel ranks
+// dealt one process's batches in turn. Which window each row reads, per epoch and per rank, is specified in docs/data.md.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -51,8 +51,8 @@ class DataLoader {
   virtual nlohmann::json state() const = 0;
   virtual void restore(const nlohmann::json& state) = 0;
 
-  // Batches in one pass over the split (every rank takes the same number; the windows that do not
-  // fill a whole step of world * B rows are left out). An eval pass is this many calls of next().
+  // This rank's batches in one pass over the split: its share of one process's, rounded down (docs/data.md). An
+  // eval pass is this many calls of next().
   virtual int64_t batches_per_epoch() const = 0;
   virtual int64_t tokens_in_split() const = 0;
   virtual int64_t vocab_size() const = 0;

@@ -148,10 +148,11 @@ struct Model::Impl {
   Tensor params, grads;
   ModelWeights w, g;  // views of params and of grads (with offload_grads: of the staging buffers in use)
   std::unique_ptr<GradientOffload> offload;  // with ModelOptions::offload_grads
+  GradientHook* hook = nullptr;
   Buffers buf;
 
   Impl(const ModelConfig& c, Ops& o, const ModelOptions& options)
-      : cfg(c), opt(options), ops(o), layout(ParamLayout::build(c)), act(o.act_dtype()),
+      : cfg(c), opt(options), ops(o), layout(ParamLayout::build(c, options.unit_multiple)), act(o.act_dtype()),
         stat(o.act_dtype() == DType::F64 ? DType::F64 : DType::F32) {
     TK_CHECK(opt.B > 0 && opt.T > 0, "model {}: the micro-batch must have positive B and T, got B={} T={}", cfg.name,
              opt.B, opt.T);
@@ -205,6 +206,7 @@ struct Model::Impl {
   }
   void grad_group_end(size_t k) {
     if (offload) offload->end_group(k);
+    if (hook) hook->unit_done(k);
   }
 
   BlockStep stage_batch(const Batch& batch);
@@ -322,6 +324,7 @@ void Model::Impl::backward_pass(const BlockStep& s) {
   if (lm_head_group() != 0) grad_group_begin(0);
   ops.embedding_backward(g.embed, shaped(buf.tokens, {N}), dh);
   grad_group_end(0);
+  if (hook) hook->backward_done();
 }
 
 // ---- recompute policies and the memory they leave ------------------------------------------------
@@ -362,7 +365,7 @@ double Recompute::flops_per_token(const ModelConfig& c, int T) const {
 
 std::vector<std::pair<std::string, size_t>> model_memory(const ModelConfig& cfg, const ModelOptions& opt, DType act,
                                                          DType grad) {
-  const ParamLayout layout = ParamLayout::build(cfg);
+  const ParamLayout layout = ParamLayout::build(cfg, opt.unit_multiple);
   const DType stat = act == DType::F64 ? DType::F64 : DType::F32;
   BufferCarver kept, scratch;
   plan_buffers(kept, scratch, cfg, opt, act, stat);
@@ -391,6 +394,7 @@ Ops& Model::ops() const { return impl_->ops; }
 Tensor Model::params() const { return impl_->params; }
 Tensor Model::grads() const { return impl_->grads; }
 size_t Model::activation_bytes() const { return impl_->buffer_bytes; }
+void Model::set_gradient_hook(GradientHook* hook) { impl_->hook = hook; }
 
 // Each tensor draws from its own stream, seeded by the run's seed and the tensor's name, so a tensor's
 // initial values do not depend on which other tensors the model has, nor on how many threads draw them:

@@ -48,6 +48,20 @@ struct ModelOptions {
   // not recompute them (kept_fp8_input). The backend's answer for this model and T, which the recipe gives
   // (Recipe::keeps_fp8_inputs, from the backend's shape rules); false on other backends.
   bool fp8_kept_inputs = false;
+  // Each unit of the parameter layout (ParamLayout::units) padded to a multiple of this many elements: data
+  // parallelism's world size x 256 under ZeRO 1-3, so that each rank's slice of a unit is whole int8 moment blocks.
+  int64_t unit_multiple = 64;
+};
+
+// Work hung on the backward's gradient groups, which are the layout's units (data parallelism's gradient
+// reduction, dist-free: the model calls it, the trainer implements it). Called on the host as the backward is
+// queued: unit_done(k) once unit k's gradients of the micro-batch are queued on the compute queue, in the order
+// the backward reaches the units (the last unit first, unit 0 last); backward_done() after the last.
+class GradientHook {
+ public:
+  virtual ~GradientHook() = default;
+  virtual void unit_done(size_t unit) = 0;
+  virtual void backward_done() = 0;
 };
 
 // Whether activation `which` ("x_attn", "x_mlp" or "act") is carved as the kept FP8 x^T (U8) for these options.
@@ -97,6 +111,9 @@ class Model {
   LossSum forward(const Batch& batch);
 
   size_t activation_bytes() const;  // what the planned activation buffers take
+
+  // The hook the backward calls at each unit's end (nullptr: none). It must outlive the backwards it sees.
+  void set_gradient_hook(GradientHook* hook);
 
  private:
   struct Impl;

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/checked.h"
+#include "core/error.h"
 
 namespace tk {
 namespace {
@@ -47,6 +48,13 @@ class LayoutBuilder {
     return cursor_;
   }
 
+  // Ends a unit: pads the cursor to a multiple of `multiple` and records where the next one begins.
+  void end_unit(int64_t multiple) {
+    begin_group();
+    cursor_ = checked_add(cursor_, multiple - 1, "the parameter layout's size") / multiple * multiple;
+    out_.unit_begin.push_back(cursor_);
+  }
+
  private:
   ParamLayout& out_;
   int64_t cursor_ = 0;
@@ -85,14 +93,22 @@ LayerOffsets add_layer(LayoutBuilder& b, const ModelConfig& c, int l) {
 
 }  // namespace
 
-ParamLayout ParamLayout::build(const ModelConfig& c) {
+ParamLayout ParamLayout::build(const ModelConfig& c, int64_t unit_multiple) {
   c.validate();
+  TK_CHECK(unit_multiple > 0 && unit_multiple % kGroupAlign == 0,
+           "internal error: parameter units padded to {} elements, not a multiple of {}", unit_multiple, kGroupAlign);
   ParamLayout layout;
   LayoutBuilder b(layout);
+  layout.unit_begin.push_back(0);
   layout.embed = b.add_alone("model.embed_tokens.weight", {c.vocab_size, c.d_model}, -1);
-  for (int l = 0; l < c.n_layers; l++) layout.layers.push_back(add_layer(b, c, l));
+  b.end_unit(unit_multiple);
+  for (int l = 0; l < c.n_layers; l++) {
+    layout.layers.push_back(add_layer(b, c, l));
+    b.end_unit(unit_multiple);
+  }
   layout.final_norm = b.add_alone("model.norm.weight", {c.d_model}, -1);
   layout.lm_head = c.tied_embeddings ? layout.embed : b.add_alone("lm_head.weight", {c.vocab_size, c.d_model}, -1);
+  b.end_unit(unit_multiple);
   layout.total = b.end();
   return layout;
 }

@@ -32,8 +32,16 @@ struct ParamLayout {
   std::vector<LayerOffsets> layers;
   int64_t embed = 0, final_norm = 0, lm_head = 0;  // lm_head == embed when tied
   int64_t total = 0;
+  // The units, the backward's gradient groups: unit 0 the embedding (with a tied LM head), unit l + 1 layer l, the
+  // last the final norm (with an untied LM head). Unit k is [unit_begin[k], unit_begin[k + 1]); n_layers + 3 entries.
+  std::vector<int64_t> unit_begin;
 
-  static ParamLayout build(const ModelConfig& c);
+  // unit_multiple: every unit's size is padded to a multiple of it (a multiple of the 64-element alignment), so that
+  // data parallelism cuts each unit into equal slices, one per rank (docs/distributed.md). The padding is zero and
+  // names nothing; tensors keep their order and their alignment.
+  static ParamLayout build(const ModelConfig& c, int64_t unit_multiple = 64);
+  size_t units() const { return unit_begin.size() - 1; }
+  int64_t unit_size(size_t k) const { return unit_begin[k + 1] - unit_begin[k]; }
   const ParamInfo* find(const std::string& name) const;  // nullptr if absent
   // Contiguous runs for AdamW (adjacent tensors with the same decay flag merged).
   std::vector<ParamSegment> segments() const;

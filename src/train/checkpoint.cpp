@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "io/hf.h"
 #include "io/safetensors.h"
+#include "train/data_parallel.h"
 
 namespace tk {
 namespace {
@@ -36,6 +37,12 @@ constexpr const char* kUnmarkedFiles[] = {"config.json", "model.safetensors", "o
                                           "trainer_state.json"};
 constexpr const char* kExpAvg = "exp_avg.";
 constexpr const char* kExpAvgSq = "exp_avg_sq.";
+constexpr const char* kSliceKey = "slice:";  // a shard file's metadata: which elements of a parameter it holds
+
+// Rank r's shard of a sharded optimizer state (ZeRO 1, 2).
+std::string shard_file_name(int rank, int world) {
+  return fmt::format("optimizer-{:05}-of-{:05}.safetensors", rank + 1, world);
+}
 
 std::string join_path(const std::string& dir, const std::string& name) { return (stdfs::path(dir) / name).string(); }
 
@@ -101,6 +108,106 @@ void read_state_tensor(const SafeTensorsFile& f, const std::string& name, const 
 }
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+// A sharded optimizer's state as this rank holds it: for each parameter, the elements [lo, hi) it owns (a parameter
+// lies in one unit, and a rank owns one run of each), as tensors of [hi - lo] with the range in the metadata.
+void write_optimizer_shard(const std::string& path, const ParamLayout& layout, const AdamW& optimizer) {
+  SafeTensorsWriter w;
+  w.set_metadata("format", "pt");
+  for (const ParamInfo& p : layout.params)
+    for (const ParamRange& r : optimizer.owned()) {
+      const int64_t lo = std::max(p.offset, r.offset), hi = std::min(p.offset + p.numel, r.offset + r.count);
+      if (lo >= hi) continue;
+      const size_t bytes = size_t(hi - lo) * sizeof(float);
+      w.set_metadata(kSliceKey + p.name, fmt::format("{},{}", lo - p.offset, hi - p.offset));
+      w.add_generated(kExpAvg + p.name, "F32", {hi - lo}, bytes, [&optimizer, lo, hi](void* dst) {
+        optimizer.exp_avg_f32(lo, hi - lo, static_cast<float*>(dst));
+      });
+      w.add_generated(kExpAvgSq + p.name, "F32", {hi - lo}, bytes, [&optimizer, lo, hi](void* dst) {
+        optimizer.exp_avg_sq_f32(lo, hi - lo, static_cast<float*>(dst));
+      });
+    }
+  w.write(path);
+}
+
+// Sharded master weights (ZeRO 1, 2 on a bf16 backend): every rank takes part in gathering each unit in turn; rank 0
+// keeps them, in layout order, for model.safetensors.
+std::vector<float> gather_master_weights(DataParallel& dp, const ParamLayout& layout, const AdamW& optimizer) {
+  std::vector<float> all, unit;
+  if (dp.rank() == 0) all.resize(size_t(layout.total));
+  for (size_t k = 0; k < layout.units(); k++) {
+    dp.gather_master_weights(optimizer, k, unit);
+    if (dp.rank() == 0) std::copy(unit.begin(), unit.end(), all.begin() + layout.unit_begin[k]);
+  }
+  return all;
+}
+
+void write_weights_from(const std::string& path, const ParamLayout& layout, const std::vector<float>& weights) {
+  SafeTensorsWriter w;
+  w.set_metadata("format", "pt");
+  for (const ParamInfo& p : layout.params)
+    w.add_borrowed(p.name, "F32", p.shape, weights.data() + p.offset, size_t(p.numel) * sizeof(float));
+  w.write(path);
+}
+
+// A checkpoint's optimizer moments by parameter, from optimizer.safetensors (one process, or ZeRO 0) or from the
+// shards of a sharded run (each parameter put together from the ranks' slices): the state loads at any world size.
+class SavedMoments {
+ public:
+  explicit SavedMoments(const std::string& dir) {
+    const std::string whole = join_path(dir, "optimizer.safetensors");
+    if (stdfs::exists(whole)) {
+      files_.push_back(SafeTensorsFile::open(whole));
+      return;
+    }
+    for (const auto& e : stdfs::directory_iterator(dir)) {
+      const std::string name = e.path().filename().string();
+      if (starts_with(name, "optimizer-") && name.ends_with(".safetensors")) shard_names_.push_back(name);
+    }
+    std::sort(shard_names_.begin(), shard_names_.end());
+    TK_CHECK(!shard_names_.empty(), "{} has neither optimizer.safetensors nor the shards of a sharded optimizer", dir);
+    const int world = int(shard_names_.size());
+    for (int r = 0; r < world; r++) {
+      TK_CHECK(shard_names_[size_t(r)] == shard_file_name(r, world),
+               "{}: the optimizer's shards are not {} files named {} ... {} ({} is there)", dir, world,
+               shard_file_name(0, world), shard_file_name(world - 1, world), shard_names_[size_t(r)]);
+      files_.push_back(SafeTensorsFile::open(join_path(dir, shard_names_[size_t(r)])));
+    }
+  }
+
+  // m and v of parameter p, p.numel() values each.
+  void read(const ParamInfo& p, float* m, float* v) const {
+    if (shard_names_.empty()) {
+      ParamInfo at0 = p;
+      at0.offset = 0;
+      read_state_tensor(*files_[0], kExpAvg + p.name, at0, m);
+      read_state_tensor(*files_[0], kExpAvgSq + p.name, at0, v);
+      return;
+    }
+    int64_t covered = 0;
+    for (const auto& f : files_) {
+      const auto it = f->metadata().find(kSliceKey + p.name);
+      if (it == f->metadata().end()) continue;
+      int64_t lo = -1, hi = -1;
+      TK_CHECK(std::sscanf(it->second.c_str(), "%ld,%ld", &lo, &hi) == 2 && lo >= 0 && lo < hi && hi <= p.numel,
+               "{}: the slice {} of {} is not a range of its {} elements", f->path(), it->second, p.name, p.numel);
+      for (auto [prefix, out] : {std::pair{kExpAvg, m}, {kExpAvgSq, v}}) {
+        const SafeTensorInfo* t = f->find(prefix + p.name);
+        TK_CHECK(t && t->shape == std::vector<int64_t>{hi - lo}, "{}: {}{} is missing or not of {} elements",
+                 f->path(), prefix, p.name, hi - lo);
+        f->read_f32(*t, out + lo);
+      }
+      covered += hi - lo;
+    }
+    TK_CHECK(covered == p.numel, "the optimizer shards of {} hold {} of the {} elements of {}", files_[0]->path(),
+             covered, p.numel, p.name);
+  }
+
+ private:
+  std::vector<std::string> shard_names_;
+  std::vector<std::unique_ptr<SafeTensorsFile>> files_;
+};
+
 
 // The step directories of a run directory, complete or not, oldest first.
 std::vector<std::pair<int64_t, std::string>> step_dirs(const std::string& run_dir) {
@@ -320,37 +427,82 @@ void remove_interrupted_checkpoints(const std::string& run_dir) {
   }
 }
 
-std::string save_checkpoint(const std::string& run_dir, const Model& model, const AdamW& optimizer,
-                            const TrainerState& state, int keep_last) {
-  const std::string name = checkpoint_dir_name(state.step);
-  const std::string tmp = join_path(run_dir, kTempPrefix + name.substr(std::strlen(kPrefix)));
-  const std::string final_dir = join_path(run_dir, name);
-  remove_all_or_fail(tmp);  // a save of this step that failed earlier in the run
-  std::error_code ec;
-  stdfs::create_directories(tmp, ec);
-  if (ec) fail("cannot create the checkpoint directory {}: {}", tmp, ec.message());
-  try {
-    // Each file is fsynced and renamed into place, its directory synced (fs::AtomicFile), before the next.
+namespace {
+
+// The checkpoint's files in `tmp`: rank 0's (config.json, the weights, the trainer state, the optimizer state when it
+// is whole) and, sharded, each rank's own shard of the optimizer state.
+void write_checkpoint_files(const std::string& tmp, const Model& model, const AdamW& optimizer,
+                            const TrainerState& state, DataParallel* dp) {
+  const bool leader = dp == nullptr || dp->rank() == 0;
+  // Sharded master weights are gathered by every rank (a collective) before rank 0 writes them.
+  std::vector<float> gathered;
+  if (optimizer.sharded() && optimizer.has_master_weights())
+    gathered = gather_master_weights(*dp, model.layout(), optimizer);
+  // Each file is fsynced and renamed into place, its directory synced (fs::AtomicFile), before the next.
+  if (leader) {
     fs::write_file_atomic(join_path(tmp, "config.json"), model.config().to_hf_json().dump(2) + "\n");
-    write_model_weights(join_path(tmp, "model.safetensors"), model.layout(), optimizer);
-    write_optimizer_state(join_path(tmp, "optimizer.safetensors"), model.layout(), optimizer);
+    if (gathered.empty()) write_model_weights(join_path(tmp, "model.safetensors"), model.layout(), optimizer);
+    else write_weights_from(join_path(tmp, "model.safetensors"), model.layout(), gathered);
+    if (!optimizer.sharded())
+      write_optimizer_state(join_path(tmp, "optimizer.safetensors"), model.layout(), optimizer);
+  }
+  if (optimizer.sharded())
+    write_optimizer_shard(join_path(tmp, shard_file_name(dp->rank(), dp->world())), model.layout(), optimizer);
+  if (leader) {
     TrainerState saved = state;
     saved.fp8_scaling = fp8_scaling_json(model.ops().fp8_scaling_state());
     json trainer_state = saved.to_json();
     trainer_state["checkpoint_format"] = kMarkedFormat;
     fs::write_file_atomic(join_path(tmp, "trainer_state.json"), trainer_state.dump(2) + "\n");
-    // Last, once every other file is durable: without it the directory is not a checkpoint.
-    write_complete_marker(tmp, state.step);
-  } catch (const Error&) {
-    stdfs::remove_all(tmp, ec);  // what was written (a full disk: space needed by whatever runs next)
-    throw;
   }
+}
 
-  // Re-saving a step replaces the old directory only once the new one is complete.
-  if (stdfs::exists(final_dir)) remove_by_renaming(final_dir);
-  rename_or_fail(tmp, final_dir);
-  fs::sync_directory(run_dir);
-  prune(run_dir, keep_last);
+// Whether every rank's part succeeded (each says whether its own did): the ranks' point of agreement, and a barrier.
+bool all_ranks(DataParallel* dp, bool mine) { return dp == nullptr ? mine : dp->sum(mine ? 0.0 : 1.0) == 0; }
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& run_dir, const Model& model, const AdamW& optimizer,
+                            const TrainerState& state, int keep_last, DataParallel* dp) {
+  const bool leader = dp == nullptr || dp->rank() == 0;
+  const std::string name = checkpoint_dir_name(state.step);
+  const std::string tmp = join_path(run_dir, kTempPrefix + name.substr(std::strlen(kPrefix)));
+  const std::string final_dir = join_path(run_dir, name);
+  std::string failure;
+  if (leader) {
+    remove_all_or_fail(tmp);  // a save of this step that failed earlier in the run
+    std::error_code ec;
+    stdfs::create_directories(tmp, ec);
+    if (ec) failure = fmt::format("cannot create the checkpoint directory {}: {}", tmp, ec.message());
+  }
+  if (!all_ranks(dp, failure.empty()))
+    fail("{}", failure.empty() ? "rank 0 could not create the checkpoint's directory" : failure);
+  try {
+    write_checkpoint_files(tmp, model, optimizer, state, dp);
+  } catch (const Error& e) {
+    failure = e.what();
+  }
+  const bool written = all_ranks(dp, failure.empty());
+  if (!written || !failure.empty()) {
+    std::error_code ec;
+    if (leader) stdfs::remove_all(tmp, ec);  // what was written (a full disk: space needed by whatever runs next)
+    fail("{}", failure.empty() ? fmt::format("another rank could not write its part of checkpoint {}", name) : failure);
+  }
+  if (leader) {
+    // Last, once every other file is durable (every rank's): without it the directory is not a checkpoint.
+    try {
+      write_complete_marker(tmp, state.step);
+      // Re-saving a step replaces the old directory only once the new one is complete.
+      if (stdfs::exists(final_dir)) remove_by_renaming(final_dir);
+      rename_or_fail(tmp, final_dir);
+      fs::sync_directory(run_dir);
+      prune(run_dir, keep_last);
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+  }
+  if (!all_ranks(dp, failure.empty()))
+    fail("{}", failure.empty() ? fmt::format("rank 0 could not complete checkpoint {}", name) : failure);
   return final_dir;
 }
 
@@ -392,8 +544,7 @@ TrainerState load_checkpoint(const std::string& checkpoint_dir, Model& model, Ad
   // Before the backend's first FP8 cast, so that the resumed run scales as the uninterrupted one.
   if (!state.fp8_scaling.is_null())
     model.ops().set_fp8_scaling_state(fp8_scaling_from_json(state.fp8_scaling, layout, checkpoint_dir));
-  const std::string opt_path = join_path(checkpoint_dir, "optimizer.safetensors");
-  std::unique_ptr<SafeTensorsFile> f = SafeTensorsFile::open(opt_path);
+  const SavedMoments moments(checkpoint_dir);
   if (optimizer.moments_settable_by_range()) {
     // A tensor at a time: the whole state never sits in memory twice (a 7B model's is 91 GB as f32).
     std::unique_ptr<SafeTensorsFile> wf = SafeTensorsFile::open(join_path(checkpoint_dir, "model.safetensors"));
@@ -403,8 +554,7 @@ TrainerState load_checkpoint(const std::string& checkpoint_dir, Model& model, Ad
       at0.offset = 0;
       for (std::vector<float>* b : {&w, &m, &v}) b->resize(size_t(p.numel));
       read_state_tensor(*wf, p.name, at0, w.data(), "the checkpoint's weights");
-      read_state_tensor(*f, kExpAvg + p.name, at0, m.data());
-      read_state_tensor(*f, kExpAvgSq + p.name, at0, v.data());
+      moments.read(p, m.data(), v.data());
       optimizer.set_weights_f32(p.offset, p.numel, w.data());
       optimizer.set_moments_f32(p.offset, p.numel, m.data(), v.data());
     }
@@ -414,10 +564,7 @@ TrainerState load_checkpoint(const std::string& checkpoint_dir, Model& model, Ad
   // load_params names any missing tensor, or one whose shape differs, with both shapes.
   std::vector<float> weights = load_params(model.config(), layout, join_path(checkpoint_dir, "model.safetensors"));
   std::vector<float> m(size_t(layout.total)), v(size_t(layout.total));
-  for (const ParamInfo& p : layout.params) {
-    read_state_tensor(*f, kExpAvg + p.name, p, m.data());
-    read_state_tensor(*f, kExpAvgSq + p.name, p, v.data());
-  }
+  for (const ParamInfo& p : layout.params) moments.read(p, m.data() + p.offset, v.data() + p.offset);
   optimizer.set_weights_f32(weights);
   optimizer.set_state_f32(m, v, state.step);
   return state;

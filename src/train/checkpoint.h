@@ -1,5 +1,6 @@
 // Checkpoints: RUN_DIR/step_000123/ holds config.json and model.safetensors (fp32 weights with Hugging Face
-// names, so the directory loads as an HF model), optimizer.safetensors (the AdamW moments), trainer_state.json
+// names, so the directory loads as an HF model), optimizer.safetensors (the AdamW moments; under ZeRO 1 and 2 one
+// optimizer-RRRRR-of-NNNNN.safetensors per rank instead, each its slice of every parameter), trainer_state.json
 // (step, tokens seen, seeds, loader position, train config, tokenizer, FP8 scales) and, written last once the
 // others are durable, complete.json (each file's size): a directory counts as a checkpoint only when complete.
 // Each is written into .tmp-step_N/ and renamed into place whole; the last K are kept, the older ones renamed to
@@ -65,11 +66,16 @@ void remove_checkpoint(const std::string& dir);
 // from earlier versions). Only for the process that holds the run directory's lock (run_dir.h).
 void remove_interrupted_checkpoints(const std::string& run_dir);
 
+class DataParallel;
+
 // Writes the checkpoint of `state.step` (with the backend's FP8 scaling state) and then removes all but the newest
 // keep_last checkpoints, with any step_* directory older than them (keep_last <= 0 keeps every one). Returns the
 // checkpoint's directory. A failed save removes what it wrote and leaves the run's other checkpoints as they were.
+// With `dp` every rank calls it: rank 0 writes all but a sharded optimizer's state, which each rank writes as
+// optimizer-RRRRR-of-NNNNN.safetensors (its slice of each parameter), and completes the checkpoint once every rank's
+// files are durable; the run directory must be on a file system every rank sees.
 std::string save_checkpoint(const std::string& run_dir, const Model& model, const AdamW& optimizer,
-                            const TrainerState& state, int keep_last);
+                            const TrainerState& state, int keep_last, DataParallel* dp = nullptr);
 
 TrainerState read_trainer_state(const std::string& checkpoint_dir);
 
@@ -79,7 +85,8 @@ void check_same_model(const ModelConfig& built, const ModelConfig& saved, const 
 
 // Validates the checkpoint against the model (config, every tensor present with its shape), then
 // loads the weights, the optimizer state and the backend's FP8 scaling state. Returns the trainer state to
-// continue from.
+// continue from. The optimizer state may be whole or the shards of a sharded run of any world size: each
+// parameter's moments are put together from the shards, and a sharded AdamW keeps the part it owns.
 TrainerState load_checkpoint(const std::string& checkpoint_dir, Model& model, AdamW& optimizer);
 
 }  // namespace tk

@@ -48,8 +48,23 @@ int64_t offload_chunk_elements(int64_t requested) {
   return std::max<int64_t>(kMomentBlock, requested / kMomentBlock * kMomentBlock);
 }
 
-AdamW::AdamW(Model& model, const AdamWOptions& opt)
-    : model_(model), ops_(model.ops()), opt_(opt), segments_(model.layout().segments()) {
+AdamW::AdamW(Model& model, const AdamWOptions& opt, std::vector<ParamRange> owned, SumAcrossRanks sum)
+    : model_(model), ops_(model.ops()), opt_(opt), segments_(model.layout().segments()), owned_(std::move(owned)),
+      sum_across_ranks_(std::move(sum)) {
+  if (owned_.empty()) {
+    TK_CHECK(!sum_across_ranks_, "internal error: a sharded AdamW owns no part of the layout");
+    owned_.push_back({0, model.layout().total});
+  }
+  for (const ParamRange& r : owned_) {
+    TK_CHECK(r.offset >= 0 && r.count > 0 && r.offset + r.count <= model.layout().total &&
+                 (owned_state_.empty() || r.offset >= owned_.at(owned_state_.size() - 1).offset +
+                                                          owned_.at(owned_state_.size() - 1).count) &&
+                 (!sum_across_ranks_ || (r.count % kMomentBlock == 0 && r.offset % kMomentBlock == 0)),
+             "internal error: AdamW's owned range [{}, {}) of a layout of {}", r.offset, r.offset + r.count,
+             model.layout().total);
+    owned_state_.push_back(state_elements_);
+    state_elements_ += r.count;
+  }
   TK_CHECK(opt.beta1 >= 0 && opt.beta1 < 1, "--beta1 must be in [0, 1), got {}", opt.beta1);
   TK_CHECK(opt.beta2 >= 0 && opt.beta2 < 1, "--beta2 must be in [0, 1), got {}", opt.beta2);
   TK_CHECK(opt.eps > 0, "--adam-eps must be positive, got {}", opt.eps);
@@ -62,7 +77,7 @@ AdamW::AdamW(Model& model, const AdamWOptions& opt)
                         : opt.moments == MomentPrecision::Int8 ? DType::I8
                                                                : state_dtype(ops_);
   const DType v_dtype = m_dtype == DType::I8 ? DType::U8 : m_dtype;
-  const int64_t P = model_.layout().total;
+  const int64_t P = state_elements_;
   // bf16 weights cannot absorb updates smaller than their rounding step: keep an fp32 copy to update.
   const bool master = dtype_size(ops_.act_dtype()) < 4;
   TK_CHECK(!model.grads_on_host() || opt.offload,
@@ -88,7 +103,9 @@ AdamW::AdamW(Model& model, const AdamWOptions& opt)
       master_host_ = allocate_host(DType::F32, "fp32 master weights (host)", P);
       // Straight into the page-locked copy: a temporary [P] vector would add 4 bytes a parameter (28 GiB
       // for a 7B model) to the host's peak.
-      ops_.download_f32(master_host_.as<float>(), model_.params());
+      for (size_t i = 0; i < owned_.size(); i++)
+        ops_.download_f32(master_host_.as<float>() + owned_state_[i],
+                          model_.params().rows(owned_[i].offset, owned_[i].offset + owned_[i].count));
     }
     return;
   }
@@ -96,8 +113,37 @@ AdamW::AdamW(Model& model, const AdamWOptions& opt)
   v_ = allocate_moment(v_dtype, "AdamW second moments", "AdamW int8 block scales", P, false);
   if (master) {
     master_ = allocate(DType::F32, "fp32 master weights", P);
-    upload(master_, model_.params_f32(), "weights");
+    std::vector<float> host(static_cast<size_t>(P));
+    for (size_t i = 0; i < owned_.size(); i++)
+      ops_.download_f32(host.data() + owned_state_[i],
+                        model_.params().rows(owned_[i].offset, owned_[i].offset + owned_[i].count));
+    upload(master_, host, "weights");
   }
+}
+
+std::vector<AdamW::Piece> AdamW::pieces(int64_t offset, int64_t n) const {
+  std::vector<Piece> out;
+  for (size_t i = 0; i < owned_.size(); i++) {
+    const int64_t lo = std::max(offset, owned_[i].offset), hi = std::min(offset + n, owned_[i].offset + owned_[i].count);
+    if (lo < hi) out.push_back({lo, owned_state_[i] + lo - owned_[i].offset, hi - lo});
+  }
+  return out;
+}
+
+int64_t AdamW::state_index(int64_t offset, int64_t n, const char* what) const {
+  const std::vector<Piece> p = pieces(offset, n);
+  TK_CHECK(p.size() == 1 && p[0].count == n, "internal error: {} [{}, {}) is not within one range this rank owns",
+           what, offset, offset + n);
+  return p[0].state;
+}
+
+std::vector<ParamSegment> AdamW::segments_in(int64_t a, int64_t n) const {
+  std::vector<ParamSegment> segs;
+  for (const ParamSegment& s : segments_) {
+    const int64_t lo = std::max(s.offset, a), hi = std::min(s.offset + s.count, a + n);
+    if (lo < hi) segs.push_back({lo - a, hi - lo, s.decay});
+  }
+  return segs;
 }
 
 AdamW::~AdamW() {
@@ -148,7 +194,7 @@ size_t AdamW::host_state_bytes() const {
          master_host_.nbytes();
 }
 
-// The update over the layout in chunks: the chunk's state goes up to a staging set, the same adamw_update
+// The update over the owned ranges in chunks: the chunk's state goes up to a staging set, the same adamw_update
 // runs on the chunk (segments cut at the chunk's edges and rebased, c.first_index the chunk's offset; the
 // update is element by element within whole int8 blocks, so cutting changes nothing), and the state comes
 // back. Two staging sets and a queue per direction make a
@@ -160,7 +206,7 @@ size_t AdamW::host_state_bytes() const {
 // checkpoint reading the host state after synchronize()) sees the whole update.
 void AdamW::offloaded_update(const AdamWConfig& config) {
   using Q = Ops::Queue;
-  const int64_t P = model_.layout().total, chunk = stage_[0].m.values.numel();
+  const int64_t chunk = stage_[0].m.values.numel();
   const bool master = !stage_[0].master.empty();
   // The uploads may start once every earlier use of the staging sets on the compute queue has run.
   ops_.wait_event(Q::upload, ops_.record_event(Q::compute));
@@ -176,23 +222,27 @@ void AdamW::offloaded_update(const AdamWConfig& config) {
     return Part{static_cast<char*>(host.data) + size_t(from) * size, staging.data, size_t(count) * size};
   };
   auto rows = [](const Tensor& t, int64_t count) { return t.empty() ? Tensor() : t.rows(0, count); };
+  // The chunks of the owned ranges: flat index in the layout (parameters, gradients), index in the host state.
+  struct Chunk {
+    int64_t flat, state, count;
+  };
+  std::vector<Chunk> chunks;
+  for (size_t r = 0; r < owned_.size(); r++)
+    for (int64_t x = 0; x < owned_[r].count; x += chunk)
+      chunks.push_back({owned_[r].offset + x, owned_state_[r] + x, std::min(chunk, owned_[r].count - x)});
   int last_download = -1, i = 0;
-  for (int64_t a = 0; a < P; a += chunk) {
-    const int64_t n = std::min(chunk, P - a);
-    std::vector<ParamSegment> segs;
-    for (const ParamSegment& s : segments_) {
-      const int64_t lo = std::max(s.offset, a), hi = std::min(s.offset + s.count, a + n);
-      if (lo < hi) segs.push_back({lo - a, hi - lo, s.decay});
-    }
+  for (const Chunk& ch : chunks) {
+    const int64_t a = ch.flat, at = ch.state, n = ch.count;
+    const std::vector<ParamSegment> segs = segments_in(a, n);
     if (segs.empty()) continue;
     Stage& st = stage_[i++ % 2];
     const bool host_grads = !st.grads.empty();
-    std::vector<Part> state = {part(m_host_.values, st.m.values, a, n), part(v_host_.values, st.v.values, a, n)};
+    std::vector<Part> state = {part(m_host_.values, st.m.values, at, n), part(v_host_.values, st.v.values, at, n)};
     if (!m_host_.scales.empty()) {
-      state.push_back(part(m_host_.scales, st.m.scales, a / kMomentBlock, moment_blocks(n)));
-      state.push_back(part(v_host_.scales, st.v.scales, a / kMomentBlock, moment_blocks(n)));
+      state.push_back(part(m_host_.scales, st.m.scales, at / kMomentBlock, moment_blocks(n)));
+      state.push_back(part(v_host_.scales, st.v.scales, at / kMomentBlock, moment_blocks(n)));
     }
-    if (master) state.push_back(part(master_host_, st.master, a, n));
+    if (master) state.push_back(part(master_host_, st.master, at, n));
     if (st.free_event >= 0) ops_.wait_event(Q::upload, st.free_event);
     for (const Part& pt : state) ops_.copy_async(pt.staging, pt.host, pt.bytes, Q::upload);
     if (host_grads)
@@ -211,16 +261,27 @@ void AdamW::offloaded_update(const AdamWConfig& config) {
   if (last_download >= 0) ops_.wait_event(Q::compute, last_download);
 }
 
-OptimizerStep AdamW::step(double lr) {
-  OptimizerStep s;
+// The global norm of the gradients; sharded, from each rank's squared norms of its slices, summed on the host in
+// a fixed order.
+double AdamW::gradient_norm() const {
   if (host_ops_) {
     // Gradients in host memory: once the backward's downloads are done, the CPU reference's norm (the same
     // fixed-order float64 sum as the CPU backend's).
     ops_.synchronize();
-    s.grad_norm = host_ops_->grad_norm(model_.grads());
-  } else {
-    s.grad_norm = ops_.grad_norm(model_.grads());
+    return host_ops_->grad_norm(model_.grads());
   }
+  if (!sharded()) return ops_.grad_norm(model_.grads());
+  double squares = 0;
+  for (const ParamRange& r : owned_) {
+    const double norm = ops_.grad_norm(model_.grads().rows(r.offset, r.offset + r.count));
+    squares += norm * norm;
+  }
+  return std::sqrt(sum_across_ranks_(squares));
+}
+
+OptimizerStep AdamW::step(double lr) {
+  OptimizerStep s;
+  s.grad_norm = gradient_norm();
   TK_CHECK(std::isfinite(s.grad_norm),
            "the gradient norm is {} at step {}: the update was not applied (the weights or the learning rate "
            "have diverged; try a lower --lr or a longer --warmup)",
@@ -238,8 +299,17 @@ OptimizerStep AdamW::step(double lr) {
   if (opt_.offload) {
     offloaded_update(c);
   } else {
-    ops_.adamw_update(model_.params(), master_, model_.grads(), m_.values, v_.values, m_.scales, v_.scales,
-                      segments_, c);
+    auto rows = [](const Tensor& t, int64_t from, int64_t count) { return t.empty() ? t : t.rows(from, from + count); };
+    for (size_t i = 0; i < owned_.size(); i++) {
+      const int64_t a = owned_[i].offset, n = owned_[i].count, at = owned_state_[i];
+      AdamWConfig range = c;
+      range.first_index = a;
+      const int64_t blocks = m_.scales.empty() ? 0 : moment_blocks(n);
+      ops_.adamw_update(model_.params().rows(a, a + n), rows(master_, at, n), model_.grads().rows(a, a + n),
+                        m_.values.rows(at, at + n), v_.values.rows(at, at + n),
+                        rows(m_.scales, at / kMomentBlock, blocks), rows(v_.scales, at / kMomentBlock, blocks),
+                        segments_in(a, n), range);
+    }
   }
   ops_.end_step();
   steps_taken_++;
@@ -356,37 +426,33 @@ void AdamW::set_moment_f32(const Moment& mt, const std::vector<float>& values, c
 }
 
 std::vector<float> AdamW::weights_f32() const {
+  TK_CHECK(!sharded() || !has_master_weights(), "internal error: the master weights are sharded across the ranks");
   if (!master_host_.empty()) return host_state(master_host_);
   return !master_.empty() ? download(master_) : model_.params_f32();
 }
 
 void AdamW::set_weights_f32(const std::vector<float>& weights) {
   upload(model_.params(), weights, "weights");
-  if (!master_host_.empty()) {
-    TK_CHECK(int64_t(weights.size()) == master_host_.numel(), "internal error: {} weights for {} parameters",
-             weights.size(), master_host_.numel());
-    ops_.synchronize();
-    std::copy(weights.begin(), weights.end(), master_host_.as<float>());
-  } else if (!master_.empty()) {
-    upload(master_, weights, "weights");
-  }
+  if (has_master_weights()) set_weights_f32(0, int64_t(weights.size()), weights.data());
 }
 
 void AdamW::weights_f32(int64_t offset, int64_t n, float* out) const {
+  if (!has_master_weights()) return ops_.download_f32(out, model_.params().rows(offset, offset + n));
+  const int64_t at = state_index(offset, n, "weights");
   if (!master_host_.empty()) {
     ops_.synchronize();
-    std::memcpy(out, master_host_.as<float>() + offset, size_t(n) * sizeof(float));
+    std::memcpy(out, master_host_.as<float>() + at, size_t(n) * sizeof(float));
   } else {
-    ops_.download_f32(out, (!master_.empty() ? master_ : model_.params()).rows(offset, offset + n));
+    ops_.download_f32(out, master_.rows(at, at + n));
   }
 }
 
 void AdamW::exp_avg_f32(int64_t offset, int64_t n, float* out) const {
-  moment_range_f32(opt_.offload ? m_host_ : m_, offset, n, out);
+  moment_range_f32(opt_.offload ? m_host_ : m_, state_index(offset, n, "exp_avg"), n, out);
 }
 
 void AdamW::exp_avg_sq_f32(int64_t offset, int64_t n, float* out) const {
-  moment_range_f32(opt_.offload ? v_host_ : v_, offset, n, out);
+  moment_range_f32(opt_.offload ? v_host_ : v_, state_index(offset, n, "exp_avg_sq"), n, out);
 }
 
 std::vector<float> AdamW::exp_avg_f32() const { return moment_f32(opt_.offload ? m_host_ : m_); }
@@ -396,36 +462,42 @@ void AdamW::set_weights_f32(int64_t offset, int64_t n, const float* weights) {
   TK_CHECK(offset >= 0 && n >= 0 && offset + n <= model_.layout().total, "internal error: weights [{}, {}) of {}",
            offset, offset + n, model_.layout().total);
   ops_.upload_f32(model_.params().rows(offset, offset + n), weights);
-  if (!master_host_.empty()) {
-    ops_.synchronize();
-    std::memcpy(master_host_.as<float>() + offset, weights, size_t(n) * sizeof(float));
-  } else if (!master_.empty()) {
-    ops_.upload_f32(master_.rows(offset, offset + n), weights);
+  for (const Piece& p : pieces(offset, n)) {
+    const float* from = weights + (p.flat - offset);
+    if (!master_host_.empty()) {
+      ops_.synchronize();
+      std::memcpy(master_host_.as<float>() + p.state, from, size_t(p.count) * sizeof(float));
+    } else if (!master_.empty()) {
+      ops_.upload_f32(master_.rows(p.state, p.state + p.count), from);
+    }
   }
 }
 
 void AdamW::set_moments_f32(int64_t offset, int64_t n, const float* exp_avg, const float* exp_avg_sq) {
   TK_CHECK(moments_settable_by_range(), "internal error: int8 moments are set whole");
-  for (auto [mt, values] : {std::pair{&(opt_.offload ? m_host_ : m_), exp_avg}, {&(opt_.offload ? v_host_ : v_), exp_avg_sq}}) {
-    const Tensor& t = mt->values;
-    TK_CHECK(offset >= 0 && n >= 0 && offset + n <= t.numel(), "internal error: moments [{}, {}) of {}", offset,
-             offset + n, t.numel());
-    if (!opt_.offload) {
-      ops_.upload_f32(t.rows(offset, offset + n), values);  // f32, f64 or bf16 (rounded to nearest even)
-    } else {
-      ops_.synchronize();
-      if (t.dtype == DType::F32) {
-        std::memcpy(t.as<float>() + offset, values, size_t(n) * sizeof(float));
+  TK_CHECK(offset >= 0 && n >= 0 && offset + n <= model_.layout().total, "internal error: moments [{}, {}) of {}",
+           offset, offset + n, model_.layout().total);
+  for (const Piece& p : pieces(offset, n))
+    for (auto [mt, all] : {std::pair{&(opt_.offload ? m_host_ : m_), exp_avg}, {&(opt_.offload ? v_host_ : v_), exp_avg_sq}}) {
+      const Tensor& t = mt->values;
+      const float* values = all + (p.flat - offset);
+      if (!opt_.offload) {
+        ops_.upload_f32(t.rows(p.state, p.state + p.count), values);  // f32, f64 or bf16 (rounded to nearest even)
       } else {
-        auto* b = static_cast<uint16_t*>(t.data) + offset;
-        for (int64_t i = 0; i < n; i++) b[i] = moment_to_bf16(values[i]);
+        ops_.synchronize();
+        if (t.dtype == DType::F32) {
+          std::memcpy(t.as<float>() + p.state, values, size_t(p.count) * sizeof(float));
+        } else {
+          auto* b = static_cast<uint16_t*>(t.data) + p.state;
+          for (int64_t i = 0; i < p.count; i++) b[i] = moment_to_bf16(values[i]);
+        }
       }
     }
-  }
 }
 
 void AdamW::set_state_f32(const std::vector<float>& exp_avg, const std::vector<float>& exp_avg_sq,
                           int64_t steps_taken) {
+  TK_CHECK(!sharded(), "internal error: a sharded AdamW's moments are set by range");
   set_moment_f32(opt_.offload ? m_host_ : m_, exp_avg, "exp_avg");
   set_moment_f32(opt_.offload ? v_host_ : v_, exp_avg_sq, "exp_avg_sq");
   steps_taken_ = steps_taken;

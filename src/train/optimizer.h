@@ -3,6 +3,7 @@
 // of that state that checkpoints need (always as f32 values).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +34,15 @@ struct AdamWOptions {
   int64_t offload_chunk = int64_t(16) << 20;
 };
 
+// A run [offset, offset + count) of the parameter layout.
+struct ParamRange {
+  int64_t offset = 0, count = 0;
+};
+
+// What a sharded AdamW (ZeRO 1-3) needs from the other ranks: the sum over ranks, in rank order, of a value each
+// rank computed over its own slice (the gradient's squared norm).
+using SumAcrossRanks = std::function<double(double)>;
+
 struct OptimizerStep {
   double grad_norm = 0;   // global L2 norm of the gradients before clipping
   double clip_scale = 1;  // what the gradients were multiplied by: min(1, max_grad_norm / grad_norm)
@@ -41,8 +51,11 @@ struct OptimizerStep {
 class AdamW {
  public:
   // Allocates m and v (zeroed) and, when the model's weights are narrower than fp32, master weights
-  // initialised from the current parameters.
-  AdamW(Model& model, const AdamWOptions& opt);
+  // initialised from the current parameters. `owned`: the runs of the layout this AdamW updates and keeps state for,
+  // in layout order, each a whole number of int8 blocks (data parallelism's slice of each unit, ZeRO 1-3); empty:
+  // the whole layout. Sharded, the gradient norm is the square root of `sum` of every rank's squared norm of its
+  // slices, and the update is element by element what the whole layout's would be (AdamWConfig::first_index).
+  AdamW(Model& model, const AdamWOptions& opt, std::vector<ParamRange> owned = {}, SumAcrossRanks sum = {});
   ~AdamW();
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
@@ -58,7 +71,12 @@ class AdamW {
   size_t state_bytes() const;       // on the device: m, v (and scales) and master weights, or the offload staging
   size_t host_state_bytes() const;  // in host memory when offloaded (else 0)
 
-  // Weights at full precision: the master weights when held, else the parameters (layout order).
+  bool sharded() const { return sum_across_ranks_ != nullptr; }
+  const std::vector<ParamRange>& owned() const { return owned_; }
+
+  // Weights at full precision: the master weights when held, else the parameters (layout order). The ranges of
+  // the weights, exp_avg and exp_avg_sq getters must lie in one owned range when sharded with master weights (the
+  // parameters are whole on every rank); the setters set what of their range is owned, and the parameters whole.
   std::vector<float> weights_f32() const;
   // Sets the parameters (and the master weights when held) from fp32 values, e.g. loaded weights.
   void set_weights_f32(const std::vector<float>& weights);
@@ -99,10 +117,23 @@ class AdamW {
   void moment_range_f32(const Moment& mt, int64_t offset, int64_t n, float* out) const;
   void set_moment_f32(const Moment& mt, const std::vector<float>& values, const char* what);
 
+  // Where a run of the layout lies in the state buffers: its owned pieces.
+  struct Piece {
+    int64_t flat, state, count;
+  };
+  std::vector<Piece> pieces(int64_t offset, int64_t n) const;
+  int64_t state_index(int64_t offset, int64_t n, const char* what) const;  // a run within one owned range
+  std::vector<ParamSegment> segments_in(int64_t a, int64_t n) const;      // cut to [a, a + n), rebased to a
+  double gradient_norm() const;
+
   Model& model_;
   Ops& ops_;
   AdamWOptions opt_;
   std::vector<ParamSegment> segments_;
+  std::vector<ParamRange> owned_;             // with their state offsets: the sum of the counts before
+  std::vector<int64_t> owned_state_;
+  int64_t state_elements_ = 0;
+  SumAcrossRanks sum_across_ranks_;
   Moment m_, v_;                              // on the device (not offloaded)
   Tensor master_;
   Moment m_host_, v_host_;                    // [P] in host memory when offloaded

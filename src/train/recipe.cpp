@@ -5,6 +5,7 @@
 #include "model/params.h"
 #include "ops/cuda/fp8_shapes.h"
 #include "ops/cuda/workspace_sizes.h"
+#include "train/data_parallel.h"
 #include "train/precision_choice.h"
 #include "train/trainer.h"
 
@@ -48,6 +49,7 @@ ModelOptions Recipe::model_options() const {
   o.recompute = recompute;
   o.offload_grads = offload_gradients;
   o.fp8_kept_inputs = keeps_fp8_inputs();
+  o.unit_multiple = DataParallel::unit_multiple(world_size, zero_stage);
   return o;
 }
 
@@ -58,6 +60,7 @@ Recipe train_recipe(const TrainConfig& c, const ModelConfig& model, bool gpu) {
   r.batch = c.batch;
   r.seq = c.seq;
   r.accumulation = c.batch_tokens > 0 ? int(c.batch_tokens / r.micro_tokens()) : 1;
+  r.zero_stage = c.zero;
   r.doc_mask = c.doc_mask;
   r.recompute = Recompute::parse(c.recompute);
   r.optimizer.beta1 = c.beta1;

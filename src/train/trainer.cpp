@@ -25,6 +25,7 @@
 #include "ops/backend.h"
 #include "train/checkpoint.h"
 #include "train/config_file.h"
+#include "train/data_parallel.h"
 #include "train/dataset.h"
 #include "train/evaluate.h"
 #include "train/lr_schedule.h"
@@ -40,7 +41,7 @@
 namespace tk {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, model, data, out, tokenizer, device, batch, seq,
-                                                batch_tokens, doc_mask, gemm_tuning, logits_chunk_mib, precision, fp8, fp8_scaling, fp8_margin, fp8_lm_head, recompute, offload, offload_chunk, moments, memory_budget, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
+                                                batch_tokens, doc_mask, gemm_tuning, logits_chunk_mib, precision, fp8, fp8_scaling, fp8_margin, fp8_lm_head, recompute, offload, offload_chunk, moments, zero, memory_budget, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
                                                 decay_fraction, beta1, beta2, adam_eps, weight_decay, grad_clip, seed,
                                                 eval_every, eval_tokens, save_every, keep_checkpoints, peak_tflops)
 
@@ -53,11 +54,13 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
   }
 }
 
-LossSum accumulate_gradients(Model& model, DataLoader& loader, int micro_steps, int64_t step) {
+LossSum accumulate_gradients(Model& model, DataLoader& loader, int micro_steps, int64_t step, DataParallel* dp) {
   const ModelOptions& o = model.options();
-  const float grad_scale = float(1.0 / (double(micro_steps) * o.B * o.T));
+  const int ranks = dp ? dp->world() : 1;
+  const float grad_scale = float(1.0 / (double(micro_steps) * ranks * o.B * o.T));
   LossSum total;
   for (int micro = 0; micro < micro_steps; micro++) {
+    if (dp && micro == micro_steps - 1) dp->reduce_next_backward();
     LossSum l = model.forward_backward(loader.next(), grad_scale);
     if (!std::isfinite(l.sum))
       throw DivergedError(fmt::format("training stopped: the loss is {} at step {} (micro-batch {} of {}). The "
@@ -153,8 +156,9 @@ std::string format_throughput(const StepMetrics& m, bool gpu) {
 
 class TrainingRun {
  public:
-  TrainingRun(TrainConfig cfg, const std::function<void(const StepRecord&)>& on_step, StepHooks hooks = {})
-      : cfg_(std::move(cfg)), on_step_(on_step), hooks_(std::move(hooks)) {}
+  TrainingRun(TrainConfig cfg, const std::function<void(const StepRecord&)>& on_step, StepHooks hooks = {},
+              dist::Communicator* comm = nullptr)
+      : cfg_(std::move(cfg)), on_step_(on_step), hooks_(std::move(hooks)), comm_(comm) {}
 
   TrainResult run();
 
@@ -184,6 +188,7 @@ class TrainingRun {
   void choose_vocab();
   void resize_vocab();
   void apply_memory_budget();
+  void refuse_what_data_parallelism_lacks() const;
   void build_model();
   void resume_from(const std::string& checkpoint);
   void warn_recipe_changes(const json& saved) const;
@@ -201,12 +206,18 @@ class TrainingRun {
     return every >= 0 && (step == cfg_.steps || (every > 0 && step % every == 0));
   }
 
+  // Rank 0 of a data-parallel run (or the one process): the one that owns the run directory and its files.
+  bool leader() const { return comm_ == nullptr || comm_->rank() == 0; }
+  int world() const { return comm_ ? comm_->world_size() : 1; }
+  int agreed_stop_signal(int mine) const;
+
   TrainConfig cfg_;
   const std::function<void(const StepRecord&)>& on_step_;
   StepHooks hooks_;
+  dist::Communicator* comm_;  // nullptr: one process
   std::optional<RunDir> dir_;  // from set_up(): TrainingSteps has none
   std::optional<RunDirLock> lock_;
-  int accum_steps_ = 1;
+  int accum_steps_ = 1;        // micro-batches per step on each rank (the global batch's over the world size)
   int64_t global_batch_tokens_ = 0;
 
   Backend backend_;  // before what holds its memory (the loaders' batches, the model), so destroyed after it
@@ -219,6 +230,7 @@ class TrainingRun {
   ModelSource source_;
   Recipe recipe_;  // what each step computes: the model, batch, precision, recompute, offload, AdamW (recipe.h)
   std::unique_ptr<Model> model_;
+  std::unique_ptr<DataParallel> dp_;  // with a communicator
   std::unique_ptr<AdamW> optimizer_;
   LrSchedule schedule_;
   std::optional<ThroughputModel> throughput_;
@@ -251,6 +263,12 @@ void TrainingRun::resolve_config() {
            cfg_.batch_tokens, micro_tokens, cfg_.batch, cfg_.seq);
   accum_steps_ = int(cfg_.batch_tokens / micro_tokens);
   global_batch_tokens_ = cfg_.batch_tokens;
+  TK_CHECK(cfg_.zero >= 0 && cfg_.zero <= 2, "--zero {}: the stages are 0, 1 and 2 (docs/distributed.md)", cfg_.zero);
+  TK_CHECK(accum_steps_ % world() == 0,
+           "--batch-tokens {} is {} micro-batches of {} tokens, which {} ranks cannot share equally: each rank takes "
+           "a whole number of them (raise --batch-tokens to a multiple of {} tokens, or lower --batch)",
+           cfg_.batch_tokens, accum_steps_, micro_tokens, world(), micro_tokens * world());
+  accum_steps_ /= world();
 
   if (cfg_.warmup > cfg_.steps && cfg_.steps > 0) {
     log::warn("--warmup {} is longer than the run: warming up over all {} steps", cfg_.warmup, cfg_.steps);
@@ -340,6 +358,8 @@ void TrainingRun::open_data() {
   o.allocate = [&ops](size_t bytes) { return ops.allocate_host(bytes, "batches (host)"); };
   o.release = [&ops](void* p) { ops.release_host(p); };
   o.split = "train";
+  o.rank = comm_ ? comm_->rank() : 0;
+  o.world = world();
   train_data_ = DataLoader::open(o);
   if (hooks_.wrap_loader) train_data_ = hooks_.wrap_loader(std::move(train_data_));
   if (cfg_.eval_tokens > 0) {
@@ -347,8 +367,11 @@ void TrainingRun::open_data() {
       log::warn("{} has no validation split: validation is skipped", cfg_.data);
       return;
     }
+    // Every rank validates the same windows (the model is whole on each): they stay in step.
     o.split = "val";
     o.shuffle = false;
+    o.rank = 0;
+    o.world = 1;
     try {
       val_data_ = DataLoader::open(o);
     } catch (const Error& e) {
@@ -374,7 +397,10 @@ void TrainingRun::build_model() {
            "--seq {} is longer than the model's max_position_embeddings {}", cfg_.seq, source_.config.max_seq);
   model_ = make_model(recipe_, *backend_.ops);
   model_->init_params(cfg_.seed);
-  optimizer_ = std::make_unique<AdamW>(*model_, recipe_.adamw_options());
+  if (comm_) dp_ = std::make_unique<DataParallel>(*comm_, *model_, cfg_.zero);
+  optimizer_ = dp_ && cfg_.zero > 0
+                   ? std::make_unique<AdamW>(*model_, recipe_.adamw_options(), dp_->owned(), dp_->sum_across_ranks())
+                   : std::make_unique<AdamW>(*model_, recipe_.adamw_options());
   if (!source_.weights_path.empty()) {
     log::info("loading weights from {}", source_.weights_path);
     optimizer_->set_weights_f32(load_params(model_->config(), model_->layout(), source_.weights_path));
@@ -394,7 +420,7 @@ void TrainingRun::warn_recipe_changes(const json& saved) const {
 void TrainingRun::resume_from(const std::string& checkpoint) {
   log::info("resuming from {}", checkpoint);
   state_ = load_checkpoint(checkpoint, *model_, *optimizer_);
-  dir_->drop_checkpoints_after(state_.step, cfg_.overwrite);
+  if (leader()) dir_->drop_checkpoints_after(state_.step, cfg_.overwrite);
   TK_CHECK(state_.tokenizer_fingerprint == train_data_->tokenizer_fingerprint(),
            "{} was trained on data of another tokenizer (fingerprint {:016x}) than {} ({:016x})", checkpoint,
            state_.tokenizer_fingerprint, cfg_.data, train_data_->tokenizer_fingerprint());
@@ -402,7 +428,7 @@ void TrainingRun::resume_from(const std::string& checkpoint) {
   train_data_->restore(state_.loader);
   saved_step_ = state_.step;
   result_.checkpoint = checkpoint;
-  truncate_run_log(dir_->log_path(), state_.step);
+  if (leader()) truncate_run_log(dir_->log_path(), state_.step);
 }
 
 void TrainingRun::print_plan() const {
@@ -416,9 +442,15 @@ void TrainingRun::print_plan() const {
   fmt::print("model {} ({}): {} parameters, {} layers, d_model {}, {} heads ({} kv) x {}, ffn {}, vocab {}\n", c.name,
              arch_name(c.arch), format_count(double(layout.total)), c.n_layers, c.d_model, c.n_heads, c.n_kv_heads,
              c.head_dim, c.ffn_dim, c.vocab_size);
-  fmt::print("batch: {} x {} tokens per micro-batch, {} micro-batch(es) per step = {} tokens per step; {} steps = {} tokens\n",
-             cfg_.batch, cfg_.seq, accum_steps_, global_batch_tokens_, cfg_.steps,
-             format_count(double(global_batch_tokens_) * double(cfg_.steps)));
+  fmt::print("batch: {} x {} tokens per micro-batch, {} micro-batch(es) per step{} = {} tokens per step; {} steps = {} tokens\n",
+             cfg_.batch, cfg_.seq, accum_steps_, comm_ ? fmt::format(" on each of {} ranks", world()) : "",
+             global_batch_tokens_, cfg_.steps, format_count(double(global_batch_tokens_) * double(cfg_.steps)));
+  if (comm_)
+    fmt::print("data parallel: {} ranks over {}, ZeRO {} ({}); the memory below is each rank's\n", world(),
+               comm_->name(), cfg_.zero,
+               cfg_.zero == 0   ? "gradients all-reduced, optimizer state whole on every rank"
+               : cfg_.zero == 1 ? "gradients all-reduced, optimizer state sharded"
+                                : "gradients reduce-scattered, optimizer state sharded");
   fmt::print("backend {} on {}{}; {:.3g} GFLOP per token; {}\n", ops.name(), throughput_->device().name,
              recipe_.backend.precision.fp8 ? " (linear layers' GEMMs in FP8; MFU against the bf16 peak)" : "",
              throughput_->model_flops_per_token() / 1e9, throughput_->peak_description());
@@ -467,7 +499,7 @@ void TrainingRun::report_memory() const {
   fmt::print("  {:>10}  total on {}\n", format_bytes(double(total)), throughput_->device().name);
   if (const std::string tuning = gemm_tuning_summary(ops); !tuning.empty()) fmt::print("{}\n", tuning);
   std::fflush(stdout);
-  dir_->write_memory_table(j);
+  if (leader()) dir_->write_memory_table(j);
   ops.seal_memory();
 }
 
@@ -477,7 +509,8 @@ void TrainingRun::write_run_config() const {
   j["model"] = model_->config().to_hf_json();
   j["model_name"] = model_->config().name;
   j["parameters"] = model_->layout().total;
-  j["accumulation_steps"] = accum_steps_;
+  j["accumulation_steps"] = accum_steps_;  // each rank's
+  j["world_size"] = world();
   j["backend"] = backend_.ops->name();
   j["device"] = throughput_->device().name;
   j["peak_flops"] = throughput_->device().peak_flops;
@@ -497,9 +530,11 @@ StepRecord TrainingRun::train_step(int64_t step) {
   const Clock::time_point t0 = Clock::now();
   StepRecord r;
   r.step = step;
-  LossSum loss = accumulate_gradients(*model_, *train_data_, accum_steps_, step);
+  LossSum loss = accumulate_gradients(*model_, *train_data_, accum_steps_, step, dp_.get());
+  if (dp_) loss = dp_->sum(loss);
   r.lr = schedule_.at(step);
   OptimizerStep os = optimizer_->step(r.lr);
+  if (dp_) dp_->gather_parameters();
   if (!std::isfinite(os.grad_norm))
     throw DivergedError(fmt::format("training stopped: the gradient norm is {} at step {} (the loss was {:.4f}). The "
                                     "weights have diverged: lower --lr, lengthen --warmup or clip (--grad-clip)",
@@ -535,7 +570,7 @@ void TrainingRun::log_step(const StepRecord& r) {
              format_count(m.tokens_per_s), format_throughput(m, backend_.gpu), m.data_wait_s,
              format_bytes(double(m.memory_bytes)), format_step_pace(progress_->after_step(r.step, r.seconds, elapsed)));
   std::fflush(stdout);
-  log_->step(r, elapsed);
+  if (log_) log_->step(r, elapsed);
 }
 
 void TrainingRun::validate(int64_t step) {
@@ -552,13 +587,14 @@ void TrainingRun::validate(int64_t step) {
   fmt::print("step {} | val loss {:.4f} | val ppl {:.2f} | {} tokens in {:.1f}s\n", step, l.mean(),
              std::exp(l.mean()), l.count, seconds);
   std::fflush(stdout);
-  log_->validation(step, l, seconds);
+  if (log_) log_->validation(step, l, seconds);
 }
 
 void TrainingRun::write_checkpoint() {
   state_.loader = train_data_->state();
   state_.train_config = cfg_.to_json();
-  result_.checkpoint = save_checkpoint(dir_->path(), *model_, *optimizer_, state_, cfg_.keep_checkpoints);
+  result_.checkpoint =
+      save_checkpoint(dir_->path(), *model_, *optimizer_, state_, cfg_.keep_checkpoints, dp_.get());
   saved_step_ = state_.step;
 }
 
@@ -602,25 +638,27 @@ void TrainingRun::set_up() {
   resolve_config();
   dir_.emplace(cfg_.out);
   if (cfg_.resume) require_resume_source();
-  // Before anything in the directory is read or written: a second writer is refused here, at once.
-  lock_.emplace(dir_->path());
+  // Before anything in the directory is read or written: a second writer is refused here, at once. Rank 0 of a
+  // data-parallel run owns the directory; the other ranks write only their shards of each checkpoint.
+  if (leader()) lock_.emplace(dir_->path());
   const std::string resume_checkpoint = cfg_.resume ? find_resume_checkpoint() : "";
   // Resuming into another directory (--out elsewhere) starts a new run directory there.
   std::error_code ec;
   const bool in_place =
       cfg_.resume && stdfs::equivalent(stdfs::path(resume_checkpoint).parent_path(), dir_->path(), ec);
-  if (!in_place) dir_->check_free(cfg_.overwrite);
-  dir_->remove_interrupted_work();
+  if (leader() && !in_place) dir_->check_free(cfg_.overwrite);
+  if (leader()) dir_->remove_interrupted_work();
   result_.run_dir = dir_->path();
 
   build_parts();
-  if (!in_place) dir_->clear();
+  if (leader() && !in_place) dir_->clear();
   state_.rng = {{"init_seed", cfg_.seed}, {"data_seed", cfg_.seed}};
   state_.tokenizer_path = tokenizer_path_;
   state_.tokenizer_fingerprint = train_data_->tokenizer_fingerprint();
   if (cfg_.resume) resume_from(resume_checkpoint);
 
   print_plan();
+  if (!leader()) return;
   UnigramEntropy ue = unigram_entropy(meta_.train_shards, train_data_->vocab_size(), 100'000'000);
   unigram_nats_ = ue.nats;
   fmt::print("unigram entropy of the training split: {:.4f} nats{}\n", ue.nats,
@@ -637,6 +675,9 @@ void TrainingRun::build_parts() {
   choose_vocab();
   recipe_ = train_recipe(cfg_, source_.config, backend_.gpu);
   if (!recipe_.precision_note.empty()) fmt::print("{}\n", recipe_.precision_note);
+  recipe_.world_size = world();
+  recipe_.accumulation = accum_steps_;
+  if (comm_) refuse_what_data_parallelism_lacks();
   if (!cfg_.memory_budget.empty()) apply_memory_budget();  // before the loader: it sets the micro-batch
   if (recipe_.backend.precision.fp8_lm_head() && !recipe_.lm_head_fp8_shapes()) {
     const ModelConfig& c = source_.config;
@@ -654,6 +695,17 @@ void TrainingRun::build_parts() {
   open_data();
   check_tokenizer();
   build_model();
+}
+
+// The combinations the data-parallel steps do not implement, refused before anything is allocated.
+void TrainingRun::refuse_what_data_parallelism_lacks() const {
+  TK_CHECK(cfg_.memory_budget.empty(), "--memory-budget chooses a one-GPU plan: with {} ranks set --batch, --recompute "
+           "and --offload yourself (tokamak plan shows the memory of each)", world());
+  TK_CHECK(!recipe_.offload_gradients, "--offload optimizer,gradients is not implemented with data parallelism (the "
+           "gradients are reduced on the device): use --offload optimizer");
+  TK_CHECK(!cfg_.fp8, "--fp8 is not implemented with data parallelism: the ranks' FP8 scales are not yet agreed");
+  TK_CHECK(cfg_.zero == 0 || recipe_.optimizer.moments != MomentPrecision::Int8,
+           "--moments int8 with --zero {}: int8 moments are not sharded; use --zero 0 or --moments bf16", cfg_.zero);
 }
 
 // --memory-budget: the fastest micro-batch (at most --batch) and recompute policy whose planned memory
@@ -711,7 +763,7 @@ TrainResult TrainingRun::train_loop() {
     } catch (const DivergedError& e) {
       std::string unrecorded;
       try {
-        log_->diverged(e.step, e.loss, schedule_.at(step), e.grad_norm,
+        if (log_) log_->diverged(e.step, e.loss, schedule_.at(step), e.grad_norm,
                        std::chrono::duration<double>(Clock::now() - started_).count());
       } catch (const Error& write) {
         unrecorded = fmt::format("\nThe log could not record it: {}", write.what());
@@ -728,7 +780,7 @@ TrainResult TrainingRun::train_loop() {
       stop_after_failure(e.what());
     }
     if (due(cfg_.save_every, step)) save();
-    if (int sig = signals.received()) {
+    if (int sig = agreed_stop_signal(signals.received())) {
       if (saved_step_ != step) save();
       fmt::print("stopped by {} after step {}; continue with: tokamak train --resume {}\n", StopSignals::name(sig),
                  step, dir_->path());
@@ -741,6 +793,17 @@ TrainResult TrainingRun::train_loop() {
              unigram_nats_, format_duration(std::chrono::duration<double>(Clock::now() - started_).count()),
              dir_->path());
   return result_;
+}
+
+// The stop decision of a step, the same on every rank: a signal seen by any rank stops them all after the same step
+// (the lowest rank's signal names it).
+int TrainingRun::agreed_stop_signal(int mine) const {
+  if (!comm_) return mine;
+  std::vector<int> all(static_cast<size_t>(world()));
+  comm_->host_all_gather(&mine, all.data(), sizeof(int));
+  for (int sig : all)
+    if (sig != 0) return sig;
+  return 0;
 }
 
 TrainResult TrainingRun::run() {
@@ -756,7 +819,7 @@ TrainResult TrainingRun::run() {
 
 }  // namespace
 
-TrainResult Trainer::run() { return TrainingRun(cfg_, on_step).run(); }
+TrainResult Trainer::run() { return TrainingRun(cfg_, on_step, {}, comm_).run(); }
 
 struct TrainingSteps::Impl {
   std::function<void(const StepRecord&)> no_callback;

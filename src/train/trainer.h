@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "data/loader.h"
+#include "dist/communicator.h"
 #include "model/model.h"
 #include "train/metrics.h"
 #include "train/precision_choice.h"
@@ -32,6 +33,7 @@ struct TrainConfig {
   std::string offload = "none";  // "optimizer": AdamW state and master weights in host memory (same results)
   int64_t offload_chunk = int64_t(16) << 20;  // elements of the optimizer state per device round trip
   std::string moments = "f32";  // AdamW's m and v: f32, bf16 or int8 (ops.h adamw_update)
+  int zero = 0;                // data parallelism's ZeRO stage: 0 replicated, 1 optimizer state sharded, 2 gradients too
   bool gemm_tuning = true;     // cuBLASLt algorithms chosen by timing, kept in the cache (ops/backend.h)
   std::string precision = kDefaultPrecision;  // auto, bf16 or fp8 (train/precision_choice.h)
   bool fp8 = false;           // the linear layers' GEMMs in FP8 (CUDA, sm_89+; ops/backend.h Precision): precision fp8
@@ -88,7 +90,9 @@ struct TrainResult {
 
 class Trainer {
  public:
-  explicit Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {}
+  // comm: this rank's communicator in a data-parallel run (docs/distributed.md), nullptr for one process. Every rank
+  // runs the same Trainer; rank 0 owns the run directory, its log and the model's weights in each checkpoint.
+  explicit Trainer(TrainConfig cfg, dist::Communicator* comm = nullptr) : cfg_(std::move(cfg)), comm_(comm) {}
   // Called after each step is logged (tests and tools watch the run with it).
   std::function<void(const StepRecord&)> on_step;
   // Trains to cfg.steps, or until SIGINT, SIGTERM or SIGHUP (then saves and returns 130, 143 or 129 as exit_code).
@@ -98,6 +102,7 @@ class Trainer {
 
  private:
   TrainConfig cfg_;
+  dist::Communicator* comm_;
 };
 
 // What tools that run the trainer's own steps (`tokamak profile`) put between the trainer and its parts.
@@ -158,9 +163,13 @@ struct DivergedError : Error {
   double grad_norm;  // NaN where no gradient norm was computed
 };
 
-// One optimizer step's gradients: `micro_steps` batches from the loader, each backpropagated with
-// grad_scale = 1 / (tokens in the global batch), so the gradients accumulated are those of the mean
-// loss over the global batch. A non-finite loss is a DivergedError naming the step and micro-batch.
-LossSum accumulate_gradients(Model& model, DataLoader& loader, int micro_steps, int64_t step);
+class DataParallel;
+
+// One optimizer step's gradients on this rank: `micro_steps` batches from the loader, each backpropagated with
+// grad_scale = 1 / (tokens in the global batch, `ranks` x micro_steps micro-batches), so the gradients accumulated
+// (and, with `dp`, summed across the ranks in the last micro-batch's backward) are those of the mean loss over the
+// global batch. A non-finite loss is a DivergedError naming the step and micro-batch. Returns this rank's loss.
+LossSum accumulate_gradients(Model& model, DataLoader& loader, int micro_steps, int64_t step,
+                             DataParallel* dp = nullptr);
 
 }  // namespace tk

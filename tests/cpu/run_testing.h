@@ -60,9 +60,12 @@ struct ChildExit {
 // /dev/null, which no limit stops.
 class TokamakChild {
  public:
-  TokamakChild(const std::vector<std::string>& args, const std::string& output, rlim_t file_size_limit = 0)
+  // launcher: a command that runs tokamak itself (e.g. {"mpirun", "-np", "2"}); the arguments then follow kTokamak.
+  TokamakChild(const std::vector<std::string>& args, const std::string& output, rlim_t file_size_limit = 0,
+               const std::vector<std::string>& launcher = {})
       : output_(output) {
-    std::vector<std::string> argv = {kTokamak};
+    std::vector<std::string> argv = launcher;
+    argv.push_back(kTokamak);
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<char*> cargv;
     for (std::string& a : argv) cargv.push_back(a.data());

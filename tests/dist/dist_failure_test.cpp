@@ -1,20 +1,24 @@
 // Failures of a run of many ranks, under mpirun (dist_rank_probe, and tokamak itself): a rank killed in the middle
-// of a collective, or hung in it, makes the others exit non-zero within 30 s, named; ranks given different runs
-// refuse before any work, naming the first that differs; `--gpus` refuses what it cannot run; ranks that agree
-// start and stop at the "not yet" of training on many ranks.
+// of a collective or of a training step, or hung in a collective, makes the others exit non-zero within 30 s, named;
+// ranks given different runs refuse before any work, naming the first that differs; `--gpus` refuses what it cannot
+// run; training ranks that fail at start, or cannot share the global batch, all stop.
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
+
+#include <signal.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dist/process_group.h"
+#include "run_testing.h"
 
 namespace {
 
@@ -124,11 +128,62 @@ TEST(Cli, GpusSaysHowManyThereAre) {
   EXPECT_TRUE(has(nested, "leave --gpus out under a launcher")) << nested.output;
 }
 
-TEST(Cli, TrainingRanksStartAgreeThenStopUntilZero) {
-  const Outcome o = run(mpirun(2, {kTokamak, "train", "--device", "cpu", "--model", "tiny", "--data", "nowhere"}));
+TEST(Cli, TrainingRanksThatFailAtStartAllStop) {
+  const Outcome o = run(mpirun(2, {kTokamak, "train", "--device", "cpu", "--model", "tiny", "--data", "nowhere",
+                                   "--batch", "2", "--seq", "16", "--batch-tokens", "64"}));
   EXPECT_NE(o.exit_code, 0) << o.output;
-  EXPECT_TRUE(has(o, "the 2 ranks started and agree, but `tokamak train` on more than one rank comes with the ZeRO"))
-      << o.output;
+  EXPECT_LT(o.seconds, 30.0) << o.output;
+  EXPECT_TRUE(has(o, "nowhere")) << o.output;
+  const Outcome uneven = run(mpirun(3, {kTokamak, "train", "--device", "cpu", "--model", "tiny", "--data", "nowhere",
+                                        "--batch", "2", "--seq", "16", "--batch-tokens", "64"}));
+  EXPECT_NE(uneven.exit_code, 0) << uneven.output;
+  EXPECT_TRUE(has(uneven, "is 2 micro-batches of 32 tokens, which 3 ranks cannot share equally")) << uneven.output;
+}
+
+// The pid of the process whose environment holds every one of `entries` (a rank mpirun started for this test).
+pid_t process_with_environment(const std::vector<std::string>& entries) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(e.path() / "environ", std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    const std::string env = std::string(1, '\0') + ss.str();
+    bool all = true;
+    for (const std::string& entry : entries) all = all && env.find('\0' + entry + '\0') != std::string::npos;
+    if (all) return pid_t(std::stol(name));
+  }
+  return -1;
+}
+
+TEST(TrainingRanks, ARankKilledMidStepStopsTheOthersWithin30s) {
+  tk::testing::TempDir dir;
+  const std::string data = tk::testing::make_byte_dataset(dir);
+  const std::string model = tk::testing::write_model_config(dir, tk::testing::tiny_llama_config());
+  const std::string tag = "TK_KILLED_RANK_TEST=" + std::to_string(::getpid());
+  ::setenv("TK_KILLED_RANK_TEST", std::to_string(::getpid()).c_str(), 1);
+  ::setenv("TOKAMAK_LOADER_DELAY_MS", "50", 1);  // steps long enough to be killed in
+  tk::testing::TokamakChild child({"train", "--device", "cpu", "--model", model, "--data", data, "--batch", "2", "--seq",
+                                   "16", "--batch-tokens", "64", "--steps", "100000", "--eval-tokens", "0",
+                                   "--save-every", "-1", "--out", dir.path("run")},
+                                  dir.path("killed"), 0, {TK_MPIEXEC, "-np", "2", "--oversubscribe"});
+  ::unsetenv("TOKAMAK_LOADER_DELAY_MS");
+  ::unsetenv("TK_KILLED_RANK_TEST");
+  // Rank 0 logs its first step once both ranks have trained it.
+  const auto started = std::chrono::steady_clock::now();
+  while (!fs::exists(dir.path("run/log.jsonl")) || fs::file_size(dir.path("run/log.jsonl")) == 0) {
+    ASSERT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(60)) << child.err();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const pid_t rank1 = process_with_environment({tag, "OMPI_COMM_WORLD_RANK=1"});
+  ASSERT_GT(rank1, 0);
+  ASSERT_EQ(::kill(rank1, SIGKILL), 0);
+  const auto killed = std::chrono::steady_clock::now();
+  const tk::testing::ChildExit e = child.wait();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_TRUE(e.signaled || e.code != 0) << child.out() << child.err();
+  EXPECT_LT(seconds, 30.0) << child.err();
+  EXPECT_TRUE(child.err().find("rank 1") != std::string::npos) << child.err();
 }
 
 TEST(Cli, TrainingRanksGivenDifferentCommandsRefuse) {

@@ -1,0 +1,116 @@
+// DataParallel (data_parallel.h): the collectives of a data-parallel step, queued behind the compute that writes
+// their inputs (wait_for_compute) and waited for by the compute that reads their outputs (compute_waits), so that on
+// CUDA a unit's reduction runs while the backward computes the units below it.
+#include "train/data_parallel.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace tk {
+
+int64_t DataParallel::unit_multiple(int world, int zero_stage) {
+  return zero_stage == 0 ? 64 : int64_t(world) * kShardQuantum;
+}
+
+DataParallel::DataParallel(dist::Communicator& comm, Model& model, int zero_stage)
+    : comm_(comm), model_(model), zero_(zero_stage) {
+  TK_CHECK(zero_stage >= 0 && zero_stage <= 2, "--zero {}: the stages are 0, 1 and 2", zero_stage);
+  TK_CHECK(!model.grads_on_host(),
+           "--offload optimizer,gradients is not implemented with data parallelism (the gradients are reduced on the "
+           "device): use --offload optimizer");
+  const ParamLayout& layout = model.layout();
+  if (zero_ > 0)
+    for (size_t k = 0; k < layout.units(); k++)
+      TK_CHECK(layout.unit_size(k) % unit_multiple(world(), zero_) == 0,
+               "internal error: unit {} of {} elements is not padded for {} ranks", k, layout.unit_size(k), world());
+  model.set_gradient_hook(this);
+}
+
+DataParallel::~DataParallel() { model_.set_gradient_hook(nullptr); }
+
+Tensor DataParallel::unit_of(const Tensor& flat, size_t unit) const {
+  const ParamLayout& layout = model_.layout();
+  return flat.rows(layout.unit_begin[unit], layout.unit_begin[unit + 1]);
+}
+
+Tensor DataParallel::unit_slice(const Tensor& flat, size_t unit) const {
+  const ParamLayout& layout = model_.layout();
+  const int64_t chunk = layout.unit_size(unit) / world(), begin = layout.unit_begin[unit] + rank() * chunk;
+  return flat.rows(begin, begin + chunk);
+}
+
+std::vector<ParamRange> DataParallel::owned() const {
+  if (zero_ == 0) return {};
+  const ParamLayout& layout = model_.layout();
+  std::vector<ParamRange> ranges;
+  for (size_t k = 0; k < layout.units(); k++) {
+    const int64_t chunk = layout.unit_size(k) / world();
+    if (chunk > 0) ranges.push_back({layout.unit_begin[k] + rank() * chunk, chunk});
+  }
+  return ranges;
+}
+
+SumAcrossRanks DataParallel::sum_across_ranks() {
+  return [this](double mine) { return sum(mine); };
+}
+
+void DataParallel::unit_done(size_t unit) {
+  if (!armed_ || model_.layout().unit_size(unit) == 0) return;
+  Ops& ops = model_.ops();
+  const Tensor grads = unit_of(model_.grads(), unit);
+  comm_.wait_for_compute(ops);
+  last_ = zero_ >= 2 ? comm_.reduce_scatter(unit_slice(model_.grads(), unit), grads, dist::ReduceOp::Sum)
+                     : comm_.all_reduce(grads, grads, dist::ReduceOp::Sum);
+}
+
+void DataParallel::backward_done() {
+  if (!armed_) return;
+  armed_ = false;
+  if (last_ >= 0) comm_.compute_waits(model_.ops(), last_);
+}
+
+void DataParallel::gather_parameters() {
+  if (zero_ == 0) return;
+  Ops& ops = model_.ops();
+  comm_.wait_for_compute(ops);
+  for (size_t k = 0; k < model_.layout().units(); k++)
+    if (model_.layout().unit_size(k) > 0)
+      last_ = comm_.all_gather(unit_of(model_.params(), k), unit_slice(model_.params(), k));
+  if (last_ >= 0) comm_.compute_waits(ops, last_);
+}
+
+void DataParallel::gather_master_weights(const AdamW& optimizer, size_t unit, std::vector<float>& out) {
+  const ParamLayout& layout = model_.layout();
+  const int64_t chunk = layout.unit_size(unit) / world();
+  std::vector<float> mine(static_cast<size_t>(chunk));
+  if (chunk > 0) optimizer.weights_f32(layout.unit_begin[unit] + rank() * chunk, chunk, mine.data());
+  out.resize(size_t(layout.unit_size(unit)));
+  comm_.host_all_gather(mine.data(), out.data(), size_t(chunk) * sizeof(float));
+}
+
+double DataParallel::sum(double mine) {
+  std::vector<double> all(static_cast<size_t>(world()));
+  comm_.host_all_gather(&mine, all.data(), sizeof(double));
+  double total = 0;
+  for (double v : all) total += v;  // rank order: the same bits on every rank
+  return total;
+}
+
+LossSum DataParallel::sum(const LossSum& mine) {
+  struct Pair {
+    double sum;
+    int64_t count;
+  };
+  const Pair p{mine.sum, mine.count};
+  std::vector<Pair> all(static_cast<size_t>(world()));
+  comm_.host_all_gather(&p, all.data(), sizeof(Pair));
+  LossSum total;
+  for (const Pair& q : all) {
+    total.sum += q.sum;
+    total.count += q.count;
+  }
+  return total;
+}
+
+}  // namespace tk

@@ -1,0 +1,170 @@
+// Data-parallel training under mpirun on the tiny model (CPU backend, float32), for each ZeRO stage: the losses and
+// final weights of 2 and 3 ranks equal one process's at the same global batch within 1e-5 relative; two runs at the
+// same world size are bitwise equal; a resumed run is bitwise the uninterrupted one; a checkpoint of 2 ranks resumes
+// on 3 and on 1 within the same tolerance; each rank's optimizer state shrinks as the stage says.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/safetensors.h"
+#include "run_testing.h"
+
+namespace tk {
+namespace {
+
+using testing::TempDir;
+using testing::TokamakChild;
+
+constexpr double kTolerance = 1e-5;
+
+// One run's results: each step's loss (log.jsonl) and the final weights (its last checkpoint).
+struct RunResult {
+  std::string dir;
+  std::vector<double> losses;
+  std::map<std::string, std::vector<float>> weights;
+};
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+class DataParallelTraining : public ::testing::TestWithParam<int> {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    data_ = new std::string(testing::make_byte_dataset(*dir_));
+    model_ = new std::string(testing::write_model_config(*dir_, testing::tiny_llama_config()));
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete data_;
+    delete dir_;
+  }
+
+  int zero() const { return GetParam(); }
+
+  // `tokamak train` on `ranks` processes (1: without mpirun) into DIR/name; extra flags after the recipe's.
+  static RunResult train(int ranks, const std::string& name, std::vector<std::string> extra = {}) {
+    const std::string out = dir_->path(name);
+    std::vector<std::string> args = {"train", "--device", "cpu", "--batch", "2", "--seq", "16", "--batch-tokens", "192",
+                                     "--steps", "4", "--warmup", "2", "--lr", "3e-3", "--eval-tokens", "0",
+                                     "--save-every", "2", "--keep-checkpoints", "0", "--out", out};
+    if (std::find(extra.begin(), extra.end(), "--resume") == extra.end())
+      args.insert(args.end(), {"--model", *model_, "--data", *data_});
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<std::string> launcher;
+    if (ranks > 1) launcher = {TK_MPIEXEC, "-np", std::to_string(ranks), "--oversubscribe"};
+    TokamakChild child(args, dir_->path(name + ".output"), 0, launcher);
+    const testing::ChildExit e = child.wait();
+    EXPECT_TRUE(!e.signaled && e.code == 0) << name << " exited with " << e.code << "\n" << child.out() << child.err();
+    return read_run(out);
+  }
+
+  static RunResult read_run(const std::string& out) {
+    RunResult r;
+    r.dir = out;
+    std::ifstream log(out + "/log.jsonl");
+    for (std::string line; std::getline(log, line);) r.losses.push_back(nlohmann::json::parse(line).at("loss"));
+    const std::unique_ptr<SafeTensorsFile> f = SafeTensorsFile::open(out + "/step_000004/model.safetensors");
+    for (const SafeTensorInfo& t : f->tensors()) r.weights[t.name] = f->read_f32(t.name);
+    return r;
+  }
+
+  // The one-process run every stage is compared with, and this stage's run on 2 ranks (made once each).
+  static const RunResult& one_process() {
+    static const RunResult r = train(1, "one");
+    return r;
+  }
+  const RunResult& two_ranks() const {
+    static std::map<int, RunResult> runs;
+    if (!runs.count(zero())) runs[zero()] = train(2, "two_z" + std::to_string(zero()), {"--zero", std::to_string(zero())});
+    return runs[zero()];
+  }
+
+  static void expect_close(const RunResult& a, const RunResult& b, bool losses = true) {
+    if (losses) {
+      ASSERT_EQ(a.losses.size(), b.losses.size()) << a.dir << " vs " << b.dir;
+      for (size_t i = 0; i < a.losses.size(); i++)
+        EXPECT_NEAR(a.losses[i], b.losses[i], kTolerance * std::abs(a.losses[i])) << "step " << i + 1 << " of " << b.dir;
+    }
+    ASSERT_EQ(a.weights.size(), b.weights.size());
+    for (const auto& [name, w] : a.weights) {
+      const std::vector<float>& v = b.weights.at(name);
+      ASSERT_EQ(w.size(), v.size()) << name;
+      double diff = 0, norm = 0;
+      for (size_t i = 0; i < w.size(); i++) {
+        diff += (double(w[i]) - v[i]) * (double(w[i]) - v[i]);
+        norm += double(w[i]) * w[i];
+      }
+      EXPECT_LE(std::sqrt(diff), kTolerance * std::sqrt(norm)) << name << " of " << b.dir << " vs " << a.dir;
+    }
+  }
+
+  static TempDir* dir_;
+  static std::string* data_;
+  static std::string* model_;
+};
+
+TempDir* DataParallelTraining::dir_ = nullptr;
+std::string* DataParallelTraining::data_ = nullptr;
+std::string* DataParallelTraining::model_ = nullptr;
+
+TEST_P(DataParallelTraining, TwoAndThreeRanksComputeWhatOneProcessComputes) {
+  expect_close(one_process(), two_ranks());
+  expect_close(one_process(), train(3, "three_z" + std::to_string(zero()), {"--zero", std::to_string(zero())}));
+}
+
+TEST_P(DataParallelTraining, RunsRepeatAndResumeBitwise) {
+  const std::string z = std::to_string(zero());
+  const RunResult& first = two_ranks();
+  const RunResult again = train(2, "again_z" + z, {"--zero", z});
+  EXPECT_EQ(first.losses, again.losses);
+  EXPECT_EQ(read_bytes(first.dir + "/step_000004/model.safetensors"),
+            read_bytes(again.dir + "/step_000004/model.safetensors"));
+  const RunResult resumed = train(2, "resumed_z" + z, {"--zero", z, "--resume", first.dir + "/step_000002"});
+  EXPECT_EQ(std::vector<double>(first.losses.begin() + 2, first.losses.end()), resumed.losses);
+  for (const auto& e : std::filesystem::directory_iterator(first.dir + "/step_000004")) {
+    const std::string name = e.path().filename().string();
+    if (name.ends_with(".safetensors"))
+      EXPECT_EQ(read_bytes(e.path().string()), read_bytes(resumed.dir + "/step_000004/" + name)) << name;
+  }
+}
+
+TEST_P(DataParallelTraining, ACheckpointOfTwoRanksResumesOnThreeAndOnOne) {
+  const std::string z = std::to_string(zero());
+  const std::string from = two_ranks().dir + "/step_000002";
+  expect_close(one_process(), train(3, "on_three_z" + z, {"--zero", z, "--resume", from}), false);
+  expect_close(one_process(), train(1, "on_one_z" + z, {"--resume", from}), false);
+}
+
+// What each rank allocates for AdamW (run config.json's optimizer_bytes, rank 0's): whole under ZeRO 0, a slice of
+// each unit under ZeRO 1 and 2 (1/N, up to the units' padding to N x 256 elements).
+TEST_P(DataParallelTraining, EachRankHoldsItsShareOfTheOptimizerState) {
+  auto optimizer_bytes = [](const RunResult& r) {
+    return nlohmann::json::parse(read_bytes(r.dir + "/config.json")).at("memory").at("optimizer_bytes").get<double>();
+  };
+  const double whole = optimizer_bytes(one_process()), two = optimizer_bytes(two_ranks());
+  if (zero() == 0) {
+    EXPECT_EQ(two, whole);
+  } else {
+    EXPECT_GE(two, whole / 2);
+    EXPECT_LE(two, whole / 2 * 1.1);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Zero, DataParallelTraining, ::testing::Values(0, 1, 2));
+
+}  // namespace
+}  // namespace tk
