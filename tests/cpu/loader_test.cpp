@@ -263,6 +263,41 @@ TEST_F(LoaderTest, RanksTakeDisjointSlicesOfEachStep) {
   EXPECT_EQ(all.size(), size_t(per_epoch * B * world)) << "ranks share windows";
 }
 
+// Rank r of N reads one process's batches r, r + N, ... across epochs (their shuffles included), and a position
+// saved by N ranks restores on M ranks at the same one-process batch.
+TEST_F(LoaderTest, RanksReadOneProcessBatchesInTurnAndResumeAtAnotherWorldSize) {
+  const int B = 2, T = 32;
+  auto one = DataLoader::open(options(B, T));
+  const int64_t total = one->batches_per_epoch() + 7;  // into the second epoch
+  std::vector<std::vector<int32_t>> serial;
+  for (int64_t k = 0; k < total; k++) serial.push_back(take(*one, 1));
+  for (int world : {2, 3}) {
+    for (int rank = 0; rank < world; rank++) {
+      LoaderOptions o = options(B, T);
+      o.rank = rank;
+      o.world = world;
+      auto loader = DataLoader::open(o);
+      for (int64_t k = 0; k * world + rank < total; k++)
+        ASSERT_EQ(take(*loader, 1), serial[size_t(k * world + rank)]) << "world " << world << " rank " << rank;
+    }
+  }
+  LoaderOptions o2 = options(B, T), o3 = options(B, T);
+  o2.world = 2;
+  o2.rank = 1;
+  o3.world = 3;
+  o3.rank = 2;
+  auto two = DataLoader::open(o2);
+  take(*two, 3);  // one process's batches 0 .. 5 read by the two ranks
+  auto three = DataLoader::open(o3);
+  three->restore(nlohmann::json::parse(two->state().dump()));
+  EXPECT_EQ(take(*three, 1), serial[2 * 3 + 2]);
+  take(*two, 1);  // 8 batches: not a multiple of 3
+  const std::string msg = error_of([&] { three->restore(two->state()); });
+  EXPECT_NE(msg.find("cannot resume the data position on 3 ranks: it was saved by 2 ranks after 8 batches"),
+            std::string::npos)
+      << msg;
+}
+
 TEST_F(LoaderTest, UnshuffledRanksInterleaveByStep) {
   const int B = 2, T = 32, world = 2;
   const std::vector<int32_t> s = stream("val");

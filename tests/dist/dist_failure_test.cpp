@@ -156,34 +156,74 @@ pid_t process_with_environment(const std::vector<std::string>& entries) {
   return -1;
 }
 
-TEST(TrainingRanks, ARankKilledMidStepStopsTheOthersWithin30s) {
-  tk::testing::TempDir dir;
+// Two training ranks under mpirun (ZeRO 1: each writes its own optimizer shard), steps slowed to be caught in; the
+// signal is sent to rank 1 alone once rank 0 has logged `steps` steps, and the run then waited for.
+struct SignalledRun {
+  tk::testing::ChildExit exit;
+  std::string err, run_dir;
+  double seconds = 0;  // from the signal to the end
+};
+
+SignalledRun train_and_signal_rank_1(const tk::testing::TempDir& dir, int sig) {
   const std::string data = tk::testing::make_byte_dataset(dir);
   const std::string model = tk::testing::write_model_config(dir, tk::testing::tiny_llama_config());
-  const std::string tag = "TK_KILLED_RANK_TEST=" + std::to_string(::getpid());
-  ::setenv("TK_KILLED_RANK_TEST", std::to_string(::getpid()).c_str(), 1);
-  ::setenv("TOKAMAK_LOADER_DELAY_MS", "50", 1);  // steps long enough to be killed in
+  const std::string tag = "TK_SIGNALLED_RANK_TEST=" + std::to_string(::getpid());
+  ::setenv("TK_SIGNALLED_RANK_TEST", std::to_string(::getpid()).c_str(), 1);
+  ::setenv("TOKAMAK_LOADER_DELAY_MS", "50", 1);
+  SignalledRun r;
+  r.run_dir = dir.path("run");
   tk::testing::TokamakChild child({"train", "--device", "cpu", "--model", model, "--data", data, "--batch", "2", "--seq",
                                    "16", "--batch-tokens", "64", "--steps", "100000", "--eval-tokens", "0",
-                                   "--save-every", "-1", "--out", dir.path("run")},
-                                  dir.path("killed"), 0, {TK_MPIEXEC, "-np", "2", "--oversubscribe"});
+                                   "--save-every", "-1", "--zero", "1", "--out", r.run_dir},
+                                  dir.path("signalled"), 0, {TK_MPIEXEC, "-np", "2", "--oversubscribe"});
   ::unsetenv("TOKAMAK_LOADER_DELAY_MS");
-  ::unsetenv("TK_KILLED_RANK_TEST");
-  // Rank 0 logs its first step once both ranks have trained it.
+  ::unsetenv("TK_SIGNALLED_RANK_TEST");
+  // Rank 0 logs a step once both ranks have trained it.
   const auto started = std::chrono::steady_clock::now();
-  while (!fs::exists(dir.path("run/log.jsonl")) || fs::file_size(dir.path("run/log.jsonl")) == 0) {
-    ASSERT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(60)) << child.err();
+  while (!fs::exists(r.run_dir + "/log.jsonl") || fs::file_size(r.run_dir + "/log.jsonl") == 0) {
+    if (std::chrono::steady_clock::now() - started > std::chrono::seconds(60)) {
+      ADD_FAILURE() << "no step logged in 60 s\n" << child.err();
+      return r;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const pid_t rank1 = process_with_environment({tag, "OMPI_COMM_WORLD_RANK=1"});
-  ASSERT_GT(rank1, 0);
-  ASSERT_EQ(::kill(rank1, SIGKILL), 0);
-  const auto killed = std::chrono::steady_clock::now();
-  const tk::testing::ChildExit e = child.wait();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
-  EXPECT_TRUE(e.signaled || e.code != 0) << child.out() << child.err();
-  EXPECT_LT(seconds, 30.0) << child.err();
-  EXPECT_TRUE(child.err().find("rank 1") != std::string::npos) << child.err();
+  EXPECT_GT(rank1, 0);
+  if (rank1 > 0) ::kill(rank1, sig);
+  const auto signalled = std::chrono::steady_clock::now();
+  r.exit = child.wait();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+  r.err = child.err();
+  return r;
+}
+
+TEST(TrainingRanks, ARankKilledMidStepStopsTheOthersWithin30s) {
+  tk::testing::TempDir dir;
+  const SignalledRun r = train_and_signal_rank_1(dir, SIGKILL);
+  EXPECT_TRUE(r.exit.signaled || r.exit.code != 0) << r.err;
+  EXPECT_LT(r.seconds, 30.0) << r.err;
+  EXPECT_TRUE(r.err.find("rank 1") != std::string::npos) << r.err;
+}
+
+// SIGTERM seen by rank 1 alone: both ranks stop after the same step, each saving its part of the checkpoint.
+TEST(TrainingRanks, ASignalOnOneRankStopsEveryRankAtTheSameStepSaved) {
+  tk::testing::TempDir dir;
+  const SignalledRun r = train_and_signal_rank_1(dir, SIGTERM);
+  EXPECT_LT(r.seconds, 30.0) << r.err;
+  std::vector<std::string> checkpoints;
+  for (const auto& e : fs::directory_iterator(r.run_dir))
+    if (e.path().filename().string().rfind("step_", 0) == 0) checkpoints.push_back(e.path().string());
+  ASSERT_EQ(checkpoints.size(), 1u) << r.err;
+  for (const char* file : {"complete.json", "model.safetensors", "optimizer-00001-of-00002.safetensors",
+                           "optimizer-00002-of-00002.safetensors", "trainer_state.json"})
+    EXPECT_TRUE(fs::exists(checkpoints[0] + "/" + file)) << file << "\n" << r.err;
+  // The checkpoint is the last step logged: no rank went on past it.
+  std::ifstream log(r.run_dir + "/log.jsonl");
+  int steps = 0;
+  for (std::string line; std::getline(log, line);) steps++;
+  EXPECT_EQ(fs::path(checkpoints[0]).filename().string(), "step_" + std::string(6 - std::to_string(steps).size(), '0') +
+                                                              std::to_string(steps))
+      << r.err;
 }
 
 TEST(Cli, TrainingRanksGivenDifferentCommandsRefuse) {
