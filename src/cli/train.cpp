@@ -151,8 +151,9 @@ void add_step_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--zero", c.zero,
                  "Data parallelism's ZeRO stage, on the ranks of --gpus, mpirun or srun: 0 keeps the optimizer state "
                  "whole on every rank, 1 gives each rank a slice of it (and of the fp32 master weights), 2 also "
-                 "reduce-scatters the gradients (docs/distributed.md)")
-      ->check(CLI::Range(0, 2))
+                 "reduce-scatters the gradients, 3 also shards the parameters, gathering each layer before its use "
+                 "(docs/distributed.md)")
+      ->check(CLI::Range(0, 3))
       ->capture_default_str()
       ->group(precision);
   app.add_option("--memory-budget", c.memory_budget,

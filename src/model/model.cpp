@@ -3,6 +3,8 @@
 // in the constructor; a step only takes views of those buffers shaped for the batch at hand.
 #include "model/model.h"
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -149,6 +151,7 @@ struct Model::Impl {
   ModelWeights w, g;  // views of params and of grads (with offload_grads: of the staging buffers in use)
   std::unique_ptr<GradientOffload> offload;  // with ModelOptions::offload_grads
   GradientHook* hook = nullptr;
+  ParameterSource* source = nullptr;  // with sharded parameters
   Buffers buf;
 
   Impl(const ModelConfig& c, Ops& o, const ModelOptions& options)
@@ -158,11 +161,17 @@ struct Model::Impl {
              opt.B, opt.T);
     TK_CHECK(opt.T <= cfg.max_seq, "model {}: sequence length {} exceeds max_position_embeddings {}", cfg.name, opt.T,
              cfg.max_seq);
-    param_mem = ops.allocate(size_t(layout.total) * dtype_size(act), "parameters");
+    TK_CHECK(opt.param_shards >= 1 && opt.param_shard >= 0 && opt.param_shard < opt.param_shards &&
+                 opt.unit_multiple % (int64_t(opt.param_shards) * 64) == 0,
+             "internal error: parameter shard {} of {} with units padded to {}", opt.param_shard, opt.param_shards,
+             opt.unit_multiple);
+    const int64_t held = layout.total / opt.param_shards;
+    param_mem = ops.allocate(size_t(held) * dtype_size(act),
+                             opt.param_shards > 1 ? "parameters (this rank's slice of each unit)" : "parameters");
     const size_t grad_bytes = size_t(layout.total) * dtype_size(ops.grad_dtype());
     grad_mem = opt.offload_grads ? ops.allocate_host(grad_bytes, "parameter gradients (host)")
                                  : ops.allocate(grad_bytes, "parameter gradients");
-    params = Tensor(param_mem, act, {layout.total});
+    params = Tensor(param_mem, act, {held});
     grads = Tensor(grad_mem, ops.grad_dtype(), {layout.total});
     ops.zero(params);
     if (opt.offload_grads) {
@@ -171,7 +180,8 @@ struct Model::Impl {
     } else {
       ops.zero(grads);
     }
-    w = weight_views(cfg, layout, param_mem, act);
+    // Sharded, the views point into each unit's gathered copy while it is in use (use_unit).
+    if (opt.param_shards == 1) w = weight_views(cfg, layout, param_mem, act);
     g = weight_views(cfg, layout, grad_mem, ops.grad_dtype());
 
     BufferCarver measure_kept, measure_scratch;
@@ -208,6 +218,15 @@ struct Model::Impl {
     if (offload) offload->end_group(k);
     if (hook) hook->unit_done(k);
   }
+  // Before unit k's weights are read: with sharded parameters, the unit gathered whole and its views pointed there.
+  void use_unit(size_t k) {
+    if (opt.param_shards == 1) return;
+    TK_CHECK(source, "internal error: model {} has sharded parameters but no source to gather them", cfg.name);
+    const Tensor unit = source->gather_unit(k);
+    point_unit_views(w, cfg, layout, k, unit.data, act);
+  }
+  // The pieces of [offset, offset + n) of the layout that this rank holds: {flat index, index in params}.
+  std::vector<std::array<int64_t, 3>> held_pieces(int64_t offset, int64_t n) const;
 
   BlockStep stage_batch(const Batch& batch);
   void check_tokens(const Batch& batch) const;
@@ -231,6 +250,20 @@ void Model::Impl::check_tokens(const Batch& batch) const {
     for (int t = 0; t < batch.T; t++) check(batch.inputs[row + t], b, t);
     for (int t = 0; t < batch.T; t++) check(batch.targets[row + t], b, t + 1);
   }
+}
+
+std::vector<std::array<int64_t, 3>> Model::Impl::held_pieces(int64_t offset, int64_t n) const {
+  if (opt.param_shards == 1) return {{offset, offset, n}};
+  std::vector<std::array<int64_t, 3>> out;
+  int64_t at = 0;  // where unit k's slice starts in params
+  for (size_t k = 0; k < layout.units(); k++) {
+    const int64_t chunk = layout.unit_size(k) / opt.param_shards;
+    const int64_t first = layout.unit_begin[k] + opt.param_shard * chunk;
+    const int64_t lo = std::max(offset, first), hi = std::min(offset + n, first + chunk);
+    if (lo < hi) out.push_back({lo, at + lo - first, hi - lo});
+    at += chunk;
+  }
+  return out;
 }
 
 // Uploads the batch's inputs, targets, positions and document ids from the memory the batch lives in, checking them
@@ -265,10 +298,14 @@ BlockStep Model::Impl::stage_batch(const Batch& batch) {
 // h0 = embedding; each block; the last residual add fused with the final norm.
 void Model::Impl::forward_pass(const BlockStep& s) {
   const int64_t N = s.N, d = cfg.d_model;
+  use_unit(0);
   ops.embedding_forward(shaped(buf.layers[0].h, {N, d}), shaped(buf.tokens, {N}), w.embed);
   const BlockPass pass = BlockPass::training(recomputed(opt.recompute));
-  for (int l = 0; l < cfg.n_layers; l++)
+  for (int l = 0; l < cfg.n_layers; l++) {
+    use_unit(size_t(l) + 1);
     block_forward(ops, cfg, w.layers[l], buf.layers[l], l == 0 ? Tensor() : buf.layers[l - 1].h_mid, s, pass);
+  }
+  use_unit(tail_group());
   ops.residual_rmsnorm_forward(shaped(buf.h_out, {N, d}), shaped(buf.x_final, {N, d}), shaped(buf.rstd_final, {N}),
                                shaped(buf.layers.back().h_mid, {N, d}), shaped(buf.branch, {N, d}), w.final_norm,
                                float(cfg.norm_eps));
@@ -278,6 +315,7 @@ void Model::Impl::forward_pass(const BlockStep& s) {
 // accumulates (into the embedding's when tied).
 void Model::Impl::lm_head(const BlockStep& s, bool with_grads, float grad_scale) {
   const int64_t N = s.N, d = cfg.d_model;
+  use_unit(lm_head_group());
   ops.lm_head_cross_entropy(shaped(buf.losses, {N}), with_grads ? shaped(buf.grad.dx, {N, d}) : Tensor(),
                             with_grads ? g.lm_head : Tensor(), shaped(buf.x_final, {N, d}), w.lm_head,
                             shaped(buf.targets, {N}), grad_scale, kNoIgnoredTarget);
@@ -307,12 +345,14 @@ void Model::Impl::backward_pass(const BlockStep& s) {
   const int64_t N = s.N, d = cfg.d_model;
   const Tensor dh = shaped(buf.dh, {N, d});
   if (lm_head_group() != tail_group()) grad_group_begin(tail_group());
+  use_unit(tail_group());
   ops.rmsnorm_backward(dh, g.final_norm, shaped(buf.grad.dx, {N, d}), Tensor(), shaped(buf.h_out, {N, d}),
                        shaped(buf.rstd_final, {N}), w.final_norm);
   grad_group_end(tail_group());
   const BlockPass recompute = BlockPass::recompute(recomputed(opt.recompute));
   for (int l = cfg.n_layers - 1; l >= 0; l--) {
     grad_group_begin(size_t(l) + 1);
+    use_unit(size_t(l) + 1);
     if (opt.recompute.any()) {
       ops.range_push("recompute");
       block_forward(ops, cfg, w.layers[l], buf.layers[l], Tensor(), s, recompute);
@@ -369,7 +409,8 @@ std::vector<std::pair<std::string, size_t>> model_memory(const ModelConfig& cfg,
   const DType stat = act == DType::F64 ? DType::F64 : DType::F32;
   BufferCarver kept, scratch;
   plan_buffers(kept, scratch, cfg, opt, act, stat);
-  std::vector<std::pair<std::string, size_t>> rows{{"parameters", size_t(layout.total) * dtype_size(act)}};
+  std::vector<std::pair<std::string, size_t>> rows{
+      {"parameters", size_t(layout.total / opt.param_shards) * dtype_size(act)}};
   if (opt.offload_grads) {
     const auto [outer, layer] = gradient_stage_elements(cfg, layout);
     rows.push_back({"gradient staging: embedding / LM head group", size_t(outer) * dtype_size(grad)});
@@ -395,6 +436,7 @@ Tensor Model::params() const { return impl_->params; }
 Tensor Model::grads() const { return impl_->grads; }
 size_t Model::activation_bytes() const { return impl_->buffer_bytes; }
 void Model::set_gradient_hook(GradientHook* hook) { impl_->hook = hook; }
+void Model::set_parameter_source(ParameterSource* source) { impl_->source = source; }
 
 // Each tensor draws from its own stream, seeded by the run's seed and the tensor's name, so a tensor's
 // initial values do not depend on which other tensors the model has, nor on how many threads draw them:
@@ -429,8 +471,7 @@ void Model::init_params(uint64_t seed) {
     for (unsigned t = 1; t < std::min<size_t>(threads, last - first); t++) pool.emplace_back(draw);
     draw();
     for (std::thread& t : pool) t.join();
-    for (size_t i = first; i < last; i++)
-      m.ops.upload_f32(m.params.rows(params[i].offset, params[i].offset + params[i].numel), host[i - first].data());
+    for (size_t i = first; i < last; i++) set_params_f32(params[i].offset, params[i].numel, host[i - first].data());
     first = last;
   }
 }
@@ -438,10 +479,18 @@ void Model::init_params(uint64_t seed) {
 void Model::set_params_f32(const std::vector<float>& host) {
   TK_CHECK(int64_t(host.size()) == impl_->layout.total, "model {}: {} parameter values given for a layout of {}",
            impl_->cfg.name, host.size(), impl_->layout.total);
-  impl_->ops.upload_f32(impl_->params, host.data());
+  set_params_f32(0, impl_->layout.total, host.data());
 }
 
+void Model::set_params_f32(int64_t offset, int64_t n, const float* host) {
+  for (const auto& [flat, at, count] : impl_->held_pieces(offset, n))
+    impl_->ops.upload_f32(impl_->params.rows(at, at + count), host + (flat - offset));
+}
+
+bool Model::params_sharded() const { return impl_->opt.param_shards > 1; }
+
 std::vector<float> Model::params_f32() const {
+  TK_CHECK(!params_sharded(), "internal error: model {}'s parameters are sharded across the ranks", impl_->cfg.name);
   std::vector<float> host(size_t(impl_->layout.total));
   impl_->ops.download_f32(host.data(), impl_->params);
   return host;

@@ -51,6 +51,21 @@ struct ModelOptions {
   // Each unit of the parameter layout (ParamLayout::units) padded to a multiple of this many elements: data
   // parallelism's world size x 256 under ZeRO 1-3, so that each rank's slice of a unit is whole int8 moment blocks.
   int64_t unit_multiple = 64;
+  // ZeRO 3: the parameters sharded over param_shards ranks. The model then holds only slice param_shard of each unit
+  // (its elements [r n/S, (r+1) n/S) of a unit of n, concatenated in unit order: params()), and gathers each unit
+  // whole through its ParameterSource before each use, forward and backward. unit_multiple must be a multiple of
+  // param_shards x 64.
+  int param_shards = 1, param_shard = 0;
+};
+
+// Where a model with sharded parameters (ModelOptions::param_shards) finds a unit whole: the trainer's data
+// parallelism gathers it from the ranks' slices (the model knows nothing of them).
+class ParameterSource {
+ public:
+  virtual ~ParameterSource() = default;
+  // Unit k's parameters, unit_size(k) elements of the activation dtype, ready for the work the compute queue is
+  // given next; valid until the next call.
+  virtual Tensor gather_unit(size_t unit) = 0;
 };
 
 // Work hung on the backward's gradient groups, which are the layout's units (data parallelism's gradient
@@ -91,7 +106,8 @@ class Model {
   const ParamLayout& layout() const;
   Ops& ops() const;
 
-  Tensor params() const;   // act_dtype()[P], the flat buffer of ParamLayout
+  Tensor params() const;   // act_dtype()[P], the flat buffer of ParamLayout; with param_shards, this rank's slices
+  bool params_sharded() const;
   Tensor grads() const;    // grad_dtype()[P]; in host memory with offload_grads (read it after ops().synchronize())
   bool grads_on_host() const;
 
@@ -99,7 +115,9 @@ class Model {
   // and the embedding, ones for norm weights, zeros for biases; deterministic from the seed.
   void init_params(uint64_t seed);
   void set_params_f32(const std::vector<float>& host);   // layout order, size P
-  std::vector<float> params_f32() const;
+  // The run [offset, offset + n) of the layout from host values: with sharded parameters, what of it this rank holds.
+  void set_params_f32(int64_t offset, int64_t n, const float* host);
+  std::vector<float> params_f32() const;                  // not with sharded parameters
   std::vector<float> grads_f32() const;
   void zero_grads();
 
@@ -114,6 +132,8 @@ class Model {
 
   // The hook the backward calls at each unit's end (nullptr: none). It must outlive the backwards it sees.
   void set_gradient_hook(GradientHook* hook);
+  // Where sharded parameters are gathered (ModelOptions::param_shards > 1): set before the first step.
+  void set_parameter_source(ParameterSource* source);
 
  private:
   struct Impl;

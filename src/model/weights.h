@@ -32,5 +32,9 @@ struct ModelWeights {
 
 // Views of `flat` (dtype elements, laid out by `layout`).
 ModelWeights weight_views(const ModelConfig& c, const ParamLayout& layout, void* flat, DType dtype);
+// Points the views of unit `unit`'s tensors (ParamLayout::unit_begin) at `unit_data`, which holds that unit alone
+// (ZeRO 3: the unit gathered whole for its use).
+void point_unit_views(ModelWeights& w, const ModelConfig& c, const ParamLayout& layout, size_t unit, void* unit_data,
+                      DType dtype);
 
 }  // namespace tk

@@ -39,7 +39,7 @@ constexpr const char* kExpAvg = "exp_avg.";
 constexpr const char* kExpAvgSq = "exp_avg_sq.";
 constexpr const char* kSliceKey = "slice:";  // a shard file's metadata: which elements of a parameter it holds
 
-// Rank r's shard of a sharded optimizer state (ZeRO 1, 2).
+// Rank r's shard of a sharded optimizer state (ZeRO 1-3).
 std::string shard_file_name(int rank, int world) {
   return fmt::format("optimizer-{:05}-of-{:05}.safetensors", rank + 1, world);
 }
@@ -130,8 +130,8 @@ void write_optimizer_shard(const std::string& path, const ParamLayout& layout, c
   w.write(path);
 }
 
-// Sharded master weights (ZeRO 1, 2 on a bf16 backend): every rank takes part in gathering each unit in turn; rank 0
-// keeps them, in layout order, for model.safetensors.
+// Sharded master weights (ZeRO 1, 2 on a bf16 backend; ZeRO 3): every rank takes part in gathering each unit in turn;
+// rank 0 keeps them, in layout order, for model.safetensors.
 std::vector<float> gather_master_weights(DataParallel& dp, const ParamLayout& layout, const AdamW& optimizer) {
   std::vector<float> all, unit;
   if (dp.rank() == 0) all.resize(size_t(layout.total));
@@ -434,9 +434,10 @@ namespace {
 void write_checkpoint_files(const std::string& tmp, const Model& model, const AdamW& optimizer,
                             const TrainerState& state, DataParallel* dp) {
   const bool leader = dp == nullptr || dp->rank() == 0;
-  // Sharded master weights are gathered by every rank (a collective) before rank 0 writes them.
+  // Sharded master weights (or ZeRO 3's sharded parameters) are gathered by every rank (a collective) before rank 0
+  // writes them.
   std::vector<float> gathered;
-  if (optimizer.sharded() && optimizer.has_master_weights())
+  if (optimizer.sharded() && (optimizer.has_master_weights() || model.params_sharded()))
     gathered = gather_master_weights(*dp, model.layout(), optimizer);
   // Each file is fsynced and renamed into place, its directory synced (fs::AtomicFile), before the next.
   if (leader) {

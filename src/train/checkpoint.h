@@ -1,5 +1,5 @@
 // Checkpoints: RUN_DIR/step_000123/ holds config.json and model.safetensors (fp32 weights with Hugging Face
-// names, so the directory loads as an HF model), optimizer.safetensors (the AdamW moments; under ZeRO 1 and 2 one
+// names, so the directory loads as an HF model), optimizer.safetensors (the AdamW moments; under ZeRO 1-3 one
 // optimizer-RRRRR-of-NNNNN.safetensors per rank instead, each its slice of every parameter), trainer_state.json
 // (step, tokens seen, seeds, loader position, train config, tokenizer, FP8 scales) and, written last once the
 // others are durable, complete.json (each file's size): a directory counts as a checkpoint only when complete.

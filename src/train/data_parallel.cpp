@@ -3,6 +3,7 @@
 // CUDA a unit's reduction runs while the backward computes the units below it.
 #include "train/data_parallel.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -15,7 +16,7 @@ int64_t DataParallel::unit_multiple(int world, int zero_stage) {
 
 DataParallel::DataParallel(dist::Communicator& comm, Model& model, int zero_stage)
     : comm_(comm), model_(model), zero_(zero_stage) {
-  TK_CHECK(zero_stage >= 0 && zero_stage <= 2, "--zero {}: the stages are 0, 1 and 2", zero_stage);
+  TK_CHECK(zero_stage >= 0 && zero_stage <= 3, "--zero {}: the stages are 0, 1, 2 and 3", zero_stage);
   TK_CHECK(!model.grads_on_host(),
            "--offload optimizer,gradients is not implemented with data parallelism (the gradients are reduced on the "
            "device): use --offload optimizer");
@@ -25,9 +26,33 @@ DataParallel::DataParallel(dist::Communicator& comm, Model& model, int zero_stag
       TK_CHECK(layout.unit_size(k) % unit_multiple(world(), zero_) == 0,
                "internal error: unit {} of {} elements is not padded for {} ranks", k, layout.unit_size(k), world());
   model.set_gradient_hook(this);
+  if (zero_ < 3) return;
+  TK_CHECK(model.params_sharded(), "internal error: ZeRO 3 on a model whose parameters are whole");
+  int64_t largest = 0;
+  for (size_t k = 0; k < layout.units(); k++) largest = std::max(largest, layout.unit_size(k));
+  for (Tensor& t : staging_) {
+    t = Tensor(model.ops().allocate(size_t(largest) * dtype_size(model.params().dtype),
+                                    "parameter gathering (ZeRO 3: two units)"),
+               model.params().dtype, {largest});
+    model.ops().zero(t);
+  }
+  // A step's use of the units: the forward from the embedding to the tail, the LM head, then the backward from the
+  // tail down to layer 0 (the embedding's backward reads no weight).
+  const size_t tail = layout.units() - 1, lm_head = model.config().tied_embeddings ? 0 : tail;
+  for (size_t k = 0; k <= tail; k++) schedule_.push_back(k);
+  if (lm_head != tail) schedule_.insert(schedule_.end(), {lm_head, tail});
+  for (size_t k = tail - 1; k >= 1; k--) schedule_.push_back(k);
+  model.set_parameter_source(this);
 }
 
-DataParallel::~DataParallel() { model_.set_gradient_hook(nullptr); }
+DataParallel::~DataParallel() {
+  model_.set_gradient_hook(nullptr);
+  if (zero_ < 3) return;
+  model_.set_parameter_source(nullptr);
+  comm_.synchronize();
+  model_.ops().synchronize();
+  for (Tensor& t : staging_) model_.ops().release(t.data);
+}
 
 Tensor DataParallel::unit_of(const Tensor& flat, size_t unit) const {
   const ParamLayout& layout = model_.layout();
@@ -38,6 +63,13 @@ Tensor DataParallel::unit_slice(const Tensor& flat, size_t unit) const {
   const ParamLayout& layout = model_.layout();
   const int64_t chunk = layout.unit_size(unit) / world(), begin = layout.unit_begin[unit] + rank() * chunk;
   return flat.rows(begin, begin + chunk);
+}
+
+Tensor DataParallel::held_slice(size_t unit) const {
+  const ParamLayout& layout = model_.layout();
+  int64_t at = 0;
+  for (size_t k = 0; k < unit; k++) at += layout.unit_size(k) / world();
+  return model_.params().rows(at, at + layout.unit_size(unit) / world());
 }
 
 std::vector<ParamRange> DataParallel::owned() const {
@@ -71,6 +103,12 @@ void DataParallel::backward_done() {
 }
 
 void DataParallel::gather_parameters() {
+  if (zero_ == 3) {
+    holds_[0] = holds_[1] = -1;
+    current_ = -1;
+    position_ = 0;
+    return;
+  }
   if (zero_ == 0) return;
   Ops& ops = model_.ops();
   comm_.wait_for_compute(ops);
@@ -78,6 +116,43 @@ void DataParallel::gather_parameters() {
     if (model_.layout().unit_size(k) > 0)
       last_ = comm_.all_gather(unit_of(model_.params(), k), unit_slice(model_.params(), k));
   if (last_ >= 0) comm_.compute_waits(ops, last_);
+}
+
+// Queues the all-gather of `unit` into buffer b, once the compute queue's work so far (which may read b) is done.
+void DataParallel::fill(int b, size_t unit) {
+  const int64_t n = model_.layout().unit_size(unit);
+  comm_.wait_for_compute(model_.ops());
+  filling_[b] = comm_.all_gather(staging_[b].rows(0, n), held_slice(unit));
+  holds_[b] = int(unit);
+}
+
+// Where `unit` is in the step's order: the next use, a repeat of the last, or (an evaluation's forward) its first.
+void DataParallel::follow_schedule(size_t unit) {
+  if (schedule_[position_] == unit) return;
+  if (position_ + 1 < schedule_.size() && schedule_[position_ + 1] == unit) {
+    position_++;
+    return;
+  }
+  position_ = size_t(std::find(schedule_.begin(), schedule_.end(), unit) - schedule_.begin());
+}
+
+Tensor DataParallel::gather_unit(size_t unit) {
+  int b = holds_[0] == int(unit) ? 0 : holds_[1] == int(unit) ? 1 : -1;
+  if (b < 0) {
+    b = current_ == 0 ? 1 : 0;
+    fill(b, unit);
+  }
+  if (filling_[b] >= 0) {
+    comm_.compute_waits(model_.ops(), filling_[b]);
+    filling_[b] = -1;
+  }
+  current_ = b;
+  follow_schedule(unit);
+  if (position_ + 1 < schedule_.size()) {
+    const size_t next = schedule_[position_ + 1];
+    if (holds_[0] != int(next) && holds_[1] != int(next)) fill(1 - b, next);
+  }
+  return staging_[b].rows(0, model_.layout().unit_size(unit));
 }
 
 void DataParallel::gather_master_weights(const AdamW& optimizer, size_t unit, std::vector<float>& out) {

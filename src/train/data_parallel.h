@@ -1,6 +1,7 @@
 // Data parallelism over a communicator (docs/distributed.md): the ZeRO stage's gradient reduction hung on the
-// model's backward, each rank's slice of every unit of the layout, the parameter all-gather after a sharded update,
-// and the sums across ranks (in rank order) of what each rank measured of the step.
+// model's backward, each rank's slice of every unit of the layout, the parameter all-gather after a sharded update
+// (ZeRO 1, 2) or before each use of a unit (ZeRO 3), and the sums across ranks (in rank order) of what each rank
+// measured of the step.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -15,9 +16,10 @@ namespace tk {
 // is then whole int8 moment blocks (ModelOptions::unit_multiple).
 constexpr int64_t kShardQuantum = 256;
 
-class DataParallel final : public GradientHook {
+class DataParallel final : public GradientHook, public ParameterSource {
  public:
-  // Hooks itself into the model's backward; the model must be built with unit_multiple(world, zero_stage).
+  // Hooks itself into the model's backward (and, ZeRO 3, gathers its units); the model must be built with
+  // unit_multiple(world, zero_stage) and, ZeRO 3, its parameters sharded over the world.
   DataParallel(dist::Communicator& comm, Model& model, int zero_stage);
   ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
@@ -35,15 +37,19 @@ class DataParallel final : public GradientHook {
   SumAcrossRanks sum_across_ranks();
 
   // The next backward reduces its gradients across the ranks (the last micro-batch of a step): unit by unit as the
-  // backward finishes each, all-reduced (ZeRO 0, 1) or reduce-scattered to the unit's owner slices (ZeRO 2).
+  // backward finishes each, all-reduced (ZeRO 0, 1) or reduce-scattered to the unit's owner slices (ZeRO 2, 3).
   void reduce_next_backward() { armed_ = true; }
   void unit_done(size_t unit) override;
   void backward_done() override;
 
-  // After a sharded update: each rank's updated slice of the parameters to every rank (ZeRO 1, 2).
+  // After a sharded update: each rank's updated slice of the parameters to every rank (ZeRO 1, 2); ZeRO 3 forgets
+  // the units it holds gathered, which the update made stale.
   void gather_parameters();
-  // The unit's fp32 master weights, all slices in rank order (ZeRO 1, 2 with master weights): a collective, every
-  // rank calls it for the same units in the same order; `out` gets the unit's unit_size() values.
+  // ZeRO 3: unit k gathered whole into one of two buffers; the unit the backward or forward uses next (in the order
+  // the model uses them) is gathered ahead into the other, so that on CUDA its all-gather overlaps the compute.
+  Tensor gather_unit(size_t unit) override;
+  // The unit's full-precision weights, all slices in rank order (ZeRO 1, 2 with master weights; ZeRO 3): a
+  // collective, every rank calls it for the same units in the same order; `out` gets the unit's unit_size() values.
   void gather_master_weights(const AdamW& optimizer, size_t unit, std::vector<float>& out);
 
   double sum(double mine);
@@ -52,12 +58,23 @@ class DataParallel final : public GradientHook {
  private:
   Tensor unit_slice(const Tensor& flat, size_t unit) const;  // this rank's slice of the unit
   Tensor unit_of(const Tensor& flat, size_t unit) const;
+  Tensor held_slice(size_t unit) const;  // ZeRO 3: this rank's slice of the unit in the model's sharded parameters
+  void fill(int buffer, size_t unit);
+  void follow_schedule(size_t unit);
 
   dist::Communicator& comm_;
   Model& model_;
   int zero_;
   bool armed_ = false;
   dist::Ticket last_ = -1;
+  // ZeRO 3's two gathering buffers: the unit each holds (-1: none), the all-gather filling it (-1: done), which one
+  // the compute reads now; the order in which a training step uses the units, and where in it the last use was.
+  Tensor staging_[2];
+  int holds_[2] = {-1, -1};
+  dist::Ticket filling_[2] = {-1, -1};
+  int current_ = -1;
+  std::vector<size_t> schedule_;
+  size_t position_ = 0;
 };
 
 }  // namespace tk

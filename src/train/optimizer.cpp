@@ -105,7 +105,7 @@ AdamW::AdamW(Model& model, const AdamWOptions& opt, std::vector<ParamRange> owne
       // for a 7B model) to the host's peak.
       for (size_t i = 0; i < owned_.size(); i++)
         ops_.download_f32(master_host_.as<float>() + owned_state_[i],
-                          model_.params().rows(owned_[i].offset, owned_[i].offset + owned_[i].count));
+                          param_rows(owned_[i].offset, owned_state_[i], owned_[i].count));
     }
     return;
   }
@@ -115,8 +115,7 @@ AdamW::AdamW(Model& model, const AdamWOptions& opt, std::vector<ParamRange> owne
     master_ = allocate(DType::F32, "fp32 master weights", P);
     std::vector<float> host(static_cast<size_t>(P));
     for (size_t i = 0; i < owned_.size(); i++)
-      ops_.download_f32(host.data() + owned_state_[i],
-                        model_.params().rows(owned_[i].offset, owned_[i].offset + owned_[i].count));
+      ops_.download_f32(host.data() + owned_state_[i], param_rows(owned_[i].offset, owned_state_[i], owned_[i].count));
     upload(master_, host, "weights");
   }
 }
@@ -135,6 +134,10 @@ int64_t AdamW::state_index(int64_t offset, int64_t n, const char* what) const {
   TK_CHECK(p.size() == 1 && p[0].count == n, "internal error: {} [{}, {}) is not within one range this rank owns",
            what, offset, offset + n);
   return p[0].state;
+}
+
+Tensor AdamW::param_rows(int64_t a, int64_t at, int64_t n) const {
+  return model_.params_sharded() ? model_.params().rows(at, at + n) : model_.params().rows(a, a + n);
 }
 
 std::vector<ParamSegment> AdamW::segments_in(int64_t a, int64_t n) const {
@@ -250,7 +253,7 @@ void AdamW::offloaded_update(const AdamWConfig& config) {
     ops_.wait_event(Q::compute, ops_.record_event(Q::upload));
     AdamWConfig c = config;
     c.first_index = a;
-    ops_.adamw_update(model_.params().rows(a, a + n), rows(st.master, n),
+    ops_.adamw_update(param_rows(a, at, n), rows(st.master, n),
                       host_grads ? st.grads.rows(0, n) : model_.grads().rows(a, a + n), st.m.values.rows(0, n),
                       st.v.values.rows(0, n), rows(st.m.scales, moment_blocks(n)),
                       rows(st.v.scales, moment_blocks(n)), segs, c);
@@ -305,7 +308,7 @@ OptimizerStep AdamW::step(double lr) {
       AdamWConfig range = c;
       range.first_index = a;
       const int64_t blocks = m_.scales.empty() ? 0 : moment_blocks(n);
-      ops_.adamw_update(model_.params().rows(a, a + n), rows(master_, at, n), model_.grads().rows(a, a + n),
+      ops_.adamw_update(param_rows(a, at, n), rows(master_, at, n), model_.grads().rows(a, a + n),
                         m_.values.rows(at, at + n), v_.values.rows(at, at + n),
                         rows(m_.scales, at / kMomentBlock, blocks), rows(v_.scales, at / kMomentBlock, blocks),
                         segments_in(a, n), range);
@@ -432,13 +435,16 @@ std::vector<float> AdamW::weights_f32() const {
 }
 
 void AdamW::set_weights_f32(const std::vector<float>& weights) {
-  upload(model_.params(), weights, "weights");
-  if (has_master_weights()) set_weights_f32(0, int64_t(weights.size()), weights.data());
+  TK_CHECK(int64_t(weights.size()) == model_.layout().total, "internal error: {} weights for a layout of {}",
+           weights.size(), model_.layout().total);
+  set_weights_f32(0, int64_t(weights.size()), weights.data());
 }
 
 void AdamW::weights_f32(int64_t offset, int64_t n, float* out) const {
-  if (!has_master_weights()) return ops_.download_f32(out, model_.params().rows(offset, offset + n));
+  if (!has_master_weights() && !model_.params_sharded())
+    return ops_.download_f32(out, model_.params().rows(offset, offset + n));
   const int64_t at = state_index(offset, n, "weights");
+  if (!has_master_weights()) return ops_.download_f32(out, model_.params().rows(at, at + n));
   if (!master_host_.empty()) {
     ops_.synchronize();
     std::memcpy(out, master_host_.as<float>() + at, size_t(n) * sizeof(float));
@@ -461,7 +467,7 @@ std::vector<float> AdamW::exp_avg_sq_f32() const { return moment_f32(opt_.offloa
 void AdamW::set_weights_f32(int64_t offset, int64_t n, const float* weights) {
   TK_CHECK(offset >= 0 && n >= 0 && offset + n <= model_.layout().total, "internal error: weights [{}, {}) of {}",
            offset, offset + n, model_.layout().total);
-  ops_.upload_f32(model_.params().rows(offset, offset + n), weights);
+  model_.set_params_f32(offset, n, weights);
   for (const Piece& p : pieces(offset, n)) {
     const float* from = weights + (p.flat - offset);
     if (!master_host_.empty()) {

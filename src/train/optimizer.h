@@ -124,6 +124,9 @@ class AdamW {
   std::vector<Piece> pieces(int64_t offset, int64_t n) const;
   int64_t state_index(int64_t offset, int64_t n, const char* what) const;  // a run within one owned range
   std::vector<ParamSegment> segments_in(int64_t a, int64_t n) const;      // cut to [a, a + n), rebased to a
+  // The parameters of the run [a, a + n) of the layout, at state index `at`: ZeRO 3's model holds only its slices,
+  // in the order of the state.
+  Tensor param_rows(int64_t a, int64_t at, int64_t n) const;
   double gradient_norm() const;
 
   Model& model_;

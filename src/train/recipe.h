@@ -34,6 +34,7 @@ struct Recipe {
   std::string precision_note;      // --precision auto's choice and why, the line the run prints ("" otherwise)
   int zero_stage = 0;              // ZeRO: 0 replicated, 1 optimizer state, 2 and gradients, 3 and parameters sharded
   int world_size = 1;              // data-parallel ranks (GPUs), each computing micro-batches of this shape
+  int rank = 0;                    // which of them this process is (ZeRO 3 holds its slice of the parameters)
 
   int64_t micro_tokens() const { return int64_t(batch) * seq; }
   // "none", "optimizer" or "optimizer,gradients", as train --offload spells it; set_offload reads the same (a

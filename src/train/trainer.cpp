@@ -263,7 +263,8 @@ void TrainingRun::resolve_config() {
            cfg_.batch_tokens, micro_tokens, cfg_.batch, cfg_.seq);
   accum_steps_ = int(cfg_.batch_tokens / micro_tokens);
   global_batch_tokens_ = cfg_.batch_tokens;
-  TK_CHECK(cfg_.zero >= 0 && cfg_.zero <= 2, "--zero {}: the stages are 0, 1 and 2 (docs/distributed.md)", cfg_.zero);
+  TK_CHECK(cfg_.zero >= 0 && cfg_.zero <= 3, "--zero {}: the stages are 0, 1, 2 and 3 (docs/distributed.md)",
+           cfg_.zero);
   TK_CHECK(accum_steps_ % world() == 0,
            "--batch-tokens {} is {} micro-batches of {} tokens, which {} ranks cannot share equally: each rank takes "
            "a whole number of them (raise --batch-tokens to a multiple of {} tokens, or lower --batch)",
@@ -397,8 +398,8 @@ void TrainingRun::build_model() {
            "--seq {} is longer than the model's max_position_embeddings {}", cfg_.seq, source_.config.max_seq);
   model_ = make_model(recipe_, *backend_.ops);
   model_->init_params(cfg_.seed);
-  if (comm_) dp_ = std::make_unique<DataParallel>(*comm_, *model_, cfg_.zero);
-  optimizer_ = dp_ && cfg_.zero > 0
+  if (comm_) dp_ = std::make_unique<DataParallel>(*comm_, *model_, recipe_.zero_stage);
+  optimizer_ = dp_ && recipe_.zero_stage > 0
                    ? std::make_unique<AdamW>(*model_, recipe_.adamw_options(), dp_->owned(), dp_->sum_across_ranks())
                    : std::make_unique<AdamW>(*model_, recipe_.adamw_options());
   if (!source_.weights_path.empty()) {
@@ -435,7 +436,7 @@ void TrainingRun::print_plan() const {
   const ModelConfig& c = model_->config();
   const ParamLayout& layout = model_->layout();
   const Ops& ops = *backend_.ops;
-  const double params = double(layout.total) * double(dtype_size(ops.act_dtype()));
+  const double params = double(model_->params().nbytes());  // ZeRO 3: this rank's slices
   const double grads = double(layout.total) * double(dtype_size(ops.grad_dtype()));
   const double opt = double(optimizer_->state_bytes());
   const double acts = double(model_->activation_bytes());
@@ -450,7 +451,8 @@ void TrainingRun::print_plan() const {
                comm_->name(), cfg_.zero,
                cfg_.zero == 0   ? "gradients all-reduced, optimizer state whole on every rank"
                : cfg_.zero == 1 ? "gradients all-reduced, optimizer state sharded"
-                                : "gradients reduce-scattered, optimizer state sharded");
+               : cfg_.zero == 2 ? "gradients reduce-scattered, optimizer state sharded"
+                                : "gradients reduce-scattered, optimizer state and parameters sharded");
   fmt::print("backend {} on {}{}; {:.3g} GFLOP per token; {}\n", ops.name(), throughput_->device().name,
              recipe_.backend.precision.fp8 ? " (linear layers' GEMMs in FP8; MFU against the bf16 peak)" : "",
              throughput_->model_flops_per_token() / 1e9, throughput_->peak_description());
@@ -517,7 +519,9 @@ void TrainingRun::write_run_config() const {
   j["flops_per_token"] = throughput_->model_flops_per_token();
   j["tokenizer"] = tokenizer_path_;
   j["unigram_entropy_nats"] = unigram_nats_;
-  j["memory"] = {{"activation_bytes", model_->activation_bytes()}, {"optimizer_bytes", optimizer_->state_bytes()}};
+  j["memory"] = {{"activation_bytes", model_->activation_bytes()},
+                 {"optimizer_bytes", optimizer_->state_bytes()},
+                 {"parameter_bytes", model_->params().nbytes()}};
   dir_->write_config(j);
   json recorded = cfg_.to_json();
   recorded["out"] = stdfs::absolute(dir_->path()).lexically_normal().string();
@@ -676,6 +680,8 @@ void TrainingRun::build_parts() {
   recipe_ = train_recipe(cfg_, source_.config, backend_.gpu);
   if (!recipe_.precision_note.empty()) fmt::print("{}\n", recipe_.precision_note);
   recipe_.world_size = world();
+  recipe_.rank = comm_ ? comm_->rank() : 0;
+  if (!comm_) recipe_.zero_stage = 0;  // one process: nothing to shard
   recipe_.accumulation = accum_steps_;
   if (comm_) refuse_what_data_parallelism_lacks();
   if (!cfg_.memory_budget.empty()) apply_memory_budget();  // before the loader: it sets the micro-batch

@@ -1,7 +1,8 @@
 // Data-parallel training under mpirun on the tiny model (CPU backend, float32), for each ZeRO stage: the losses and
 // final weights of 2 and 3 ranks equal one process's at the same global batch within 1e-5 relative; two runs at the
 // same world size are bitwise equal; a resumed run is bitwise the uninterrupted one; a checkpoint of 2 ranks resumes
-// on 3 and on 1 within the same tolerance; each rank's optimizer state shrinks as the stage says.
+// on 3 and on 1 within the same tolerance; each rank's optimizer state (and, ZeRO 3, parameters) shrink as the stage
+// says.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -95,10 +96,12 @@ class DataParallelTraining : public ::testing::TestWithParam<int> {
 
   static void expect_close(const RunResult& a, const RunResult& b, bool losses = true) {
     if (losses) {
+      ASSERT_EQ(a.losses.size(), 4u) << a.dir;
       ASSERT_EQ(a.losses.size(), b.losses.size()) << a.dir << " vs " << b.dir;
       for (size_t i = 0; i < a.losses.size(); i++)
         EXPECT_NEAR(a.losses[i], b.losses[i], kTolerance * std::abs(a.losses[i])) << "step " << i + 1 << " of " << b.dir;
     }
+    ASSERT_FALSE(a.weights.empty()) << a.dir;
     ASSERT_EQ(a.weights.size(), b.weights.size());
     for (const auto& [name, w] : a.weights) {
       const std::vector<float>& v = b.weights.at(name);
@@ -134,6 +137,7 @@ TEST_P(DataParallelTraining, RunsRepeatAndResumeBitwise) {
   EXPECT_EQ(read_bytes(first.dir + "/step_000004/model.safetensors"),
             read_bytes(again.dir + "/step_000004/model.safetensors"));
   const RunResult resumed = train(2, "resumed_z" + z, {"--zero", z, "--resume", first.dir + "/step_000002"});
+  ASSERT_EQ(first.losses.size(), 4u);
   EXPECT_EQ(std::vector<double>(first.losses.begin() + 2, first.losses.end()), resumed.losses);
   for (const auto& e : std::filesystem::directory_iterator(first.dir + "/step_000004")) {
     const std::string name = e.path().filename().string();
@@ -149,22 +153,26 @@ TEST_P(DataParallelTraining, ACheckpointOfTwoRanksResumesOnThreeAndOnOne) {
   expect_close(one_process(), train(1, "on_one_z" + z, {"--resume", from}), false);
 }
 
-// What each rank allocates for AdamW (run config.json's optimizer_bytes, rank 0's): whole under ZeRO 0, a slice of
-// each unit under ZeRO 1 and 2 (1/N, up to the units' padding to N x 256 elements).
-TEST_P(DataParallelTraining, EachRankHoldsItsShareOfTheOptimizerState) {
-  auto optimizer_bytes = [](const RunResult& r) {
-    return nlohmann::json::parse(read_bytes(r.dir + "/config.json")).at("memory").at("optimizer_bytes").get<double>();
+// What each rank allocates (run config.json's memory, rank 0's): AdamW's state whole under ZeRO 0, a slice of each
+// unit under ZeRO 1, 2 and 3 (1/N, up to the units' padding to N x 256 elements); the parameters whole but under
+// ZeRO 3, where each rank holds its slices only (the two units it gathers at a time are counted apart).
+TEST_P(DataParallelTraining, EachRankHoldsItsShareOfTheShardedState) {
+  auto bytes = [](const RunResult& r, const char* what) {
+    return nlohmann::json::parse(read_bytes(r.dir + "/config.json")).at("memory").at(what).get<double>();
   };
-  const double whole = optimizer_bytes(one_process()), two = optimizer_bytes(two_ranks());
-  if (zero() == 0) {
-    EXPECT_EQ(two, whole);
-  } else {
-    EXPECT_GE(two, whole / 2);
-    EXPECT_LE(two, whole / 2 * 1.1);
-  }
+  const RunResult& whole = one_process();
+  const RunResult& two = two_ranks();
+  auto expect_half = [](double part, double all) {
+    EXPECT_GE(part, all / 2);
+    EXPECT_LE(part, all / 2 * 1.1);
+  };
+  if (zero() == 0) EXPECT_EQ(bytes(two, "optimizer_bytes"), bytes(whole, "optimizer_bytes"));
+  else expect_half(bytes(two, "optimizer_bytes"), bytes(whole, "optimizer_bytes"));
+  if (zero() < 3) EXPECT_GE(bytes(two, "parameter_bytes"), bytes(whole, "parameter_bytes"));
+  else expect_half(bytes(two, "parameter_bytes"), bytes(whole, "parameter_bytes"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Zero, DataParallelTraining, ::testing::Values(0, 1, 2));
+INSTANTIATE_TEST_SUITE_P(Zero, DataParallelTraining, ::testing::Values(0, 1, 2, 3));
 
 }  // namespace
 }  // namespace tk
