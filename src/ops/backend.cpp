@@ -7,6 +7,8 @@
 #include "ops/device_info.h"
 
 #ifdef TK_HAVE_CUDA
+#include <cuda_runtime.h>
+
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernels.h"
 #endif
@@ -16,7 +18,14 @@ namespace {
 
 Backend cuda_backend() {
 #ifdef TK_HAVE_CUDA
-  return {make_cuda_ops(), true};
+  // The device this process was given: a data-parallel rank's communicator has set its local rank's
+  // (docs/distributed.md); otherwise the first.
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();  // leave no sticky error behind
+    device = 0;
+  }
+  return {make_cuda_ops(device), true};
 #else
   fail("--device cuda: this build of tokamak has no CUDA backend (it was built without nvcc or cuDNN)");
 #endif

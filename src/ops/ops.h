@@ -283,6 +283,11 @@ class Ops {
   };
   virtual Fp8ScalingState fp8_scaling_state() const { return {}; }
   virtual void set_fp8_scaling_state(const Fp8ScalingState& state) {}
+  // The amax each FP8 cast of this step has seen so far, by scale slot (delayed scaling; empty otherwise), and their
+  // replacement, the same number of values: data-parallel ranks set the maximum over the ranks before end_step()
+  // commits them, so that every rank's history, and so its next casts, are alike. Both wait for the device.
+  virtual std::vector<float> fp8_amax_seen() { return {}; }
+  virtual void set_fp8_amax_seen(const std::vector<float>& amax) {}
 
   // ---- timing (the profiler) ------------------------------------------------------------------
   // A mark takes the time at its place in the op queue: after every op queued before it has run, and

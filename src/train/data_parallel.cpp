@@ -26,8 +26,11 @@ DataParallel::DataParallel(dist::Communicator& comm, Model& model, int zero_stag
       TK_CHECK(layout.unit_size(k) % unit_multiple(world(), zero_) == 0,
                "internal error: unit {} of {} elements is not padded for {} ranks", k, layout.unit_size(k), world());
   model.set_gradient_hook(this);
-  if (zero_ < 3) return;
-  TK_CHECK(model.params_sharded(), "internal error: ZeRO 3 on a model whose parameters are whole");
+  // ZeRO 3 shards the parameters over more than one rank (on one, they stay whole).
+  TK_CHECK((zero_ == 3 && world() > 1) == model.params_sharded(),
+           "internal error: ZeRO {} on {} ranks with a model whose parameters are {}", zero_, world(),
+           model.params_sharded() ? "sharded" : "whole");
+  if (!model.params_sharded()) return;
   int64_t largest = 0;
   for (size_t k = 0; k < layout.units(); k++) largest = std::max(largest, layout.unit_size(k));
   for (Tensor& t : staging_) {
@@ -47,7 +50,7 @@ DataParallel::DataParallel(dist::Communicator& comm, Model& model, int zero_stag
 
 DataParallel::~DataParallel() {
   model_.set_gradient_hook(nullptr);
-  if (zero_ < 3) return;
+  if (!model_.params_sharded()) return;
   model_.set_parameter_source(nullptr);
   comm_.synchronize();
   model_.ops().synchronize();
@@ -103,7 +106,7 @@ void DataParallel::backward_done() {
 }
 
 void DataParallel::gather_parameters() {
-  if (zero_ == 3) {
+  if (model_.params_sharded()) {
     holds_[0] = holds_[1] = -1;
     current_ = -1;
     position_ = 0;
@@ -162,6 +165,17 @@ void DataParallel::gather_master_weights(const AdamW& optimizer, size_t unit, st
   if (chunk > 0) optimizer.weights_f32(layout.unit_begin[unit] + rank() * chunk, chunk, mine.data());
   out.resize(size_t(layout.unit_size(unit)));
   comm_.host_all_gather(mine.data(), out.data(), size_t(chunk) * sizeof(float));
+}
+
+void DataParallel::agree_fp8_amax() {
+  Ops& ops = model_.ops();
+  std::vector<float> amax = ops.fp8_amax_seen();  // the same count on every rank: they cast alike
+  if (amax.empty()) return;
+  std::vector<float> all(amax.size() * size_t(world()));
+  comm_.host_all_gather(amax.data(), all.data(), amax.size() * sizeof(float));
+  for (int r = 0; r < world(); r++)
+    for (size_t i = 0; i < amax.size(); i++) amax[i] = std::max(amax[i], all[size_t(r) * amax.size() + i]);
+  ops.set_fp8_amax_seen(amax);
 }
 
 double DataParallel::sum(double mine) {

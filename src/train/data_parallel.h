@@ -54,6 +54,9 @@ class DataParallel final : public GradientHook, public ParameterSource {
 
   double sum(double mine);
   LossSum sum(const LossSum& mine);
+  // FP8 delayed scaling: the amax each cast saw this step, the maximum over the ranks, set on every rank before the
+  // backend commits it (Ops::fp8_amax_seen), so that every rank scales its next casts alike. Nothing otherwise.
+  void agree_fp8_amax();
 
  private:
   Tensor unit_slice(const Tensor& flat, size_t unit) const;  // this rank's slice of the unit

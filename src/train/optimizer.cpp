@@ -314,6 +314,7 @@ OptimizerStep AdamW::step(double lr) {
                         segments_in(a, n), range);
     }
   }
+  if (before_end_step_) before_end_step_();
   ops_.end_step();
   steps_taken_++;
   return s;

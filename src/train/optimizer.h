@@ -64,6 +64,9 @@ class AdamW {
   // lr. A non-finite gradient norm is a tk::Error and leaves every weight untouched.
   OptimizerStep step(double lr);
   int64_t steps_taken() const { return steps_taken_; }
+  // Called in each step once the update is queued, before the backend's end_step() (data parallelism agrees the FP8
+  // amax of the ranks there).
+  void set_before_end_step(std::function<void()> f) { before_end_step_ = std::move(f); }
 
   bool has_master_weights() const { return !master_.empty() || !master_host_.empty(); }
   bool offloaded() const { return opt_.offload; }
@@ -137,6 +140,7 @@ class AdamW {
   std::vector<int64_t> owned_state_;
   int64_t state_elements_ = 0;
   SumAcrossRanks sum_across_ranks_;
+  std::function<void()> before_end_step_;
   Moment m_, v_;                              // on the device (not offloaded)
   Tensor master_;
   Moment m_host_, v_host_;                    // [P] in host memory when offloaded

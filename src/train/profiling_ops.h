@@ -54,6 +54,8 @@ class ProfilingOps final : public Ops {
   void end_step() override { inner_->end_step(); }
   Fp8ScalingState fp8_scaling_state() const override { return inner_->fp8_scaling_state(); }
   void set_fp8_scaling_state(const Fp8ScalingState& state) override { inner_->set_fp8_scaling_state(state); }
+  std::vector<float> fp8_amax_seen() override { return inner_->fp8_amax_seen(); }
+  void set_fp8_amax_seen(const std::vector<float>& amax) override { inner_->set_fp8_amax_seen(amax); }
   void synchronize() override { inner_->synchronize(); }
   // Copies on the copy queues are not timed as ops: the compute queue's wait for them shows in the time of
   // the op that waits (the offloaded update's adamw_update).

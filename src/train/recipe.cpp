@@ -50,7 +50,7 @@ ModelOptions Recipe::model_options() const {
   o.offload_grads = offload_gradients;
   o.fp8_kept_inputs = keeps_fp8_inputs();
   o.unit_multiple = DataParallel::unit_multiple(world_size, zero_stage);
-  if (zero_stage == 3) {
+  if (zero_stage == 3 && world_size > 1) {
     o.param_shards = world_size;
     o.param_shard = rank;
   }

@@ -402,6 +402,7 @@ void TrainingRun::build_model() {
   optimizer_ = dp_ && recipe_.zero_stage > 0
                    ? std::make_unique<AdamW>(*model_, recipe_.adamw_options(), dp_->owned(), dp_->sum_across_ranks())
                    : std::make_unique<AdamW>(*model_, recipe_.adamw_options());
+  if (dp_) optimizer_->set_before_end_step([this] { dp_->agree_fp8_amax(); });
   if (!source_.weights_path.empty()) {
     log::info("loading weights from {}", source_.weights_path);
     optimizer_->set_weights_f32(load_params(model_->config(), model_->layout(), source_.weights_path));
@@ -709,7 +710,8 @@ void TrainingRun::refuse_what_data_parallelism_lacks() const {
            "and --offload yourself (tokamak plan shows the memory of each)", world());
   TK_CHECK(!recipe_.offload_gradients, "--offload optimizer,gradients is not implemented with data parallelism (the "
            "gradients are reduced on the device): use --offload optimizer");
-  TK_CHECK(!cfg_.fp8, "--fp8 is not implemented with data parallelism: the ranks' FP8 scales are not yet agreed");
+  TK_CHECK(!cfg_.fp8 || cfg_.zero < 3, "--fp8 with --zero 3 is not implemented: the FP8 scales are kept per weight "
+           "buffer, and ZeRO 3 gathers each weight into a buffer shared by the units (use --zero 2)");
   TK_CHECK(cfg_.zero == 0 || recipe_.optimizer.moments != MomentPrecision::Int8,
            "--moments int8 with --zero {}: int8 moments are not sharded; use --zero 0 or --moments bf16", cfg_.zero);
 }

@@ -1,8 +1,8 @@
 // Data-parallel training under mpirun on the tiny model (CPU backend, float32), for each ZeRO stage: the losses and
 // final weights of 2 and 3 ranks equal one process's at the same global batch within 1e-5 relative; two runs at the
 // same world size are bitwise equal; a resumed run is bitwise the uninterrupted one; a checkpoint of 2 ranks resumes
-// on 3 and on 1 within the same tolerance; each rank's optimizer state (and, ZeRO 3, parameters) shrink as the stage
-// says.
+// on 3 and on 1 within the same tolerance; `tokamak export` writes its weights; each rank's optimizer state (and,
+// ZeRO 3, parameters) shrink as the stage says.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -151,6 +151,17 @@ TEST_P(DataParallelTraining, ACheckpointOfTwoRanksResumesOnThreeAndOnOne) {
   const std::string from = two_ranks().dir + "/step_000002";
   expect_close(one_process(), train(3, "on_three_z" + z, {"--zero", z, "--resume", from}), false);
   expect_close(one_process(), train(1, "on_one_z" + z, {"--resume", from}), false);
+}
+
+// `tokamak export` (one process) writes the weights of a sharded run's checkpoint as they are.
+TEST_P(DataParallelTraining, ExportsTheCheckpointOfTwoRanks) {
+  const std::string out = dir_->path("export_z" + std::to_string(zero()));
+  TokamakChild child({"export", "--checkpoint", two_ranks().dir, "--out", out, "--dtype", "f32"}, out + ".output");
+  const testing::ChildExit e = child.wait();
+  ASSERT_TRUE(!e.signaled && e.code == 0) << child.out() << child.err();
+  const std::unique_ptr<SafeTensorsFile> f = SafeTensorsFile::open(out + "/model.safetensors");
+  ASSERT_FALSE(f->tensors().empty());
+  for (const SafeTensorInfo& t : f->tensors()) EXPECT_EQ(f->read_f32(t.name), two_ranks().weights.at(t.name)) << t.name;
 }
 
 // What each rank allocates (run config.json's memory, rank 0's): AdamW's state whole under ZeRO 0, a slice of each

@@ -180,6 +180,8 @@ void CudaOps::name_weights(const std::vector<NamedWeight>& weights) { impl_->fp8
 void CudaOps::end_step() { impl_->fp8->end_step(); }
 Ops::Fp8ScalingState CudaOps::fp8_scaling_state() const { return impl_->fp8->state(); }
 void CudaOps::set_fp8_scaling_state(const Fp8ScalingState& state) { impl_->fp8->restore(state); }
+std::vector<float> CudaOps::fp8_amax_seen() { return impl_->fp8->amax_seen(); }
+void CudaOps::set_fp8_amax_seen(const std::vector<float>& amax) { impl_->fp8->set_amax_seen(amax); }
 
 // ---- embedding ------------------------------------------------------------------------------------
 

@@ -87,6 +87,8 @@ class CudaOps final : public Ops {
   void end_step() override;
   Fp8ScalingState fp8_scaling_state() const override;
   void set_fp8_scaling_state(const Fp8ScalingState& state) override;
+  std::vector<float> fp8_amax_seen() override;
+  void set_fp8_amax_seen(const std::vector<float>& amax) override;
 
   // ---- ops ----
   void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& table) override;

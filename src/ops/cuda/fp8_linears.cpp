@@ -89,6 +89,25 @@ void Fp8Linears::end_step() {
   steps_++;
 }
 
+std::vector<float> Fp8Linears::amax_seen() const {
+  if (!on_ || scaling_ != Fp8Scaling::Delayed || first_slot_.empty()) return {};
+  std::vector<float> amax(first_slot_.size() * 3);
+  TK_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // Slot i's [1], kFp8SlotFloats floats apart on the device, packed.
+  TK_CUDA_CHECK(cudaMemcpy2D(amax.data(), sizeof(float), slots_ + 1, kFp8SlotFloats * sizeof(float), sizeof(float),
+                             amax.size(), cudaMemcpyDeviceToHost));
+  return amax;
+}
+
+void Fp8Linears::set_amax_seen(const std::vector<float>& amax) {
+  if (amax.empty()) return;
+  TK_CHECK(amax.size() == first_slot_.size() * 3, "internal error: {} FP8 amax values for {} scale slots", amax.size(),
+           first_slot_.size() * 3);
+  TK_CUDA_CHECK(cudaMemcpy2DAsync(slots_ + 1, kFp8SlotFloats * sizeof(float), amax.data(), sizeof(float),
+                                  sizeof(float), amax.size(), cudaMemcpyHostToDevice, stream_));
+  TK_CUDA_CHECK(cudaStreamSynchronize(stream_));  // amax is the caller's
+}
+
 Ops::Fp8ScalingState Fp8Linears::state() const {
   Ops::Fp8ScalingState st;
   if (!on_ || scaling_ != Fp8Scaling::Delayed) return st;

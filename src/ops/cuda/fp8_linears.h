@@ -64,6 +64,9 @@ class Fp8Linears {
   void end_step();
   Ops::Fp8ScalingState state() const;
   void restore(const Ops::Fp8ScalingState& state);
+  // Slot [1] of every slot in use (Ops::fp8_amax_seen), and back.
+  std::vector<float> amax_seen() const;
+  void set_amax_seen(const std::vector<float>& amax);
 
   // ---- activations that hold a kept x^T instead of their values ----
   bool keeps(const void* activation) const { return kept_xt_.count(activation) != 0; }
