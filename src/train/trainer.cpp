@@ -710,8 +710,9 @@ void TrainingRun::refuse_what_data_parallelism_lacks() const {
            "and --offload yourself (tokamak plan shows the memory of each)", world());
   TK_CHECK(!recipe_.offload_gradients, "--offload optimizer,gradients is not implemented with data parallelism (the "
            "gradients are reduced on the device): use --offload optimizer");
-  TK_CHECK(!cfg_.fp8 || cfg_.zero < 3, "--fp8 with --zero 3 is not implemented: the FP8 scales are kept per weight "
-           "buffer, and ZeRO 3 gathers each weight into a buffer shared by the units (use --zero 2)");
+  TK_CHECK(!recipe_.backend.precision.fp8 || cfg_.zero < 3,
+           "FP8 linears with --zero 3 are not implemented: the FP8 scales are kept per weight buffer, and ZeRO 3 "
+           "gathers each weight into a buffer shared by the units (use --zero 2, or --precision bf16)");
   TK_CHECK(cfg_.zero == 0 || recipe_.optimizer.moments != MomentPrecision::Int8,
            "--moments int8 with --zero {}: int8 moments are not sharded; use --zero 0 or --moments bf16", cfg_.zero);
 }
