@@ -50,10 +50,6 @@ ModelOptions Recipe::model_options() const {
   o.offload_grads = offload_gradients;
   o.fp8_kept_inputs = keeps_fp8_inputs();
   o.unit_multiple = DataParallel::unit_multiple(world_size, zero_stage);
-  if (zero_stage == 3 && world_size > 1) {
-    o.param_shards = world_size;
-    o.param_shard = rank;
-  }
   return o;
 }
 
@@ -92,7 +88,12 @@ std::vector<Ops::NamedWeight> named_weights(const Model& model) {
 }
 
 std::unique_ptr<Model> make_model(const Recipe& r, Ops& ops) {
-  auto model = std::make_unique<Model>(r.model, ops, r.model_options());
+  ModelOptions o = r.model_options();
+  if (r.zero_stage == 3 && r.world_size > 1) {  // this rank's slice of the parameters (the plan counts it itself)
+    o.param_shards = r.world_size;
+    o.param_shard = r.rank;
+  }
+  auto model = std::make_unique<Model>(r.model, ops, o);
   // Sharded parameters (ZeRO 3) have no fixed place per weight to name (FP8 is refused with them).
   if (!model->params_sharded()) ops.name_weights(named_weights(*model));
   return model;

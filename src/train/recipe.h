@@ -51,6 +51,8 @@ struct Recipe {
   // Whether the LM head's shapes at this micro-batch take its FP8 GEMMs (--fp8-lm-head; fp8_shapes.h).
   bool lm_head_fp8_shapes() const;
 
+  // The options of every rank's model; make_model adds ZeRO 3's parameter slice, which the memory plan counts apart
+  // (zero_plan.h), with the units being gathered.
   ModelOptions model_options() const;
   const AdamWOptions& adamw_options() const { return optimizer; }
 };
@@ -59,8 +61,9 @@ struct Recipe {
 // chosen: a tk::Error for a precision, recompute policy, offload or moments that the flags spell wrong.
 Recipe train_recipe(const TrainConfig& c, const ModelConfig& model, bool gpu);
 
-// The recipe's model on `ops`, its weights named to the backend (Ops::name_weights) so that the state the backend
-// keeps per weight is saved and restored by parameter name; its parameters are not initialised.
+// The recipe's model on `ops` (under ZeRO 3 on many ranks, holding this rank's slice of the parameters), its weights
+// named to the backend (Ops::name_weights) so that the state the backend keeps per weight is saved and restored by
+// parameter name; its parameters are not initialised.
 std::unique_ptr<Model> make_model(const Recipe& r, Ops& ops);
 // A model's parameters by name, where its ops find them (what make_model gives Ops::name_weights).
 std::vector<Ops::NamedWeight> named_weights(const Model& model);
