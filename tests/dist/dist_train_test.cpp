@@ -1,7 +1,8 @@
 // Data-parallel training under mpirun on the tiny model (CPU backend, float32), for each ZeRO stage: the losses and
 // final weights of 2 and 3 ranks equal one process's at the same global batch within 1e-5 relative; two runs at the
 // same world size are bitwise equal; a resumed run is bitwise the uninterrupted one; a checkpoint of 2 ranks resumes
-// on 3 and on 1 within the same tolerance; `tokamak export` writes its weights; each rank's optimizer state (and,
+// on 3 and on 1 within the same tolerance; so does a run with the optimizer offloaded; `tokamak export` writes its
+// weights; each rank's optimizer state (and,
 // ZeRO 3, parameters) shrink as the stage says.
 #include <gtest/gtest.h>
 
@@ -151,6 +152,17 @@ TEST_P(DataParallelTraining, ACheckpointOfTwoRanksResumesOnThreeAndOnOne) {
   const std::string from = two_ranks().dir + "/step_000002";
   expect_close(one_process(), train(3, "on_three_z" + z, {"--zero", z, "--resume", from}), false);
   expect_close(one_process(), train(1, "on_one_z" + z, {"--resume", from}), false);
+}
+
+// The optimizer state in host memory (--offload optimizer, streamed in chunks): each rank streams its own slices.
+TEST_P(DataParallelTraining, CombinesWithTheOptimizerOffload) {
+  const std::string z = std::to_string(zero());
+  const std::vector<std::string> offload = {"--offload", "optimizer", "--offload-chunk", "256"};
+  const RunResult one = train(1, "offload_one_z" + z, offload);
+  std::vector<std::string> ranks = offload;
+  ranks.insert(ranks.end(), {"--zero", z});
+  expect_close(one, train(2, "offload_two_z" + z, ranks));
+  expect_close(one_process(), one);
 }
 
 // `tokamak export` (one process) writes the weights of a sharded run's checkpoint as they are.
