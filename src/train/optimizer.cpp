@@ -55,13 +55,14 @@ AdamW::AdamW(Model& model, const AdamWOptions& opt, std::vector<ParamRange> owne
     TK_CHECK(!sum_across_ranks_, "internal error: a sharded AdamW owns no part of the layout");
     owned_.push_back({0, model.layout().total});
   }
+  int64_t end = 0;  // of the range before: the ranges are in layout order, apart
   for (const ParamRange& r : owned_) {
-    TK_CHECK(r.offset >= 0 && r.count > 0 && r.offset + r.count <= model.layout().total &&
-                 (owned_state_.empty() || r.offset >= owned_.at(owned_state_.size() - 1).offset +
-                                                          owned_.at(owned_state_.size() - 1).count) &&
-                 (!sum_across_ranks_ || (r.count % kMomentBlock == 0 && r.offset % kMomentBlock == 0)),
+    const bool whole_blocks = r.count % kMomentBlock == 0 && r.offset % kMomentBlock == 0;
+    TK_CHECK(r.offset >= end && r.count > 0 && r.offset + r.count <= model.layout().total &&
+                 (!sum_across_ranks_ || whole_blocks),
              "internal error: AdamW's owned range [{}, {}) of a layout of {}", r.offset, r.offset + r.count,
              model.layout().total);
+    end = r.offset + r.count;
     owned_state_.push_back(state_elements_);
     state_elements_ += r.count;
   }
