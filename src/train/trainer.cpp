@@ -679,10 +679,15 @@ void TrainingRun::build_parts() {
   meta_ = read_dataset_meta(cfg_.data);
   choose_vocab();
   recipe_ = train_recipe(cfg_, source_.config, backend_.gpu);
-  if (!recipe_.precision_note.empty()) fmt::print("{}\n", recipe_.precision_note);
   recipe_.world_size = world();
   recipe_.rank = comm_ ? comm_->rank() : 0;
   if (!comm_) recipe_.zero_stage = 0;  // one process: nothing to shard
+  const bool auto_precision = !cfg_.fp8 && (cfg_.precision.empty() ? kDefaultPrecision : cfg_.precision) == "auto";
+  if (auto_precision && recipe_.zero_stage == 3 && recipe_.backend.precision.fp8) {
+    recipe_.backend.precision = Precision::parse(false, cfg_.fp8_scaling, cfg_.fp8_margin, false);
+    recipe_.precision_note = "precision auto: bf16 (FP8 linears are not implemented with --zero 3)";
+  }
+  if (!recipe_.precision_note.empty()) fmt::print("{}\n", recipe_.precision_note);
   recipe_.accumulation = accum_steps_;
   if (comm_) refuse_what_data_parallelism_lacks();
   if (!cfg_.memory_budget.empty()) apply_memory_budget();  // before the loader: it sets the micro-batch
