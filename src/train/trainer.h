@@ -13,6 +13,7 @@
 #include "data/loader.h"
 #include "dist/communicator.h"
 #include "model/model.h"
+#include "train/machine_fit.h"
 #include "train/metrics.h"
 #include "train/precision_choice.h"
 
@@ -137,21 +138,6 @@ class TrainingSteps {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-struct MemoryPlan;
-
-// The memory a run may take: the device's (the GPU's, or for the CPU backend the machine's physical memory),
-// and the machine's physical memory, where offloaded state lives.
-struct MachineMemory {
-  double device_bytes = 0;  // 0: unknown, not checked
-  double host_bytes = 0;    // 0: unknown, not checked
-  std::string device;       // what device_bytes is, in words
-  bool gpu = false;
-};
-MachineMemory machine_memory(bool gpu);
-// A tk::Error when a run planned as `plan` (memory_plan.h) cannot fit `machine`, naming the model's size, the
-// plan's largest part and the config field that drives it: called before anything is allocated.
-void refuse_plan_larger_than(const ModelConfig& model, const MemoryPlan& plan, const MachineMemory& machine);
 
 // A step whose loss or gradient norm is not finite: the weights have diverged. The trainer records the step in
 // log.jsonl (run_log.h) and stops, keeping the last checkpoint.

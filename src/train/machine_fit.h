@@ -1,0 +1,26 @@
+// Whether a run fits the machine before anything is allocated: the memory the device has (the GPU's, or the
+// CPU's physical memory) and the host's for offloaded state, against the run's memory plan (memory_plan.h); a plan
+// that does not fit is refused naming the model's size, the largest part and the config field behind it.
+#pragma once
+#include <string>
+
+#include "model/config.h"
+
+namespace tk {
+
+struct MemoryPlan;
+
+// The memory a run may take: the device's (the GPU's, or for the CPU backend the machine's physical memory),
+// and the machine's physical memory, where offloaded state lives.
+struct MachineMemory {
+  double device_bytes = 0;  // 0: unknown, not checked
+  double host_bytes = 0;    // 0: unknown, not checked
+  std::string device;       // what device_bytes is, in words
+  bool gpu = false;
+};
+MachineMemory machine_memory(bool gpu);
+// A tk::Error when a run planned as `plan` (memory_plan.h) cannot fit `machine`, naming the model's size, the
+// plan's largest part and the config field that drives it: called before anything is allocated.
+void refuse_plan_larger_than(const ModelConfig& model, const MemoryPlan& plan, const MachineMemory& machine);
+
+}  // namespace tk
