@@ -170,8 +170,10 @@ TEST_P(HfIoTest, ExportedWeightsAreChecksummed) {
   std::string out = (dir_ / "export").string();
   tk::export_hf(cfg_, layout_, params_, out, "bf16", "");
   const std::string file = out + "/model.safetensors";
-  for (const tk::SafeTensorInfo& t : tk::SafeTensorsFile::open(file)->tensors())
-    EXPECT_TRUE(t.checksum.has_value()) << t.name;
+  {
+    const auto exported = tk::SafeTensorsFile::open(file);  // held while its tensors are read
+    for (const tk::SafeTensorInfo& t : exported->tensors()) EXPECT_TRUE(t.checksum.has_value()) << t.name;
+  }
   const size_t at = stdfs::file_size(file) - 3;
   std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
   io.seekg(std::streamoff(at));
