@@ -26,6 +26,7 @@
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernels.h"
 #include "ops/device_info.h"
+#include "gpu_testing.h"
 
 namespace tk {
 namespace {
@@ -37,25 +38,6 @@ constexpr double kBf16Tol = 1e-2;
 constexpr double kAttnGradTol = 2e-2;
 constexpr double kF32SumTol = 1e-4;
 constexpr double kLossTol = 1e-3;
-
-float round_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fff + ((u >> 16) & 1);
-  u &= 0xffff0000u;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-double rel_error(const std::vector<float>& out, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < out.size(); i++) {
-    if (!std::isfinite(out[i])) return std::numeric_limits<double>::infinity();
-    num += (double(out[i]) - ref[i]) * (double(out[i]) - ref[i]);
-    den += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / den);
-}
 
 std::vector<float> minus(const std::vector<float>& a, const std::vector<float>& b) {
   std::vector<float> d(a.size());

@@ -20,6 +20,7 @@
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 #include "ops/moment_codec.h"
+#include "gpu_testing.h"
 
 namespace tk {
 namespace {
@@ -47,7 +48,6 @@ float bf16_float(uint16_t b) {
   std::memcpy(&f, &u, 4);
   return f;
 }
-float round_bf16(float f) { return bf16_float(bf16_bits(f)); }
 
 // ---- random inputs --------------------------------------------------------------------------------
 
@@ -161,16 +161,6 @@ void copy_device(const DeviceBuffer<T>& dst, const DeviceBuffer<T>& src) {
 // ---- comparisons ----------------------------------------------------------------------------------
 
 // ||out - ref|| / ||ref||; infinite when out holds a NaN or an infinity (an unwritten, poisoned element).
-double rel_error(const std::vector<float>& out, const std::vector<float>& ref) {
-  if (out.size() != ref.size()) return std::numeric_limits<double>::infinity();
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < out.size(); i++) {
-    if (!std::isfinite(out[i])) return std::numeric_limits<double>::infinity();
-    diff += (double(out[i]) - ref[i]) * (double(out[i]) - ref[i]);
-    norm += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-300));
-}
 // The elements with the largest |out - ref|, for failure messages.
 std::string worst(const std::vector<float>& out, const std::vector<float>& ref, int count = 3) {
   std::vector<size_t> idx(out.size());

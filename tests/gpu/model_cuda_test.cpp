@@ -18,6 +18,7 @@
 #include "ops/cuda/cuda_ops.h"
 #include "ops/device_info.h"
 #include "train/recipe.h"
+#include "gpu_testing.h"
 
 namespace tk {
 namespace {
@@ -26,15 +27,6 @@ namespace {
 // rounding at every op boundary): the loss is an average and much tighter than any one gradient.
 constexpr double kLossTol = 5e-3;
 constexpr double kGradTol = 4e-2;
-
-float round_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fff + ((u >> 16) & 1);
-  u &= 0xffff0000u;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 ModelConfig config_for(Arch arch, int head_dim, int heads, int kv_heads) {
   ModelConfig c;
@@ -62,16 +54,6 @@ OwnedBatch random_batch(int B, int T, int V, uint64_t seed, const std::vector<st
   std::vector<int32_t> tokens(size_t(B) * (T + 1));
   for (int32_t& t : tokens) t = token(rng);
   return OwnedBatch(B, T, tokens, doc_starts, !doc_starts.empty());
-}
-
-double rel_error(const float* out, const float* ref, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (!std::isfinite(out[i])) return INFINITY;
-    num += (double(out[i]) - ref[i]) * (double(out[i]) - ref[i]);
-    den += double(ref[i]) * ref[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
 struct Result {

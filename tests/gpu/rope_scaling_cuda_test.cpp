@@ -16,30 +16,12 @@
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/device_info.h"
+#include "gpu_testing.h"
 
 namespace tk {
 namespace {
 
 constexpr double kTol = 1e-2;  // ||cuda - cpu|| / ||cpu||: bf16 storage of inputs and outputs
-
-float round_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fff + ((u >> 16) & 1);
-  u &= 0xffff0000u;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-double rel_error(const std::vector<float>& out, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); i++) {
-    if (!std::isfinite(out[i])) return INFINITY;
-    num += (double(out[i]) - ref[i]) * (double(out[i]) - ref[i]);
-    den += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / den);
-}
 
 // A tensor on a backend, filled from host values, read back as floats.
 struct Buf {
