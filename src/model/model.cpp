@@ -6,11 +6,14 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <numbers>
 #include <random>
 #include <thread>
+
+#include <sys/mman.h>
 
 #include "core/hash.h"
 #include "model/block.h"
@@ -152,6 +155,10 @@ struct Model::Impl {
   std::unique_ptr<GradientOffload> offload;  // with ModelOptions::offload_grads
   GradientHook* hook = nullptr;
   ParameterSource* source = nullptr;  // with sharded parameters
+  // With sharded parameters: an address range the size of the whole layout, reserved and never mapped, that stands
+  // for each weight where no buffer holds it for good (weight_identities); a gathered unit is aliased to its place.
+  void* identities = nullptr;
+  size_t identities_bytes = 0;
   Buffers buf;
 
   Impl(const ModelConfig& c, Ops& o, const ModelOptions& options)
@@ -182,6 +189,12 @@ struct Model::Impl {
     }
     // Sharded, the views point into each unit's gathered copy while it is in use (use_unit).
     if (opt.param_shards == 1) w = weight_views(cfg, layout, param_mem, act);
+    if (opt.param_shards > 1) {
+      identities_bytes = size_t(layout.total) * dtype_size(act);
+      identities = mmap(nullptr, identities_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      TK_CHECK(identities != MAP_FAILED, "model {}: cannot reserve {} bytes of address space to name the weights: {}",
+               cfg.name, identities_bytes, std::strerror(errno));
+    }
     g = weight_views(cfg, layout, grad_mem, ops.grad_dtype());
 
     BufferCarver measure_kept, measure_scratch;
@@ -204,6 +217,7 @@ struct Model::Impl {
       ops.release(grad_mem);
     }
     ops.release(param_mem);
+    if (identities) munmap(identities, identities_bytes);
   }
 
   // The gradient groups of the backward, each a point where per-group work hangs (gradient offload brings a group's
@@ -224,6 +238,9 @@ struct Model::Impl {
     TK_CHECK(source, "internal error: model {} has sharded parameters but no source to gather them", cfg.name);
     const Tensor unit = source->gather_unit(k);
     point_unit_views(w, cfg, layout, k, unit.data, act);
+    const size_t e = dtype_size(act);
+    ops.alias_weights(unit.data, size_t(layout.unit_size(k)) * e,
+                      static_cast<char*>(identities) + size_t(layout.unit_begin[k]) * e);
   }
   // The pieces of [offset, offset + n) of the layout that this rank holds: {flat index, index in params}.
   std::vector<std::array<int64_t, 3>> held_pieces(int64_t offset, int64_t n) const;
@@ -488,6 +505,9 @@ void Model::set_params_f32(int64_t offset, int64_t n, const float* host) {
 }
 
 bool Model::params_sharded() const { return impl_->opt.param_shards > 1; }
+const void* Model::weight_identities() const {
+  return impl_->identities ? impl_->identities : impl_->params.data;
+}
 
 std::vector<float> Model::params_f32() const {
   TK_CHECK(!params_sharded(), "internal error: model {}'s parameters are sharded across the ranks", impl_->cfg.name);

@@ -108,6 +108,10 @@ class Model {
 
   Tensor params() const;   // act_dtype()[P], the flat buffer of ParamLayout; with param_shards, this rank's slices
   bool params_sharded() const;
+  // Where the weights are named to the backend (Ops::name_weights), in layout order: params() when whole; sharded,
+  // a reserved range that stands for the whole layout, each unit aliased to its place as it is gathered
+  // (Ops::alias_weights), so that what the backend keeps per weight (FP8 scales) follows the weight.
+  const void* weight_identities() const;
   Tensor grads() const;    // grad_dtype()[P]; in host memory with offload_grads (read it after ops().synchronize())
   bool grads_on_host() const;
 

@@ -268,6 +268,11 @@ class Ops {
     Tensor weight;     // where the ops will find it
   };
   virtual void name_weights(const std::vector<NamedWeight>& weights) {}
+  // Sharded parameters (ZeRO 3) are gathered unit by unit into buffers the units share, so a weight has no buffer
+  // of its own: the weights now in [data, data + bytes) are the ones name_weights was given at [as, as + bytes)
+  // (an address range that stands for them and is never read), so that the state kept per weight follows the
+  // weight, not the buffer it is in. Holds until [data, ...) is aliased again. Nothing by default.
+  virtual void alias_weights(const void* data, size_t bytes, const void* as) {}
   // Called once a step's update is queued (AdamW::step): state that lives from step to step moves on
   // (FP8 delayed scaling commits the amax each cast saw). Nothing by default.
   virtual void end_step() {}

@@ -51,6 +51,7 @@ class ProfilingOps final : public Ops {
   void release_host(void* p) override { inner_->release_host(p); }
   void seal_memory() override { inner_->seal_memory(); }
   void name_weights(const std::vector<NamedWeight>& weights) override { inner_->name_weights(weights); }
+  void alias_weights(const void* data, size_t bytes, const void* as) override { inner_->alias_weights(data, bytes, as); }
   void end_step() override { inner_->end_step(); }
   Fp8ScalingState fp8_scaling_state() const override { return inner_->fp8_scaling_state(); }
   void set_fp8_scaling_state(const Fp8ScalingState& state) override { inner_->set_fp8_scaling_state(state); }

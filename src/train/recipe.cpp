@@ -79,11 +79,11 @@ Recipe train_recipe(const TrainConfig& c, const ModelConfig& model, bool gpu) {
 }
 
 std::vector<Ops::NamedWeight> named_weights(const Model& model) {
-  const Tensor params = model.params();
+  const DType dtype = model.params().dtype;
+  const char* base = static_cast<const char*>(model.weight_identities());
   std::vector<Ops::NamedWeight> weights;
   for (const ParamInfo& p : model.layout().params)
-    weights.push_back({p.name, Tensor(static_cast<char*>(params.data) + size_t(p.offset) * dtype_size(params.dtype),
-                                      params.dtype, {p.numel})});
+    weights.push_back({p.name, Tensor(const_cast<char*>(base) + size_t(p.offset) * dtype_size(dtype), dtype, {p.numel})});
   return weights;
 }
 
@@ -94,8 +94,7 @@ std::unique_ptr<Model> make_model(const Recipe& r, Ops& ops) {
     o.param_shard = r.rank;
   }
   auto model = std::make_unique<Model>(r.model, ops, o);
-  // Sharded parameters (ZeRO 3) have no fixed place per weight to name (FP8 is refused with them).
-  if (!model->params_sharded()) ops.name_weights(named_weights(*model));
+  ops.name_weights(named_weights(*model));
   return model;
 }
 

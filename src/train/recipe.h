@@ -65,7 +65,8 @@ Recipe train_recipe(const TrainConfig& c, const ModelConfig& model, bool gpu);
 // named to the backend (Ops::name_weights) so that the state the backend keeps per weight is saved and restored by
 // parameter name; its parameters are not initialised.
 std::unique_ptr<Model> make_model(const Recipe& r, Ops& ops);
-// A model's parameters by name, where its ops find them (what make_model gives Ops::name_weights).
+// A model's parameters by name, where its ops find them or, sharded, where they stand (Model::weight_identities):
+// what make_model gives Ops::name_weights.
 std::vector<Ops::NamedWeight> named_weights(const Model& model);
 
 }  // namespace tk

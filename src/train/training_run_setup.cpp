@@ -361,11 +361,6 @@ void TrainingRun::build_parts() {
   recipe_.world_size = world();
   recipe_.rank = comm_ ? comm_->rank() : 0;
   if (!comm_) recipe_.zero_stage = 0;  // one process: nothing to shard
-  const bool auto_precision = !cfg_.fp8 && (cfg_.precision.empty() ? kDefaultPrecision : cfg_.precision) == "auto";
-  if (auto_precision && recipe_.zero_stage == 3 && recipe_.backend.precision.fp8) {
-    recipe_.backend.precision = Precision::parse(false, cfg_.fp8_scaling, cfg_.fp8_margin, false);
-    recipe_.precision_note = "precision auto: bf16 (FP8 linears are not implemented with --zero 3)";
-  }
   if (!recipe_.precision_note.empty()) fmt::print("{}\n", recipe_.precision_note);
   recipe_.accumulation = accum_steps_;
   if (comm_) refuse_what_data_parallelism_lacks();
@@ -394,9 +389,6 @@ void TrainingRun::refuse_what_data_parallelism_lacks() const {
            "and --offload yourself (tokamak plan shows the memory of each)", world());
   TK_CHECK(!recipe_.offload_gradients, "--offload optimizer,gradients is not implemented with data parallelism (the "
            "gradients are reduced on the device): use --offload optimizer");
-  TK_CHECK(!recipe_.backend.precision.fp8 || cfg_.zero < 3,
-           "FP8 linears with --zero 3 are not implemented: the FP8 scales are kept per weight buffer, and ZeRO 3 "
-           "gathers each weight into a buffer shared by the units (use --zero 2, or --precision bf16)");
   TK_CHECK(cfg_.zero == 0 || recipe_.optimizer.moments != MomentPrecision::Int8,
            "--moments int8 with --zero {}: int8 moments are not sharded; use --zero 0 or --moments bf16", cfg_.zero);
 }

@@ -4,6 +4,7 @@
 // masking. Also: two CUDA runs give bitwise the same loss and gradients, and a smaller batch than planned works.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -292,6 +293,81 @@ TEST(ModelCudaFp8, DelayedScalingCarriesAcrossStepsPoliciesAndBackends) {
   EXPECT_EQ(committed.amax, other->fp8_scaling_state().amax);
   for (const auto& [name, amax] : committed.amax)
     EXPECT_GT(amax[1], 0.f) << name << ": the second step's x amax was not committed";
+}
+
+// ZeRO 3's parameters on one GPU: every unit gathered, in turn, into one of two buffers the units share (as
+// DataParallel gathers them, here from a whole copy on the same device).
+class TwoSharedBuffers final : public ParameterSource {
+ public:
+  TwoSharedBuffers(Ops& ops, const Model& whole) : ops_(ops), whole_(whole) {
+    int64_t largest = 0;
+    for (size_t k = 0; k < whole.layout().units(); k++) largest = std::max(largest, whole.layout().unit_size(k));
+    for (Tensor& t : buffers_) t = Tensor(ops.allocate(size_t(largest) * 2, "test: gathered unit"), DType::BF16, {largest});
+  }
+  ~TwoSharedBuffers() override {
+    ops_.synchronize();
+    for (Tensor& t : buffers_) ops_.release(t.data);
+  }
+  Tensor gather_unit(size_t unit) override {
+    next_ = 1 - next_;
+    const int64_t n = whole_.layout().unit_size(unit);
+    const char* from = static_cast<const char*>(whole_.params().data) + size_t(whole_.layout().unit_begin[unit]) * 2;
+    ops_.copy_async(buffers_[next_].data, from, size_t(n) * 2, Ops::Queue::compute);
+    return buffers_[next_].rows(0, n);
+  }
+
+ private:
+  Ops& ops_;
+  const Model& whole_;
+  Tensor buffers_[2];
+  int next_ = 0;
+};
+
+// FP8 delayed scaling with sharded parameters (ZeRO 3): the weights pass through buffers the units share, yet each
+// keeps its own scales and history (Ops::alias_weights, Model::weight_identities), so steps are bitwise those of
+// the whole model and the saved state names the same weights with the same values.
+TEST(ModelCudaFp8, ShardedParametersKeepTheirScalesPerWeight) {
+  if (gpu_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const ModelConfig cfg = config_for(Arch::Llama, 64, 8, 2);
+  const int B = 2, T = 256;
+  ModelOptions whole_options{B, T, false};
+  whole_options.unit_multiple = 128;
+  ModelOptions sharded_options = whole_options;
+  sharded_options.param_shards = 2;  // this rank holds half of each unit; the source gathers the whole
+  std::vector<float> params;
+  {
+    auto cpu = make_cpu_ops(DType::F32);
+    Model init(cfg, *cpu, whole_options);
+    init.init_params(41);
+    params = init.params_f32();
+  }
+  auto plain_ops = std::make_unique<CudaOps>(0), sharded_ops = std::make_unique<CudaOps>(0);
+  for (CudaOps* ops : {plain_ops.get(), sharded_ops.get()}) ops->set_fp8(true, CudaOps::Fp8Scaling::Delayed);
+  Model plain(cfg, *plain_ops, whole_options);
+  plain.set_params_f32(params);
+  plain_ops->name_weights(named_weights(plain));
+  Model store(cfg, *sharded_ops, whole_options);  // the whole weights the gathers copy from (not named)
+  store.set_params_f32(params);
+  Model sharded(cfg, *sharded_ops, sharded_options);
+  ASSERT_TRUE(sharded.params_sharded());
+  TwoSharedBuffers source(*sharded_ops, store);
+  sharded.set_parameter_source(&source);
+  sharded_ops->name_weights(named_weights(sharded));
+
+  for (uint64_t seed : {11, 12, 13}) {
+    const OwnedBatch batch = random_batch(B, T, cfg.vocab_size, seed);
+    const LossSum a = plain.forward_backward(batch.batch(), 1.0f / float(B * T));
+    const LossSum b = sharded.forward_backward(batch.batch(), 1.0f / float(B * T));
+    EXPECT_EQ(a.sum, b.sum) << "step of seed " << seed;
+    plain_ops->end_step();
+    sharded_ops->end_step();
+  }
+  const Ops::Fp8ScalingState p = plain_ops->fp8_scaling_state(), s = sharded_ops->fp8_scaling_state();
+  EXPECT_EQ(s.amax.size(), size_t(4 * cfg.n_layers)) << "one entry per linear layer, as the whole model's";
+  EXPECT_EQ(p.amax, s.amax) << "the sharded model's weights shared their scales";
+  EXPECT_EQ(p.steps, s.steps);
+  const std::vector<float> plain_grads = plain.grads_f32(), sharded_grads = sharded.grads_f32();
+  EXPECT_EQ(0, std::memcmp(plain_grads.data(), sharded_grads.data(), plain_grads.size() * sizeof(float)));
 }
 
 }  // namespace

@@ -177,6 +177,7 @@ int64_t CudaOps::fp8_fused_casts() const { return impl_->fp8->fused_casts(); }
 bool CudaOps::fuses_swiglu_linear() const { return impl_->fp8->fuses(); }
 bool CudaOps::fuses_rmsnorm_linear() const { return impl_->fp8->fuses(); }  // the same conditions
 void CudaOps::name_weights(const std::vector<NamedWeight>& weights) { impl_->fp8->name_weights(weights); }
+void CudaOps::alias_weights(const void* data, size_t bytes, const void* as) { impl_->fp8->alias(data, bytes, as); }
 void CudaOps::end_step() { impl_->fp8->end_step(); }
 Ops::Fp8ScalingState CudaOps::fp8_scaling_state() const { return impl_->fp8->state(); }
 void CudaOps::set_fp8_scaling_state(const Fp8ScalingState& state) { impl_->fp8->restore(state); }

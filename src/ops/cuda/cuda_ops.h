@@ -84,6 +84,7 @@ class CudaOps final : public Ops {
   void set_fp8_lm_head(bool on);
   int64_t fp8_fused_casts() const;  // swiglu_linear_* and rmsnorm_linear_forward calls that took the fused cast
   void name_weights(const std::vector<NamedWeight>& weights) override;
+  void alias_weights(const void* data, size_t bytes, const void* as) override;
   void end_step() override;
   Fp8ScalingState fp8_scaling_state() const override;
   void set_fp8_scaling_state(const Fp8ScalingState& state) override;

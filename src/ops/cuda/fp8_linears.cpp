@@ -59,7 +59,7 @@ void Fp8Linears::enable(bool on, Fp8Scaling scaling, int margin) {
 }
 
 bool Fp8Linears::primed(const void* w, int role) const {
-  const auto it = first_slot_.find(w);
+  const auto it = first_slot_.find(identity(w));
   return it != first_slot_.end() && primed_[size_t(it->second + role)];
 }
 
@@ -76,6 +76,23 @@ void Fp8Linears::name_weights(const std::vector<Ops::NamedWeight>& weights) {
     name_of_[nw.weight.data] = nw.name;
     weight_named_[nw.name] = nw.weight.data;
   }
+}
+
+void Fp8Linears::alias(const void* data, size_t bytes, const void* as) {
+  const char* d = static_cast<const char*>(data);
+  for (Alias& a : aliases_)
+    if (a.data == d) {
+      a = {d, bytes, static_cast<const char*>(as)};
+      return;
+    }
+  aliases_.push_back({d, bytes, static_cast<const char*>(as)});
+}
+
+const void* Fp8Linears::identity(const void* w) const {
+  const char* p = static_cast<const char*>(w);
+  for (const Alias& a : aliases_)
+    if (p >= a.data && p < a.data + a.bytes) return a.as + (p - a.data);
+  return w;
 }
 
 void Fp8Linears::end_step() {
@@ -181,7 +198,7 @@ void Fp8Linears::drop_within(const void* begin, size_t bytes) {
 // The slot of operand `role` (0: x, 1: w, 2: dy) of the linear with weight w, its scale set for a cast of x[n]: an
 // amax pass over x unless delayed scaling has a committed amax for it.
 float* Fp8Linears::slot(const void* w, int role, const bf16* x, int64_t n) {
-  const auto it = first_slot_.try_emplace(w, int(first_slot_.size()) * 3).first;
+  const auto it = first_slot_.try_emplace(identity(w), int(first_slot_.size()) * 3).first;
   TK_CHECK(it->second + 3 <= kMaxSlots, "--fp8 keeps scales for at most {} linear layers", kMaxSlots / 3);
   const int i = it->second + role;
   float* s = slots_ + int64_t(i) * kFp8SlotFloats;
@@ -193,7 +210,7 @@ float* Fp8Linears::slot(const void* w, int role, const bf16* x, int64_t n) {
 // The slot as the op that kept an x^T left it: no amax pass, whether or not a committed step primed it (the first
 // step's forward took the pass itself).
 float* Fp8Linears::slot_as_kept(const void* w, int role) {
-  const int i = first_slot_.at(w) + role;
+  const int i = first_slot_.at(identity(w)) + role;
   used_[size_t(i)] = 1;
   return slots_ + int64_t(i) * kFp8SlotFloats;
 }
@@ -242,7 +259,7 @@ void Fp8Linears::backward_gemms(const Tensor& dx, const Tensor& dw, uint8_t* dy8
   if (!dw.empty()) {
     const auto kept = kept_xt_.find(x.data);
     if (kept != kept_xt_.end()) {
-      TK_CHECK(kept->second == w.data,
+      TK_CHECK(kept->second == identity(w.data),
                "linear_backward: x holds the FP8 transpose a fused forward wrote for another linear");
       kept_xt_.erase(kept);
       sx = slot_as_kept(w.data, 0);  // the forward's scale; its guard saw to saturation
@@ -301,7 +318,7 @@ void Fp8Linears::swiglu_linear_forward(const Tensor& y, const Tensor& act, const
     guards_.push_back({x8, xt8, sx + 4, nullptr, N, in, sx, sx + 1, reinterpret_cast<unsigned int*>(sx + 2),
                        Fp8Format::E4M3, gate_up.as<bf16>()});
   }
-  kept_xt_[act.data] = w.data;
+  kept_xt_[act.data] = identity(w.data);
   float* sw = slot(w.data, 1, w.as<bf16>(), out * in);
   cast(w8, nullptr, sw, w.as<bf16>(), out, in, Fp8Format::E4M3);
   flush_guards();
@@ -339,7 +356,7 @@ void Fp8Linears::rmsnorm_linear_forward(const Tensor& y, const Tensor& x_norm, c
     guards_.push_back({x8, xt8, sx + 4, h, N, in, sx, sx + 1, reinterpret_cast<unsigned int*>(sx + 2),
                        Fp8Format::E4M3, nullptr, rstd.as<float>(), norm_w.as<bf16>()});
   }
-  kept_xt_[x_norm.data] = w.data;
+  kept_xt_[x_norm.data] = identity(w.data);
   float* sw = slot(w.data, 1, w.as<bf16>(), out * in);
   cast(w8, nullptr, sw, w.as<bf16>(), out, in, Fp8Format::E4M3);
   flush_guards();

@@ -61,6 +61,8 @@ class Fp8Linears {
 
   // ---- the state across steps ----
   void name_weights(const std::vector<Ops::NamedWeight>& weights);
+  // Ops::alias_weights: the weights in [data, data + bytes) are, from now on, the ones at [as, as + bytes).
+  void alias(const void* data, size_t bytes, const void* as);
   void end_step();
   Ops::Fp8ScalingState state() const;
   void restore(const Ops::Fp8ScalingState& state);
@@ -93,6 +95,8 @@ class Fp8Linears {
                              int64_t d, int64_t V, int64_t rows);
 
  private:
+  // The weight a linear's w points at, by which its slots and name are kept: w itself, or where an alias says.
+  const void* identity(const void* w) const;
   float* slot(const void* w, int role, const bf16* x, int64_t n);
   float* slot_as_kept(const void* w, int role);
   void cast(uint8_t* x8, uint8_t* xt8, float* slot, const bf16* x, int64_t rows, int64_t cols, Fp8Format f);
@@ -131,6 +135,12 @@ class Fp8Linears {
   // projections' x^T there, since the backward needs x only for that GEMM. Consumed by the linear_backward of that
   // weight; any other write of the activation (swiglu_forward, the norms: recomputes) drops it.
   std::unordered_map<const void*, const void*> kept_xt_;
+  struct Alias {
+    const char* data;
+    size_t bytes;
+    const char* as;
+  };
+  std::vector<Alias> aliases_;  // Ops::alias_weights: a few shared gathering buffers
   std::unordered_map<const void*, std::string> name_of_;  // Ops::name_weights
   std::map<std::string, const void*> weight_named_;
 };
