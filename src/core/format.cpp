@@ -55,4 +55,11 @@ std::string format_duration(double seconds) {
   return fmt::format("{}h {:02}m", t / 3600, (t % 3600) / 60);
 }
 
+std::string format_short_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds >= 60) return format_duration(seconds);
+  if (seconds >= 1) return fmt::format("{:.2f} s", seconds);
+  if (seconds >= 1e-3) return fmt::format("{:.1f} ms", seconds * 1e3);
+  return fmt::format("{:.0f} µs", seconds * 1e6);
+}
+
 }  // namespace tk

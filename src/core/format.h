@@ -19,5 +19,8 @@ std::string format_flop_rate(double flops_per_s);
 std::string format_clock(double seconds);
 // "12.3 s", "3m 07s", "2h 03m"; "–" when not finite: a run's wall time in its report.
 std::string format_duration(double seconds);
+// "850 µs", "12.3 ms", "4.56 s", then as format_duration from a minute: a time that may be far under a second
+// (communication, waiting for data).
+std::string format_short_duration(double seconds);
 
 }  // namespace tk

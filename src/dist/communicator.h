@@ -21,6 +21,23 @@ const char* reduce_op_name(ReduceOp op);
 // queued before it.
 using Ticket = int64_t;
 
+// What a communicator measured of this rank's communication (docs/distributed.md, "What communication costs"), in
+// seconds. A collective's time includes waiting for the ranks that reach it last, so ranks that are slower to get
+// there (more data wait, more compute) show as communication time on the others.
+struct CommunicationTimes {
+  // The collectives' own time on the communicator's queue: NCCL, between CUDA events recorded on its stream before
+  // and after each; MPI, the wall time of each (it runs on the calling thread).
+  double collective_s = 0;
+  // The part of it the compute waited for: NCCL, how long the compute stream sat blocked on a collective in
+  // compute_waits (an event before the wait, one after); MPI, all of collective_s, since the thread that computes
+  // runs the collective and computes nothing meanwhile.
+  double exposed_s = 0;
+  // host_all_gather's wall time (the loss and norm sums, agreement, stop decisions): synchronous, so the host waits
+  // for all of it; counted here only, not in collective_s or exposed_s.
+  double host_s = 0;
+  int64_t collectives = 0;  // the collectives whose time collective_s holds (host_all_gather's not among them)
+};
+
 class Communicator {
  public:
   explicit Communicator(const World& world) : world_(world) {}
@@ -68,6 +85,13 @@ class Communicator {
   // all[r * bytes ... (r+1) * bytes) = rank r's mine, on every rank; returns when done. bytes is the same on every
   // rank. Set-up and control values only (a staging copy on devices).
   virtual void host_all_gather(const void* mine, void* all, size_t bytes) = 0;
+
+  // ---- what communication cost ----------------------------------------------------------------------
+  // The times of the collectives and compute waits that have completed since the last call, and of the host gathers
+  // since then; never waits. Call it once the compute queue's work is done (as a training step's end is) to have all
+  // of that work's: the rest counts in the next call. The timing itself adds no synchronisation: NCCL reuses its
+  // events from a pool and reads them back once they are done.
+  virtual CommunicationTimes take_times() = 0;
 
  protected:
   World world_;

@@ -1,5 +1,6 @@
 // MpiCommunicator: collectives on host memory built from MPI point-to-point messages, run synchronously (the CPU
-// backend's ops are synchronous too, so a ticket is done when it is returned).
+// backend's ops are synchronous too, so a ticket is done when it is returned). Each one's wall time is its
+// communication time, all of it exposed: the thread that computes runs it.
 //
 // Why not MPI_Allreduce: its summation order is the library's choice (it may change with the message size, the
 // world size or a tuning file). Here every reduction is a reduce-scatter in which rank r receives every rank's
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -29,6 +31,10 @@ namespace tk::dist {
 }
 
 namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // One MPI message carries at most this many bytes (MPI counts are ints); longer ones go as several, in order.
 constexpr size_t kMaxMessageBytes = size_t(1) << 30;
@@ -134,6 +140,7 @@ class MpiCommunicator final : public Communicator {
   const char* name() const override { return "mpi"; }
 
   Ticket all_reduce(const Tensor& out, const Tensor& in, ReduceOp op) override {
+    const Clock::time_point start = Clock::now();
     check_pair(out, in, "all_reduce");
     TK_CHECK(out.numel() == in.numel(), "all_reduce: out {} and in {} differ in size", out.describe(), in.describe());
     const auto* ib = static_cast<const std::byte*>(in.data);
@@ -149,10 +156,11 @@ class MpiCommunicator final : public Communicator {
     auto* o = static_cast<std::byte*>(out.data);
     reduce_my_chunk(o + offsets[size_t(rank())] * es, in, offsets, op, "all_reduce");
     gather_chunks(o, offsets, es, "all_reduce");
-    return ++issued_;
+    return completed(start);
   }
 
   Ticket reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) override {
+    const Clock::time_point start = Clock::now();
     check_pair(out, in, "reduce_scatter");
     const int W = world_size();
     TK_CHECK(out.numel() * W == in.numel(), "reduce_scatter: in {} must hold {} chunks of out {}", in.describe(), W,
@@ -166,22 +174,24 @@ class MpiCommunicator final : public Communicator {
     std::vector<int64_t> offsets(size_t(W) + 1);
     for (int r = 0; r <= W; r++) offsets[size_t(r)] = out.numel() * r;
     reduce_my_chunk(out.data, in, offsets, op, "reduce_scatter");
-    return ++issued_;
+    return completed(start);
   }
 
   Ticket all_gather(const Tensor& out, const Tensor& in) override {
+    const Clock::time_point start = Clock::now();
     check_pair(out, in, "all_gather");
     const int W = world_size();
     TK_CHECK(out.numel() == in.numel() * W, "all_gather: out {} must hold {} chunks of in {}", out.describe(), W,
              in.describe());
     gather_bytes(out.data, in.data, in.nbytes(), "all_gather");
-    return ++issued_;
+    return completed(start);
   }
 
   Ticket broadcast(const Tensor& buf, int root) override {
+    const Clock::time_point start = Clock::now();
     TK_CHECK(!buf.empty() || buf.numel() == 0, "broadcast: the buffer is missing");
     TK_CHECK(root >= 0 && root < world_size(), "broadcast: root {} is not a rank of {}", root, world_size());
-    if (world_size() == 1 || buf.nbytes() == 0) return ++issued_;
+    if (world_size() == 1 || buf.nbytes() == 0) return completed(start);
     Exchange ex(comm_, next_tag(), "broadcast", rank());
     if (rank() == root) {
       for (int r = 0; r < world_size(); r++)
@@ -190,10 +200,11 @@ class MpiCommunicator final : public Communicator {
       ex.recv(buf.data, buf.nbytes(), root);
     }
     ex.wait(timeout_);
-    return ++issued_;
+    return completed(start);
   }
 
   Ticket barrier() override {
+    const Clock::time_point start = Clock::now();
     if (world_size() > 1) {
       MPI_Request r;
       TK_MPI_CHECK(MPI_Ibarrier(comm_, &r));
@@ -201,7 +212,7 @@ class MpiCommunicator final : public Communicator {
       ex.add_request(r);
       ex.wait(timeout_);
     }
-    return ++issued_;
+    return completed(start);
   }
 
   // The CPU backend runs its ops and these collectives synchronously: everything queued is already done.
@@ -212,10 +223,23 @@ class MpiCommunicator final : public Communicator {
   void synchronize() override {}
 
   void host_all_gather(const void* mine, void* all, size_t bytes) override {
+    const Clock::time_point start = Clock::now();
     gather_bytes(all, mine, bytes, "host_all_gather");
+    times_.host_s += seconds_since(start);
   }
 
+  CommunicationTimes take_times() override { return std::exchange(times_, CommunicationTimes{}); }
+
  private:
+  // A collective that began at `start` is done: its ticket, and its time counted (all of it exposed, see above).
+  Ticket completed(Clock::time_point start) {
+    const double s = seconds_since(start);
+    times_.collective_s += s;
+    times_.exposed_s += s;
+    times_.collectives++;
+    return ++issued_;
+  }
+
   int next_tag() {
     tag_ = (tag_ + 1) % kTagCycle;
     return tag_;
@@ -288,6 +312,7 @@ class MpiCommunicator final : public Communicator {
   std::vector<std::byte> scratch_;  // other ranks' copies of this rank's chunk; grows to the largest, then stays
   Ticket issued_ = 0;
   int tag_ = 0;
+  CommunicationTimes times_;  // since the last take_times()
 };
 
 }  // namespace

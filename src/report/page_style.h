@@ -30,6 +30,7 @@ pre { background: #f8fafc; border: 1px solid var(--line); border-radius: 8px; pa
 .card .detail { font-size: 12px; color: var(--muted); overflow-wrap: anywhere; }
 .charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(440px, 1fr)); gap: 18px 28px; }
 .charts.one { grid-template-columns: minmax(0, 640px); margin-top: 14px; }
+.cards + .charts { margin-top: 14px; }
 figure { margin: 0; break-inside: avoid; min-width: 0; }
 figcaption { font-weight: 600; font-size: 13px; margin-bottom: 2px; }
 svg { display: block; width: 100%; height: auto; }

@@ -1,5 +1,6 @@
-// The report page: the summary cards, the charts drawn from log.jsonl, and the page around the
-// sections (report_sections.cpp holds the tables from profile.json, memory.json and config.json).
+// The report page: the summary cards, the charts drawn from log.jsonl (a data-parallel run's communication and data
+// wait among them), and the page around the sections (report_sections.cpp holds the tables from profile.json,
+// memory.json and config.json).
 #include "report/report.h"
 
 #include <algorithm>
@@ -333,6 +334,90 @@ std::string throughput_section(const RunFiles& run) {
          "</div></section>";
 }
 
+// ---- a data-parallel run's communication and data wait ----------------------------------------------
+
+// Each rank's data wait is drawn as its own line up to this many ranks; a larger run draws rank 0 and the slowest.
+constexpr size_t kRanksDrawnEach = 8;
+
+double sum_finite(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v)
+    if (std::isfinite(x)) s += x;
+  return s;
+}
+
+// The run's totals: rank 0's communication against its step time, the most exposed rank at each step summed, and
+// each rank's data wait (as far as the log lists every rank's).
+std::string communication_cards(const std::vector<StepLine>& steps) {
+  const double step_s = sum_finite(column(steps, [](const StepLine& s) { return s.step_time_s; }));
+  const double comm = sum_finite(column(steps, [](const StepLine& s) { return s.comm_s; }));
+  const double exposed = sum_finite(column(steps, [](const StepLine& s) { return s.comm_exposed_s; }));
+  const double exposed_max = sum_finite(column(steps, [](const StepLine& s) { return s.comm_exposed_max_s; }));
+  const double host = sum_finite(column(steps, [](const StepLine& s) { return s.comm_host_s; }));
+  auto share = [&](double part) { return step_s > 0 ? fmt::format("{:.1f}%", 100 * part / step_s) : "–"; };
+  std::string out = card("Communication", format_short_duration(comm),
+                         fmt::format("rank 0's collectives, {} of the step time; host gathers {}", share(comm),
+                                     format_short_duration(host)));
+  out += card("Exposed communication", share(exposed),
+              fmt::format("of the step time on rank 0 ({}); the most exposed rank of each step: {}",
+                          format_short_duration(exposed), share(exposed_max)));
+  std::vector<double> waits;
+  for (const StepLine& s : steps)
+    for (size_t r = 0; r < s.data_wait_by_rank_s.size(); r++) {
+      if (waits.size() <= r) waits.resize(r + 1, 0.0);
+      if (std::isfinite(s.data_wait_by_rank_s[r])) waits[r] += s.data_wait_by_rank_s[r];
+    }
+  if (waits.empty()) return out;
+  const size_t slowest = size_t(std::max_element(waits.begin(), waits.end()) - waits.begin());
+  const size_t fastest = size_t(std::min_element(waits.begin(), waits.end()) - waits.begin());
+  return out + card("Data wait", format_short_duration(waits[slowest]),
+                    fmt::format("rank {}, the slowest of {}; the least rank {}, {}", slowest, waits.size(), fastest,
+                                format_short_duration(waits[fastest])));
+}
+
+// Shown for a data-parallel run's log (one that has comm_s): per step, rank 0's collectives, the part of them the
+// compute waited for and its host gathers, with the most of any rank; and each rank's data wait.
+std::string communication_section(const RunFiles& run) {
+  const auto& steps = run.history.steps;
+  if (std::none_of(steps.begin(), steps.end(), [](const StepLine& s) { return std::isfinite(s.comm_s); })) return "";
+  const StepColumns c = step_columns(steps);
+  auto ms = [&](double StepLine::*field) { return column(steps, [field](const StepLine& s) { return 1e3 * (s.*field); }); };
+  LineChart comm{"chart-communication", "step", "milliseconds"};
+  comm.y_from_zero = true;
+  add_step_series(comm, "collectives (rank 0)", c.step, ms(&StepLine::comm_s), "#2563eb");
+  add_step_series(comm, "exposed (rank 0)", c.step, ms(&StepLine::comm_exposed_s), "#dc2626");
+  add_step_series(comm, "host gathers (rank 0)", c.step, ms(&StepLine::comm_host_s), "#6b7280");
+  ChartSeries most{"collectives (the most of any rank)", c.step, ms(&StepLine::comm_max_s), "#2563eb"};
+  most.dashed = true;
+  ChartSeries most_exposed{"exposed (the most of any rank)", c.step, ms(&StepLine::comm_exposed_max_s), "#dc2626"};
+  most_exposed.dashed = true;
+  comm.series.push_back(most);
+  comm.series.push_back(most_exposed);
+
+  size_t ranks = 0;
+  for (const StepLine& s : steps) ranks = std::max(ranks, s.data_wait_by_rank_s.size());
+  LineChart wait{"chart-data-wait", "step", "milliseconds"};
+  wait.y_from_zero = true;
+  if (ranks > 0 && ranks <= kRanksDrawnEach) {
+    for (size_t r = 0; r < ranks; r++)
+      add_step_series(wait, fmt::format("rank {}", r), c.step, column(steps, [r](const StepLine& s) {
+                        return r < s.data_wait_by_rank_s.size() ? 1e3 * s.data_wait_by_rank_s[r] : kMissing;
+                      }), chart_palette()[r % chart_palette().size()]);
+  } else {
+    add_step_series(wait, "rank 0", c.step, ms(&StepLine::data_wait_s), "#16a34a");
+    add_step_series(wait, "the slowest rank", c.step, ms(&StepLine::data_wait_max_s), "#ea580c");
+  }
+  const std::string note =
+      "Exposed: the time the compute waited for a collective (NCCL: its stream blocked on one; MPI runs each on the "
+      "thread that computes, so all of it). A collective's time includes waiting for the ranks that reach it last.";
+  return "<section id=\"communication\"><h2>Communication and data wait</h2><div class=\"cards\">" +
+         communication_cards(steps) + "</div><div class=\"charts\">" +
+         figure("Communication per step", render_line_chart(comm), note) +
+         figure(ranks > kRanksDrawnEach ? "Data wait per step (rank 0 and the slowest rank)" : "Data wait per step, by rank",
+                render_line_chart(wait)) +
+         "</div></section>";
+}
+
 std::string optimizer_section(const RunFiles& run) {
   const auto& steps = run.history.steps;
   const StepColumns c = step_columns(steps);
@@ -395,6 +480,7 @@ std::string render_report(const RunFiles& run) {
   page += summary_section(run);
   page += loss_section(run);
   page += throughput_section(run);
+  page += communication_section(run);
   page += optimizer_section(run);
   page += time_section(run);
   page += memory_section(run);

@@ -32,6 +32,17 @@ StepLine step_line(const json& j) {
   s.memory_bytes = number(j, "memory_bytes");
   s.time = number(j, "time");
   s.elapsed_s = number(j, "elapsed_s");
+  s.comm_s = number(j, "comm_s");
+  s.comm_exposed_s = number(j, "comm_exposed_s");
+  s.comm_host_s = number(j, "comm_host_s");
+  s.comm_max_s = number(j, "comm_max_s");
+  s.comm_max_rank = number(j, "comm_max_rank");
+  s.comm_exposed_max_s = number(j, "comm_exposed_max_s");
+  s.comm_exposed_max_rank = number(j, "comm_exposed_max_rank");
+  s.data_wait_max_s = number(j, "data_wait_max_s");
+  s.data_wait_max_rank = number(j, "data_wait_max_rank");
+  if (const json& by_rank = child(j, "data_wait_by_rank_s"); by_rank.is_array())
+    for (const json& v : by_rank) s.data_wait_by_rank_s.push_back(v.is_number() ? v.get<double>() : kMissing);
   return s;
 }
 

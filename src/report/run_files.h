@@ -25,6 +25,13 @@ struct StepLine {
   double step_time_s = kMissing, tokens_per_s = kMissing, flops_per_s = kMissing;
   double mfu = kMissing, hfu = kMissing;  // fractions of the device's peak; null on the CPU
   double data_wait_s = kMissing, memory_bytes = kMissing, time = kMissing, elapsed_s = kMissing;
+  // A data-parallel run's (docs/distributed.md): rank 0's communication, the most of any rank and that rank, and each
+  // rank's data wait in rank order (empty when not logged).
+  double comm_s = kMissing, comm_exposed_s = kMissing, comm_host_s = kMissing;
+  double comm_max_s = kMissing, comm_max_rank = kMissing, comm_exposed_max_s = kMissing,
+         comm_exposed_max_rank = kMissing;
+  double data_wait_max_s = kMissing, data_wait_max_rank = kMissing;
+  std::vector<double> data_wait_by_rank_s;
 };
 
 struct ValLine {

@@ -27,6 +27,26 @@ double unix_time() {
 json number_or_null(double v) { return v >= 0 && std::isfinite(v) ? json(v) : json(nullptr); }
 json finite_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
+// A data-parallel step's fields: the slowest rank's data wait and every rank's, then rank 0's communication and the
+// most any rank had, each with the rank.
+void add_communication(json& j, const StepCommunication& c) {
+  const RankPeak wait = c.peak(&RankStepTimes::data_wait_s);
+  j["data_wait_max_s"] = wait.seconds;
+  j["data_wait_max_rank"] = wait.rank;
+  json& by_rank = j["data_wait_by_rank_s"] = json::array();
+  for (const RankStepTimes& t : c.ranks) by_rank.push_back(t.data_wait_s);
+  const RankStepTimes& first = c.ranks.front();
+  j["comm_s"] = first.comm_s;
+  j["comm_exposed_s"] = first.comm_exposed_s;
+  j["comm_host_s"] = first.comm_host_s;
+  j["comm_collectives"] = first.collectives;
+  const RankPeak comm = c.peak(&RankStepTimes::comm_s), exposed = c.peak(&RankStepTimes::comm_exposed_s);
+  j["comm_max_s"] = comm.seconds;
+  j["comm_max_rank"] = comm.rank;
+  j["comm_exposed_max_s"] = exposed.seconds;
+  j["comm_exposed_max_rank"] = exposed.rank;
+}
+
 }  // namespace
 
 RunLog::RunLog(const std::string& path) : path_(path) {
@@ -61,6 +81,7 @@ void RunLog::step(const StepRecord& r, double elapsed_s) {
   j["mfu"] = number_or_null(m.mfu);
   j["hfu"] = number_or_null(m.hfu);
   j["data_wait_s"] = m.data_wait_s;
+  if (!r.communication.empty()) add_communication(j, r.communication);
   j["memory_bytes"] = m.memory_bytes;
   j["time"] = unix_time();
   j["elapsed_s"] = elapsed_s;

@@ -1,7 +1,11 @@
 // RUN_DIR/log.jsonl: one JSON object a line, appended and flushed as each happens, so that `tokamak
 // report` and other readers can follow a live run. A step's record:
 //   step, loss, lr, grad_norm, clip_scale, tokens (seen after it), step_time_s, tokens_per_s, flops_per_s,
-//   mfu, hfu (null when the peak is unknown), data_wait_s, memory_bytes, time (unix seconds), elapsed_s
+//   mfu, hfu (null when the peak is unknown), data_wait_s, memory_bytes, time (unix seconds), elapsed_s; in a
+//   data-parallel run (a communicator, even of one rank) after data_wait_s (rank 0's, as the other fields):
+//   data_wait_max_s, data_wait_max_rank, data_wait_by_rank_s (an array, in rank order), comm_s, comm_exposed_s,
+//   comm_host_s, comm_collectives, comm_max_s, comm_max_rank, comm_exposed_max_s, comm_exposed_max_rank
+//   (step_communication.h; docs/distributed.md says what each measures);
 // a validation's: step, val_loss, val_tokens, val_time_s, time;
 // and that of a step whose loss or gradient norm was not finite, the run's last: step, loss and grad_norm (null where
 // not finite or not computed), lr, diverged (true), time, elapsed_s.

@@ -84,6 +84,8 @@ std::string format_throughput(const StepMetrics& m, bool gpu) {
 }  // namespace
 
 StepRecord TrainingRun::train_step(int64_t step) {
+  // What the communicator measured between the steps (validation, checkpoints, the stop decision) is not the step's.
+  if (comm_) comm_->take_times();
   const Clock::time_point t0 = Clock::now();
   StepRecord r;
   r.step = step;
@@ -106,13 +108,16 @@ StepRecord TrainingRun::train_step(int64_t step) {
   state_.step = step;
   state_.tokens_seen += global_batch_tokens_;
   r.tokens_seen = state_.tokens_seen;
-  r.metrics = throughput_->measure(global_batch_tokens_, r.seconds, train_data_->take_wait_seconds());
+  const double data_wait = train_data_->take_wait_seconds();
+  r.metrics = throughput_->measure(global_batch_tokens_, r.seconds, data_wait);
+  if (comm_) r.communication = gather_step_communication(*comm_, data_wait);
   return r;
 }
 
 // Everything a finished step is followed by before its checkpoint: the log line and record, the memory table
 // after the first step, the caller's hook, and a validation when one is due.
 void TrainingRun::record_step(const StepRecord& r, bool first) {
+  if (!r.communication.empty()) communication_.add(r.communication, r.seconds);
   log_step(r);
   if (first) report_memory();
   if (on_step_) on_step_(r);
@@ -122,9 +127,11 @@ void TrainingRun::record_step(const StepRecord& r, bool first) {
 void TrainingRun::log_step(const StepRecord& r) {
   const StepMetrics& m = r.metrics;
   const double elapsed = std::chrono::duration<double>(Clock::now() - started_).count();
-  fmt::print("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {:>9} tok/s | {} | data {:.2f}s | mem {} | {}\n",
+  const std::string comm =
+      r.communication.empty() ? "" : " | " + format_step_communication(r.communication.ranks[size_t(comm_->rank())]);
+  fmt::print("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {:>9} tok/s | {} | data {:.2f}s{} | mem {} | {}\n",
              r.step, int(std::to_string(cfg_.steps).size()), cfg_.steps, r.loss, r.lr, r.grad_norm,
-             format_count(m.tokens_per_s), format_throughput(m, backend_.gpu), m.data_wait_s,
+             format_count(m.tokens_per_s), format_throughput(m, backend_.gpu), m.data_wait_s, comm,
              format_bytes(double(m.memory_bytes)), format_step_pace(progress_->after_step(r.step, r.seconds, elapsed)));
   std::fflush(stdout);
   if (log_) log_->step(r, elapsed);
@@ -219,17 +226,25 @@ TrainResult TrainingRun::train_loop() {
     if (due(cfg_.save_every, step)) save();
     if (int sig = agreed_stop_signal(signals.received())) {
       if (saved_step_ != step) save();
+      print_communication_summary();
       fmt::print("stopped by {} after step {}; continue with: tokamak train --resume {}\n", StopSignals::name(sig),
                  step, dir_->path());
       result_.exit_code = 128 + sig;
       return result_;
     }
   }
+  print_communication_summary();
   fmt::print("done: {} steps, loss {:.4f}{} (unigram entropy {:.4f}); wall time {}; run directory {}\n", result_.step,
              result_.loss, result_.val_loss >= 0 ? fmt::format(", val loss {:.4f}", result_.val_loss) : "",
              unigram_nats_, format_duration(std::chrono::duration<double>(Clock::now() - started_).count()),
              dir_->path());
   return result_;
+}
+
+void TrainingRun::print_communication_summary() const {
+  if (communication_.empty()) return;
+  fmt::print("{}\n", communication_.line());
+  std::fflush(stdout);
 }
 
 // The stop decision of a step, the same on every rank: a signal seen by any rank stops them all after the same step

@@ -16,6 +16,7 @@
 #include "train/machine_fit.h"
 #include "train/metrics.h"
 #include "train/precision_choice.h"
+#include "train/step_communication.h"
 
 namespace tk {
 
@@ -78,6 +79,7 @@ struct StepRecord {
   int64_t tokens_seen = 0;  // after this step
   double seconds = 0;       // wall time of the step
   StepMetrics metrics;
+  StepCommunication communication;  // data parallel: each rank's communication and data wait; empty for one process
 };
 
 struct TrainResult {

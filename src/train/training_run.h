@@ -75,6 +75,7 @@ class TrainingRun {
   void write_run_config() const;
   void record_step(const StepRecord& r, bool first);
   void log_step(const StepRecord& r);
+  void print_communication_summary() const;
   void report_memory() const;
   void validate(int64_t step);
   void write_checkpoint();
@@ -122,6 +123,7 @@ class TrainingRun {
   double unigram_nats_ = 0;  // the training split's unigram entropy: the bar the loss must go below
   Clock::time_point started_;
   std::optional<StepProgress> progress_;  // from the loop's start: the step lines' elapsed time and ETA
+  CommunicationSummary communication_;    // data parallel: the run's communication and data wait, for its last line
 };
 
 }  // namespace tk

@@ -50,6 +50,11 @@ TEST(Format, ClockAndDuration) {
   EXPECT_EQ(format_duration(187), "3m 07s");
   EXPECT_EQ(format_duration(7380), "2h 03m");
   EXPECT_EQ(format_duration(std::numeric_limits<double>::quiet_NaN()), "–");
+  EXPECT_EQ(format_short_duration(0), "0 µs");
+  EXPECT_EQ(format_short_duration(850e-6), "850 µs");
+  EXPECT_EQ(format_short_duration(0.01234), "12.3 ms");
+  EXPECT_EQ(format_short_duration(4.561), "4.56 s");
+  EXPECT_EQ(format_short_duration(187), "3m 07s");
 }
 
 }  // namespace

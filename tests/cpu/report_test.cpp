@@ -30,6 +30,18 @@ std::string step_line(int step, const std::string& loss, double tokens_per_s = 1
                      step, loss, 1e-3 * step, 0.5 + step, 512 * step, tokens_per_s, 1 << 26, step);
 }
 
+// A step line of a data-parallel run of two ranks: rank 0's communication, the most of either rank, each one's wait.
+std::string data_parallel_step_line(int step, double comm, double exposed, double wait0, double wait1) {
+  std::string line = step_line(step, "4.0");
+  const std::string fields = fmt::format(
+      "\"data_wait_max_s\":{},\"data_wait_max_rank\":{},\"data_wait_by_rank_s\":[{},{}],\"comm_s\":{},"
+      "\"comm_exposed_s\":{},\"comm_host_s\":0.001,\"comm_collectives\":5,\"comm_max_s\":{},\"comm_max_rank\":1,"
+      "\"comm_exposed_max_s\":{},\"comm_exposed_max_rank\":1,",
+      std::max(wait0, wait1), wait1 > wait0 ? 1 : 0, wait0, wait1, comm, exposed, 2 * comm, 2 * exposed);
+  line.insert(line.find("\"memory_bytes\""), fields);
+  return line;
+}
+
 std::string val_line(int step, double loss) {
   return fmt::format("{{\"step\":{},\"val_loss\":{},\"val_tokens\":64,\"val_time_s\":0.1,\"time\":1700000000}}\n", step, loss);
 }
@@ -67,6 +79,7 @@ TEST(Report, PageOfARealCpuRun) {
   EXPECT_NE(html.find("tokamak profile --model"), std::string::npos);  // how to get profile.json
   EXPECT_NE(html.find("activation gradients and step scratch"), std::string::npos);  // the trainer's memory.json
   EXPECT_EQ(html.find("class=\"note\""), std::string::npos) << "a finished run has nothing to note";
+  EXPECT_EQ(html.find("<section id=\"communication\""), std::string::npos) << "one process: no communication";
   // Self-contained: nothing to fetch, no script.
   for (const char* banned : {"<script", "<link", "src=", "http://", "https://", "url(", "@import"})
     EXPECT_EQ(html.find(banned), std::string::npos) << banned;
@@ -142,6 +155,31 @@ TEST(Report, SingleStepAndNoValidation) {
   EXPECT_EQ(series_path(svg, "val loss"), "");
   EXPECT_NE(html.find("no validation yet"), std::string::npos);
   EXPECT_NE(html.find("config.json is missing"), std::string::npos);
+}
+
+// A data-parallel run's log: its communication per step (rank 0's and the most of any rank) and each rank's data
+// wait, charted, with the run's totals as cards.
+TEST(Report, CommunicationAndDataWaitOfADataParallelRun) {
+  TempDir dir;
+  const std::string log = data_parallel_step_line(1, 0.020, 0.005, 0.001, 0.030) +
+                          data_parallel_step_line(2, 0.010, 0.005, 0.000, 0.020) + val_line(2, 4.1) +
+                          data_parallel_step_line(3, 0.010, 0.005, 0.002, 0.010);
+  const std::string html = render(write_run(dir, log));
+  ASSERT_NE(html.find("<section id=\"communication\""), std::string::npos);
+  const std::string comm = svg_with_id(html, "chart-communication");
+  for (const char* series : {"collectives (rank 0)", "exposed (rank 0)", "host gathers (rank 0)",
+                             "collectives (the most of any rank)", "exposed (the most of any rank)"})
+    EXPECT_EQ(path_points(series_path(comm, series)), 3) << series;
+  const std::string wait = svg_with_id(html, "chart-data-wait");
+  EXPECT_EQ(path_points(series_path(wait, "rank 0")), 3);
+  EXPECT_EQ(path_points(series_path(wait, "rank 1")), 3);
+  EXPECT_EQ(series_path(wait, "rank 2"), "");
+  // Three steps of 0.5 s: 40 ms of collectives on rank 0 (2.7%), 15 ms exposed (1.0%), 30 on the most exposed rank.
+  EXPECT_NE(html.find(">40.0 ms<"), std::string::npos);
+  EXPECT_NE(html.find("rank 0&#39;s collectives, 2.7% of the step time; host gathers 3.0 ms"), std::string::npos);
+  EXPECT_NE(html.find(">1.0%<"), std::string::npos);
+  EXPECT_NE(html.find("the most exposed rank of each step: 2.0%"), std::string::npos);
+  EXPECT_NE(html.find("rank 1, the slowest of 2; the least rank 0, 3.0 ms"), std::string::npos);
 }
 
 TEST(Report, EmptyLogStillMakesAPage) {

@@ -57,8 +57,8 @@ class DataParallelTraining : public ::testing::TestWithParam<int> {
 
   int zero() const { return GetParam(); }
 
-  // `tokamak train` on `ranks` processes (1: without mpirun) into DIR/name; extra flags after the recipe's.
-  static RunResult train(int ranks, const std::string& name, std::vector<std::string> extra = {}) {
+  // `tokamak train`'s arguments for a run into DIR/name; extra flags after the recipe's.
+  static std::vector<std::string> train_args(const std::string& name, const std::vector<std::string>& extra) {
     const std::string out = dir_->path(name);
     std::vector<std::string> args = {"train", "--device", "cpu", "--batch", "2", "--seq", "16", "--batch-tokens", "192",
                                      "--steps", "4", "--warmup", "2", "--lr", "3e-3", "--eval-tokens", "0",
@@ -66,12 +66,29 @@ class DataParallelTraining : public ::testing::TestWithParam<int> {
     if (std::find(extra.begin(), extra.end(), "--resume") == extra.end())
       args.insert(args.end(), {"--model", *model_, "--data", *data_});
     args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+
+  // `tokamak train` on `ranks` processes (1: without mpirun) into DIR/name; extra flags after the recipe's.
+  static RunResult train(int ranks, const std::string& name, std::vector<std::string> extra = {}) {
     std::vector<std::string> launcher;
     if (ranks > 1) launcher = {TK_MPIEXEC, "-np", std::to_string(ranks), "--oversubscribe"};
+    return run_child(name, train_args(name, extra), launcher);
+  }
+
+  static RunResult run_child(const std::string& name, const std::vector<std::string>& args,
+                             const std::vector<std::string>& launcher) {
     TokamakChild child(args, dir_->path(name + ".output"), 0, launcher);
     const testing::ChildExit e = child.wait();
     EXPECT_TRUE(!e.signaled && e.code == 0) << name << " exited with " << e.code << "\n" << child.out() << child.err();
-    return read_run(out);
+    return read_run(dir_->path(name));
+  }
+
+  static std::vector<nlohmann::json> log_records(const RunResult& r) {
+    std::vector<nlohmann::json> records;
+    std::ifstream log(r.dir + "/log.jsonl");
+    for (std::string line; std::getline(log, line);) records.push_back(nlohmann::json::parse(line));
+    return records;
   }
 
   static RunResult read_run(const std::string& out) {
@@ -193,6 +210,74 @@ TEST_P(DataParallelTraining, EachRankHoldsItsShareOfTheShardedState) {
   else expect_half(bytes(two, "optimizer_bytes"), bytes(whole, "optimizer_bytes"));
   if (zero() < 3) EXPECT_GE(bytes(two, "parameter_bytes"), bytes(whole, "parameter_bytes"));
   else expect_half(bytes(two, "parameter_bytes"), bytes(whole, "parameter_bytes"));
+}
+
+// Each step's record carries rank 0's communication and every rank's data wait, all finite and non-negative: the
+// gradients' collectives took time, the compute waited for no more of them than there were nor longer than the step
+// (MPI runs each collective and host gather on the thread that computes, so together they fit in the step), and the
+// largest of each over the ranks is the one named. A run of one process logs none of it.
+TEST_P(DataParallelTraining, LogsTheCommunicationAndEachRanksDataWait) {
+  const std::vector<nlohmann::json> records = log_records(two_ranks());
+  ASSERT_EQ(records.size(), 4u);
+  for (const nlohmann::json& j : records) {
+    SCOPED_TRACE(j.dump());
+    for (const char* key : {"comm_s", "comm_exposed_s", "comm_host_s", "comm_max_s", "comm_exposed_max_s",
+                            "data_wait_s", "data_wait_max_s"}) {
+      ASSERT_TRUE(j.contains(key) && j.at(key).is_number()) << key;
+      const double v = j.at(key).get<double>();
+      EXPECT_TRUE(std::isfinite(v) && v >= 0) << key << " = " << v;
+    }
+    const double step = j.at("step_time_s"), comm = j.at("comm_s"), exposed = j.at("comm_exposed_s");
+    EXPECT_GT(j.at("comm_collectives").get<int>(), 0);
+    EXPECT_GT(comm, 0);
+    EXPECT_LE(exposed, comm);
+    EXPECT_LE(exposed, step);
+    EXPECT_LE(comm + j.at("comm_host_s").get<double>(), step);
+    EXPECT_GT(j.at("comm_host_s").get<double>(), 0) << "the loss is summed on the host every step";
+    EXPECT_LE(j.at("comm_exposed_max_s").get<double>(), j.at("comm_max_s").get<double>());
+    EXPECT_GE(j.at("comm_max_s").get<double>(), comm);
+    for (const char* key : {"comm_max_rank", "comm_exposed_max_rank", "data_wait_max_rank"}) {
+      const int rank = j.at(key);
+      EXPECT_TRUE(rank == 0 || rank == 1) << key;
+    }
+    const std::vector<double> waits = j.at("data_wait_by_rank_s");
+    ASSERT_EQ(waits.size(), 2u);
+    for (double w : waits) EXPECT_TRUE(std::isfinite(w) && w >= 0);
+    EXPECT_EQ(waits[0], j.at("data_wait_s").get<double>());
+    const int slowest = j.at("data_wait_max_rank");
+    EXPECT_EQ(waits[size_t(slowest)], j.at("data_wait_max_s").get<double>());
+    EXPECT_EQ(waits[size_t(slowest)], std::max(waits[0], waits[1]));
+  }
+  for (const nlohmann::json& j : log_records(one_process()))
+    for (const char* key : {"comm_s", "comm_exposed_s", "comm_host_s", "data_wait_max_s", "data_wait_by_rank_s"})
+      EXPECT_FALSE(j.contains(key)) << key << " in a run of one process: " << j.dump();
+}
+
+// Rank 1 reads its batches 100 ms slower (TOKAMAK_LOADER_DELAY_MS, an MPI launch of two app contexts): its data wait
+// is the largest and named so, in the log and in the run's last lines, and rank 0 spends it waiting in the step's
+// communication for rank 1.
+TEST_P(DataParallelTraining, NamesTheRankThatWaitsForData) {
+  const std::string name = "slow_rank1_z" + std::to_string(zero());
+  const std::vector<std::string> args = train_args(name, {"--zero", std::to_string(zero())});
+  std::vector<std::string> launcher = {TK_MPIEXEC, "-np", "1", "--oversubscribe", testing::kTokamak};
+  launcher.insert(launcher.end(), args.begin(), args.end());
+  launcher.insert(launcher.end(), {":", "-np", "1", "env", "TOKAMAK_LOADER_DELAY_MS=100"});
+  const RunResult run = run_child(name, args, launcher);
+  double rank1_wait = 0, rank0_waiting_in_communication = 0;
+  for (const nlohmann::json& j : log_records(run)) {
+    SCOPED_TRACE(j.dump());
+    const std::vector<double> waits = j.at("data_wait_by_rank_s");
+    ASSERT_EQ(waits.size(), 2u);
+    EXPECT_EQ(j.at("data_wait_max_rank").get<int>(), 1);
+    EXPECT_GT(waits[1], waits[0]);
+    rank1_wait += waits[1];
+    rank0_waiting_in_communication += j.at("comm_exposed_s").get<double>() + j.at("comm_host_s").get<double>();
+  }
+  EXPECT_GT(rank1_wait, 0.1);  // at least one read's delay in four steps of three reads each
+  EXPECT_GE(rank0_waiting_in_communication, 0.5 * rank1_wait);
+  const std::string out = read_bytes(dir_->path(name + ".output.out"));
+  EXPECT_NE(out.find("communication over 4 steps: collectives"), std::string::npos) << out;
+  EXPECT_NE(out.find("(rank 1, the slowest)"), std::string::npos) << out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Zero, DataParallelTraining, ::testing::Values(0, 1, 2, 3));

@@ -4,6 +4,11 @@
 // error there; one that hangs leaves a collective undone past the timeout. Either way the watchdog prints what
 // happened, aborts the communicator (so that the peers' NCCL fails in turn instead of waiting) and ends the
 // process: the main thread may be blocked in a CUDA synchronisation that nothing else would end.
+//
+// What communication costs is read from the same events: each collective has one recorded on the stream before it
+// as well as the one after, and each wait of the compute stream for a collective (compute_waits) one on the compute
+// stream before the wait and one after. The elapsed times are read once the later event is done (by the watchdog or
+// take_times), never waited for, and the events go back to a pool.
 #include "dist/nccl/nccl_communicator.h"
 
 #include <cuda_runtime.h>
@@ -18,6 +23,7 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -76,7 +82,14 @@ class NcclCommunicator final : public Communicator {
     if (watchdog_.joinable()) watchdog_.join();
     if (comm_ != nullptr) close_comm();
     for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
-    for (const Pending& p : pending_) cudaEventDestroy(p.done);
+    for (const Pending& p : pending_) {
+      if (p.start != nullptr) cudaEventDestroy(p.start);
+      cudaEventDestroy(p.done);
+    }
+    for (const ComputeWait& w : waits_) {
+      cudaEventDestroy(w.before);
+      cudaEventDestroy(w.after);
+    }
     if (compute_done_ != nullptr) cudaEventDestroy(compute_done_);
     if (scratch_ != nullptr) cudaFree(scratch_);
     if (staging_ != nullptr) cudaFree(staging_);
@@ -89,10 +102,11 @@ class NcclCommunicator final : public Communicator {
     check_pair(out, in, "all_reduce");
     TK_CHECK(out.numel() == in.numel(), "all_reduce: out {} and in {} differ in size", out.describe(), in.describe());
     const ncclDataType_t t = nccl_type(in.dtype, "all_reduce");
+    const cudaEvent_t start = recorded_event(stream_);
     if (in.numel() > 0)
       check(ncclAllReduce(in.data, out.data, size_t(in.numel()), t, nccl_op(op), comm_, stream_), "ncclAllReduce",
             __FILE__, __LINE__);
-    return issued("all_reduce");
+    return issued("all_reduce", start);
   }
 
   Ticket reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) override {
@@ -100,35 +114,35 @@ class NcclCommunicator final : public Communicator {
     TK_CHECK(out.numel() * world_size() == in.numel(), "reduce_scatter: in {} must hold {} chunks of out {}",
              in.describe(), world_size(), out.describe());
     const ncclDataType_t t = nccl_type(in.dtype, "reduce_scatter");
+    const cudaEvent_t start = recorded_event(stream_);
     if (out.numel() > 0)
       check(ncclReduceScatter(in.data, out.data, size_t(out.numel()), t, nccl_op(op), comm_, stream_),
             "ncclReduceScatter", __FILE__, __LINE__);
-    return issued("reduce_scatter");
+    return issued("reduce_scatter", start);
   }
 
   Ticket all_gather(const Tensor& out, const Tensor& in) override {
-    check_pair(out, in, "all_gather");
-    TK_CHECK(out.numel() == in.numel() * world_size(), "all_gather: out {} must hold {} chunks of in {}",
-             out.describe(), world_size(), in.describe());
-    if (in.numel() > 0)
-      check(ncclAllGather(in.data, out.data, in.nbytes(), ncclUint8, comm_, stream_), "ncclAllGather", __FILE__,
-            __LINE__);
-    return issued("all_gather");
+    check_all_gather(out, in);
+    const cudaEvent_t start = recorded_event(stream_);
+    queue_all_gather(out, in);
+    return issued("all_gather", start);
   }
 
   Ticket broadcast(const Tensor& buf, int root) override {
     TK_CHECK(root >= 0 && root < world_size(), "broadcast: root {} is not a rank of {}", root, world_size());
+    const cudaEvent_t start = recorded_event(stream_);
     if (buf.nbytes() > 0)
       check(ncclBroadcast(buf.data, buf.data, buf.nbytes(), ncclUint8, root, comm_, stream_), "ncclBroadcast",
             __FILE__, __LINE__);
-    return issued("broadcast");
+    return issued("broadcast", start);
   }
 
   // NCCL has no barrier: a one-element all-reduce completes only once every rank has queued its own.
   Ticket barrier() override {
+    const cudaEvent_t start = recorded_event(stream_);
     check(ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm_, stream_), "ncclAllReduce (barrier)",
           __FILE__, __LINE__);
-    return issued("barrier");
+    return issued("barrier", start);
   }
 
   void wait_for_compute(Ops& ops) override {
@@ -143,7 +157,13 @@ class NcclCommunicator final : public Communicator {
     TK_CHECK(t >= 0 && t <= issued_, "compute_waits: ticket {} was not issued (last: {})", t, issued_);
     // Pending tickets are consecutive, oldest first; one no longer pending is done on the device.
     if (pending_.empty() || t < pending_.front().ticket) return;
+    // The compute stream reaches `before` once its work so far is done, and `after` once the collective is done too:
+    // the time between them is how long it sat blocked.
+    const ComputeWait w{spare_event(), spare_event()};
+    TK_CUDA_CHECK(cudaEventRecord(w.before, compute));
     TK_CUDA_CHECK(cudaStreamWaitEvent(compute, pending_[size_t(t - pending_.front().ticket)].done, 0));
+    TK_CUDA_CHECK(cudaEventRecord(w.after, compute));
+    waits_.push_back(w);
   }
 
   // Polls the stream: the watchdog ends the process if it never completes, and CUDA errors are thrown here.
@@ -157,6 +177,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void host_all_gather(const void* mine, void* all, size_t bytes) override {
+    const clock::time_point start = clock::now();
     const size_t total = bytes * size_t(world_size());
     if (staging_bytes_ < bytes + total) {  // set-up values: grows to the largest once
       if (staging_ != nullptr) TK_CUDA_CHECK(cudaFree(staging_));
@@ -166,9 +187,27 @@ class NcclCommunicator final : public Communicator {
     auto* in = static_cast<std::byte*>(staging_);
     std::byte* out = in + bytes;
     TK_CUDA_CHECK(cudaMemcpyAsync(in, mine, bytes, cudaMemcpyHostToDevice, stream_));
-    all_gather(Tensor(out, DType::U8, {int64_t(total)}), Tensor(in, DType::U8, {int64_t(bytes)}));
+    const Tensor gathered(out, DType::U8, {int64_t(total)}), mine_on_device(in, DType::U8, {int64_t(bytes)});
+    check_all_gather(gathered, mine_on_device);
+    queue_all_gather(gathered, mine_on_device);
+    issued("host_all_gather", nullptr);  // timed on the host, below, not as a collective
     TK_CUDA_CHECK(cudaMemcpyAsync(all, out, total, cudaMemcpyDeviceToHost, stream_));
     synchronize();
+    host_s_ += std::chrono::duration<double>(clock::now() - start).count();
+  }
+
+  CommunicationTimes take_times() override {
+    CommunicationTimes t;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (const cudaError_t e = retire_completed(); e != cudaSuccess)
+        cuda::fail_cuda_call(e, "cudaEventQuery/cudaEventElapsedTime (timing the collectives)", __FILE__, __LINE__);
+      t.collective_s = std::exchange(collective_ms_, 0.0) / 1000;
+      t.exposed_s = std::exchange(exposed_ms_, 0.0) / 1000;
+      t.collectives = std::exchange(timed_collectives_, 0);
+    }
+    t.host_s = std::exchange(host_s_, 0.0);
+    return t;
   }
 
  private:
@@ -176,9 +215,14 @@ class NcclCommunicator final : public Communicator {
 
   struct Pending {
     Ticket ticket;
+    cudaEvent_t start;  // recorded before the collective; nullptr: not timed as one (host_all_gather's)
     cudaEvent_t done;
     clock::time_point since;  // when it was queued, or when the one before it completed if later
     const char* what;
+  };
+  // The compute stream waiting for a collective: recorded on it before the wait and after.
+  struct ComputeWait {
+    cudaEvent_t before, after;
   };
 
   static void check_pair(const Tensor& out, const Tensor& in, const char* op) {
@@ -194,19 +238,90 @@ class NcclCommunicator final : public Communicator {
     return cuda->stream();
   }
 
-  // A collective was queued: an event after it, for compute_waits and for the watchdog.
-  Ticket issued(const char* what) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void check_all_gather(const Tensor& out, const Tensor& in) const {
+    check_pair(out, in, "all_gather");
+    TK_CHECK(out.numel() == in.numel() * world_size(), "all_gather: out {} must hold {} chunks of in {}",
+             out.describe(), world_size(), in.describe());
+  }
+  // all_gather's NCCL call without its events (host_all_gather times itself on the host).
+  void queue_all_gather(const Tensor& out, const Tensor& in) {
+    if (in.numel() > 0)
+      check(ncclAllGather(in.data, out.data, in.nbytes(), ncclUint8, comm_, stream_), "ncclAllGather", __FILE__,
+            __LINE__);
+  }
+
+  // An event from the pool (with timing: the pool serves the collectives' and the compute waits' alike); mu_ held.
+  cudaEvent_t spare_event() {
     cudaEvent_t e;
     if (spare_events_.empty()) {
-      TK_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      TK_CUDA_CHECK(cudaEventCreate(&e));
     } else {
       e = spare_events_.back();
       spare_events_.pop_back();
     }
+    return e;
+  }
+
+  // An event from the pool recorded on `stream` now: where a collective starts.
+  cudaEvent_t recorded_event(cudaStream_t stream) {
+    cudaEvent_t e;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      e = spare_event();
+    }
+    TK_CUDA_CHECK(cudaEventRecord(e, stream));
+    return e;
+  }
+
+  // A collective was queued (after `start`, recorded before it): an event after it, for compute_waits, for the
+  // watchdog and, with `start`, for its time.
+  Ticket issued(const char* what, cudaEvent_t start) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const cudaEvent_t e = spare_event();
     TK_CUDA_CHECK(cudaEventRecord(e, stream_));
-    pending_.push_back({++issued_, e, clock::now(), what});
+    pending_.push_back({++issued_, start, e, clock::now(), what});
     return issued_;
+  }
+
+  // The oldest pending collective, seen done: its time counted, its events back to the pool; mu_ held.
+  cudaError_t retire_front() {
+    const Pending p = pending_.front();
+    pending_.pop_front();
+    cudaError_t e = cudaSuccess;
+    if (p.start != nullptr) {
+      float ms = 0;
+      e = cudaEventElapsedTime(&ms, p.start, p.done);
+      collective_ms_ += ms;
+      timed_collectives_++;
+      spare_events_.push_back(p.start);
+    }
+    spare_events_.push_back(p.done);
+    return e;
+  }
+
+  // Counts what is done of the pending collectives and compute waits, oldest first (each queue completes in order),
+  // without waiting for the rest; mu_ held. The first CUDA error met, or cudaSuccess.
+  cudaError_t retire_completed() {
+    while (!pending_.empty()) {
+      const cudaError_t q = cudaEventQuery(pending_.front().done);
+      if (q == cudaErrorNotReady) break;
+      if (q != cudaSuccess) return q;
+      if (const cudaError_t e = retire_front(); e != cudaSuccess) return e;
+    }
+    while (!waits_.empty()) {
+      const ComputeWait w = waits_.front();
+      const cudaError_t q = cudaEventQuery(w.after);
+      if (q == cudaErrorNotReady) break;
+      if (q != cudaSuccess) return q;
+      waits_.pop_front();
+      float ms = 0;
+      const cudaError_t e = cudaEventElapsedTime(&ms, w.before, w.after);
+      exposed_ms_ += ms;
+      spare_events_.push_back(w.before);
+      spare_events_.push_back(w.after);
+      if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
   }
 
   // Every NCCL call goes through here: ncclInProgress is waited out (non-blocking mode), anything else but
@@ -276,8 +391,10 @@ class NcclCommunicator final : public Communicator {
         Pending& p = pending_.front();
         const cudaError_t q = cudaEventQuery(p.done);
         if (q == cudaSuccess) {
-          spare_events_.push_back(p.done);
-          pending_.pop_front();
+          const char* what = p.what;
+          if (const cudaError_t e = retire_front(); e != cudaSuccess)
+            die(fmt::format("CUDA failed timing {} on rank {} of {}: {}", what, rank(), world_size(),
+                            cudaGetErrorString(e)));
           if (!pending_.empty()) pending_.front().since = std::max(pending_.front().since, now);
           continue;
         }
@@ -290,6 +407,10 @@ class NcclCommunicator final : public Communicator {
                           p.what, p.ticket, seconds_text(timeout_), rank(), world_size()));
         break;
       }
+      // The compute waits that are done: their times, and their events back to the pool between take_times().
+      if (const cudaError_t e = retire_completed(); e != cudaSuccess)
+        die(fmt::format("CUDA failed timing the compute's waits for collectives on rank {} of {}: {}", rank(),
+                        world_size(), cudaGetErrorString(e)));
     }
   }
 
@@ -308,13 +429,17 @@ class NcclCommunicator final : public Communicator {
   void* scratch_ = nullptr;
   void* staging_ = nullptr;  // host_all_gather's device copy of its values
   size_t staging_bytes_ = 0;
+  double host_s_ = 0;  // host_all_gather's wall time since the last take_times() (the calling thread's only)
 
   // Shared with the watchdog.
   std::mutex mu_;
   std::condition_variable wake_;
   std::deque<Pending> pending_;  // queued collectives not yet seen complete, oldest first
+  std::deque<ComputeWait> waits_;  // compute waits not yet seen complete, oldest first
   std::vector<cudaEvent_t> spare_events_;
   Ticket issued_ = 0;
+  double collective_ms_ = 0, exposed_ms_ = 0;  // since the last take_times()
+  int64_t timed_collectives_ = 0;
   bool stop_ = false;
   std::thread watchdog_;
 };
