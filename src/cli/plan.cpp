@@ -175,8 +175,17 @@ void print_stages(const std::vector<StagePlan>& stages, int gpus) {
     if (!s.plan) fmt::print("  {}\n", s.refusal);
 }
 
+// With a budget on many GPUs, the stage train --memory-budget runs (memory_plan.h choose_zero_stage): the fastest that
+// fits, the lowest on a tie; none fitting is the search's error.
+std::optional<tk::StageChoice> choose_stage(const tk::Recipe& recipe, int zero, int64_t global, double budget,
+                                            const tk::PlanTarget& target) {
+  if (budget <= 0 || recipe.world_size <= 1) return std::nullopt;
+  return tk::choose_zero_stage(tk::zero_stage_recipes(recipe, zero), global, budget, target);
+}
+
 void print_json(const tk::ModelConfig& cfg, const tk::GpuSpec& card, const tk::Recipe& recipe,
-                const std::vector<StagePlan>& stages, int64_t global, double budget, const tk::PlanTarget& target) {
+                const std::vector<StagePlan>& stages, const std::optional<tk::StageChoice>& choice, int64_t global,
+                double budget, const tk::PlanTarget& target) {
   nlohmann::ordered_json j;
   j["model"] = cfg.name;
   j["gpu"] = card.name;
@@ -184,6 +193,10 @@ void print_json(const tk::ModelConfig& cfg, const tk::GpuSpec& card, const tk::R
   j["stages"] = nlohmann::ordered_json::array();
   for (const StagePlan& s : stages)
     j["stages"].push_back(s.plan ? to_json(*s.plan, budget, target) : nlohmann::ordered_json{{"refused", s.refusal}});
+  if (choice) {
+    j["chosen"] = to_json(choice->plan, budget, target);
+    j["chosen_because"] = choice->why;
+  }
   if (stages.size() == 1) {
     j["chosen"] = to_json(*stages[0].plan, budget, target);
     j["candidates"] = nlohmann::ordered_json::array();
@@ -233,8 +246,9 @@ int run(const PlanFlags& f) {
   else
     stages.push_back(plan_stage(recipe, std::max(f.zero, 0), global, budget, target));
   if (stages.size() == 1 && !stages[0].plan) tk::fail("{}", stages[0].refusal);
+  const std::optional<tk::StageChoice> choice = choose_stage(recipe, f.zero, global, budget, target);
   if (f.json) {
-    print_json(cfg, card, recipe, stages, global, budget, target);
+    print_json(cfg, card, recipe, stages, choice, global, budget, target);
     return 0;
   }
   if (gpu && f.gpu_given) print_card(card);
@@ -245,17 +259,20 @@ int run(const PlanFlags& f) {
   const StagePlan* best = nullptr;
   for (const StagePlan& s : stages)
     if (s.plan && (!best || s.plan->predicted_tokens_per_s > best->plan->predicted_tokens_per_s)) best = &s;
+  const tk::MemoryPlan& chosen = choice ? choice->plan : *best->plan;
   if (stages.size() > 1) {
     fmt::print("ZeRO stages side by side ({} interconnect, {:.0f} GB/s bus bandwidth):\n",
                f.link_gbs > 0 ? "given" : f.interconnect, target.link_bandwidth / 1e9);
     print_stages(stages, f.gpus);
-    TK_CHECK(best, "no ZeRO stage fits {} on each GPU", tk::format_bytes(budget));
-    fmt::print("\nfastest: ZeRO-{}\n", best->stage);
+    if (choice) fmt::print("\nchosen for the budget: ZeRO-{} ({})\n", chosen.recipe.zero_stage, choice->why);
+    else fmt::print("\nfastest: ZeRO-{}\n", chosen.recipe.zero_stage);
+  } else if (choice) {
+    fmt::print("ZeRO-{} on each of {} GPUs ({})\n", chosen.recipe.zero_stage, f.gpus, choice->why);
   }
-  print_chosen(*best->plan, budget, target);
+  print_chosen(chosen, budget, target);
   if (f.all || (budget > 0 && !f.gpu_given)) {
     tk::Recipe base = recipe;
-    base.zero_stage = best->stage;
+    base.zero_stage = chosen.recipe.zero_stage;
     print_settings_tried(tk::plan_candidates(base, global, target), budget, target);
   }
   return 0;

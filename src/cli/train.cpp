@@ -152,14 +152,13 @@ void add_step_options(CLI::App& app, TrainConfig& c) {
                  "Data parallelism's ZeRO stage, on the ranks of --gpus, mpirun or srun: 0 keeps the optimizer state "
                  "whole on every rank, 1 gives each rank a slice of it (and of the fp32 master weights), 2 also "
                  "reduce-scatters the gradients, 3 also shards the parameters, gathering each layer before its use "
-                 "(docs/distributed.md)")
+                 "(docs/distributed.md; default: 0, or with --memory-budget on many ranks the planner's choice)")
       ->check(CLI::Range(0, 3))
-      ->capture_default_str()
       ->group(precision);
   app.add_option("--memory-budget", c.memory_budget,
                  "Fit the run into this much device memory (e.g. 16GiB): picks the micro-batch (at most --batch), the "
-                 "recompute policy, the offload and the LM head's logits chunk, keeping the global batch (default: "
-                 "none, the flags as given)")
+                 "recompute policy, the offload and the LM head's logits chunk, keeping the global batch, and on many "
+                 "ranks the ZeRO stage unless --zero is given (per GPU; default: none, the flags as given)")
       ->group(precision);
   app.add_option("--logits-chunk", c.logits_chunk_mib,
                  "MiB of the LM head's bf16 logits chunk (CUDA; 0, the default: 512, or what --memory-budget chooses): "

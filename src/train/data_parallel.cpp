@@ -10,8 +10,9 @@
 
 namespace tk {
 
-int64_t DataParallel::unit_multiple(int world, int zero_stage) {
-  return zero_stage == 0 ? 64 : int64_t(world) * kShardQuantum;
+int64_t DataParallel::unit_multiple(int world, int zero_stage, MomentPrecision moments) {
+  if (zero_stage > 0) return int64_t(world) * kShardQuantum;
+  return moments == MomentPrecision::F32 ? 64 : kShardQuantum;
 }
 
 DataParallel::DataParallel(dist::Communicator& comm, Model& model, int zero_stage)
@@ -23,7 +24,7 @@ DataParallel::DataParallel(dist::Communicator& comm, Model& model, int zero_stag
   const ParamLayout& layout = model.layout();
   if (zero_ > 0)
     for (size_t k = 0; k < layout.units(); k++)
-      TK_CHECK(layout.unit_size(k) % unit_multiple(world(), zero_) == 0,
+      TK_CHECK(layout.unit_size(k) % (int64_t(world()) * kShardQuantum) == 0,
                "internal error: unit {} of {} elements is not padded for {} ranks", k, layout.unit_size(k), world());
   model.set_gradient_hook(this);
   // ZeRO 3 shards the parameters over more than one rank (on one, they stay whole).

@@ -164,7 +164,8 @@ void shard_model_rows(MemoryPlan& p) {
 void add_optimizer_rows(MemoryPlan& p) {
   const Recipe& r = p.recipe;
   const int64_t shards = r.zero_stage >= 1 ? r.world_size : 1;  // ZeRO 1-3: each GPU's 1/N of the state
-  const int64_t params = (ParamLayout::build(r.model).total + shards - 1) / shards;
+  // The layout the run builds (its units padded for the stage and the moments): ZeRO 1-3 divide it evenly.
+  const int64_t params = ParamLayout::build(r.model, r.model_options().unit_multiple).total / shards;
   const double P = double(params);
   const MomentPrecision moments = r.optimizer.moments;
   const bool int8 = moments == MomentPrecision::Int8;
@@ -289,6 +290,8 @@ std::vector<MemoryPlan> plan_candidates(const Recipe& base, int64_t global_token
           // FP8 only where the backend runs it: the linears' shapes, and the LM head's for its variant.
           if (precision.fp8 && (!r.linears_fp8_shapes() || (precision.lm_head && !r.lm_head_fp8_shapes()))) continue;
           for (const char* offload : {"none", "optimizer", "optimizer,gradients"}) {
+            // Data parallelism reduces the gradients on the device: their offload is one GPU's.
+            if (r.world_size > 1 && std::string(offload) == "optimizer,gradients") continue;
             r.set_offload(offload);
             out.push_back(plan_memory(r, target));
             if (!r.gpu) break;  // the CPU offloads nothing
@@ -301,34 +304,94 @@ std::vector<MemoryPlan> plan_candidates(const Recipe& base, int64_t global_token
   return out;
 }
 
-MemoryPlan choose_plan(const Recipe& base, int64_t global_tokens, double budget_bytes, const PlanTarget& target) {
-  const std::vector<MemoryPlan> all = plan_candidates(base, global_tokens, target);
-  TK_CHECK(!all.empty(), "no micro-batch of at most {} rows of {} tokens{} divides the global batch of {} tokens",
-           base.batch, base.seq, base.world_size > 1 ? fmt::format(" on each of {} GPUs", base.world_size) : "",
-           global_tokens);
+namespace {
+
+// The first candidate (fastest first) that fits, or nullptr.
+const MemoryPlan* fastest_fitting(const std::vector<MemoryPlan>& all, double budget_bytes, const PlanTarget& target) {
   for (const MemoryPlan& p : all)
-    if (p.fits(budget_bytes, target)) return p;
+    if (p.fits(budget_bytes, target)) return &p;
+  return nullptr;
+}
+
+// None of `all` (not empty) fits: the smallest footprint, what of it is largest, and what would be needed.
+[[noreturn]] void refuse_to_fit(const std::vector<MemoryPlan>& all, double budget_bytes, const PlanTarget& target) {
   const MemoryPlan* smallest = &all[0];
   for (const MemoryPlan& p : all)
     if (p.total_bytes < smallest->total_bytes) smallest = &p;
   const Recipe& r = smallest->recipe;
-  const MomentPrecision moments = base.optimizer.moments;
+  const MomentPrecision moments = r.optimizer.moments;
+  const std::string stage = r.world_size > 1 ? fmt::format(", ZeRO {} on {} GPUs", r.zero_stage, r.world_size) : "";
   if (smallest->total_bytes <= budget_bytes)  // only the host memory stood in the way
     fail("{} fits {} on the device only by offloading, which needs {} of page-locked host memory{} (micro-batch {} x "
-         "{}, recompute {}, offload {}, {} moments); this machine allows {} (80% of its memory); {}more host memory "
+         "{}, recompute {}, offload {}, {} moments{}); this machine allows {} (80% of its memory); {}more host memory "
          "would be needed",
-         base.model.name, human(budget_bytes), human(smallest->host_bytes_of_all_gpus()),
+         r.model.name, human(budget_bytes), human(smallest->host_bytes_of_all_gpus()),
          r.world_size > 1 ? fmt::format(" for its {} GPUs", r.world_size) : "", r.batch, r.seq, r.recompute.describe(),
-         r.offload_name(), moments_name(moments), human(target.host_memory_limit),
+         r.offload_name(), moments_name(moments), stage, human(target.host_memory_limit),
          moments == MomentPrecision::Int8 ? "" : "narrower optimizer moments (--moments bf16 or int8) or ");
   const PlanRow* top = nullptr;  // the largest part on the device
   for (const PlanRow& row : smallest->rows)
     if (!row.host && (!top || row.bytes > top->bytes)) top = &row;
-  fail("{} does not fit in {}: the smallest footprint tried is {} (micro-batch {} x {}, recompute {}), of which {} "
+  fail("{} does not fit in {}{}: the smallest footprint tried is {} (micro-batch {} x {}, recompute {}{}), of which {} "
        "is the largest part ({}); a larger budget or a shorter --seq would be needed",
-       base.model.name, human(budget_bytes), human(smallest->total_bytes), r.batch, r.seq,
-       r.recompute.describe() + (r.optimizer.offload ? ", offload " + r.offload_name() : ""), top->component,
-       human(top->bytes));
+       r.model.name, human(budget_bytes), r.world_size > 1 ? " per GPU" : "", human(smallest->total_bytes), r.batch,
+       r.seq, r.recompute.describe() + (r.optimizer.offload ? ", offload " + r.offload_name() : ""), stage,
+       top->component, human(top->bytes));
+}
+
+void require_candidates(const std::vector<MemoryPlan>& all, const Recipe& base, int64_t global_tokens) {
+  TK_CHECK(!all.empty(), "no micro-batch of at most {} rows of {} tokens{} divides the global batch of {} tokens",
+           base.batch, base.seq, base.world_size > 1 ? fmt::format(" on each of {} GPUs", base.world_size) : "",
+           global_tokens);
+}
+
+}  // namespace
+
+MemoryPlan choose_plan(const Recipe& base, int64_t global_tokens, double budget_bytes, const PlanTarget& target) {
+  const std::vector<MemoryPlan> all = plan_candidates(base, global_tokens, target);
+  require_candidates(all, base, global_tokens);
+  if (const MemoryPlan* p = fastest_fitting(all, budget_bytes, target)) return *p;
+  refuse_to_fit(all, budget_bytes, target);
+}
+
+std::vector<Recipe> zero_stage_recipes(const Recipe& base, int given) {
+  std::vector<Recipe> stages;
+  for (int k = 0; k <= 3; k++) {
+    if (given >= 0 && k != given) continue;
+    stages.push_back(base);
+    stages.back().zero_stage = k;
+  }
+  return stages;
+}
+
+StageChoice choose_zero_stage(const std::vector<Recipe>& stages, int64_t global_tokens, double budget_bytes,
+                              const PlanTarget& target) {
+  TK_CHECK(!stages.empty(), "internal error: no ZeRO stage to choose from");
+  std::vector<MemoryPlan> tried;  // every stage's candidates: the refusal's smallest footprint is among them
+  std::vector<std::pair<int, const MemoryPlan*>> best;  // each stage's fastest that fits (nullptr: none)
+  std::vector<std::vector<MemoryPlan>> per_stage;
+  for (const Recipe& r : stages) {
+    per_stage.push_back(plan_candidates(r, global_tokens, target));
+    require_candidates(per_stage.back(), r, global_tokens);
+  }
+  const MemoryPlan* chosen = nullptr;
+  for (size_t i = 0; i < stages.size(); i++) {
+    const MemoryPlan* p = fastest_fitting(per_stage[i], budget_bytes, target);
+    best.emplace_back(stages[i].zero_stage, p);
+    // Strictly faster only: on a tie the lower stage, listed first, keeps it (it moves fewer bytes).
+    if (p && (!chosen || p->predicted_tokens_per_s > chosen->predicted_tokens_per_s)) chosen = p;
+    tried.insert(tried.end(), per_stage[i].begin(), per_stage[i].end());
+  }
+  if (!chosen) refuse_to_fit(tried, budget_bytes, target);
+  StageChoice c{*chosen, ""};
+  for (const auto& [stage, p] : best) {
+    if (!c.why.empty()) c.why += "; ";
+    c.why += p ? fmt::format("ZeRO {} {:.0f} tokens/s", stage, p->predicted_tokens_per_s)
+               : fmt::format("ZeRO {} does not fit", stage);
+  }
+  c.why = stages.size() == 1 ? fmt::format("--zero {} as given", stages[0].zero_stage)
+                             : fmt::format("the fastest predicted: {}", c.why);
+  return c;
 }
 
 double local_host_memory_limit() {

@@ -119,11 +119,29 @@ MemoryPlan plan_memory(const Recipe& r, const PlanTarget& target);
 
 // Every setting tried for a global batch of global_tokens (B * T * accumulation * world size), fastest first, and
 // whether it fits `budget_bytes`. The micro-batch halves from base.batch down to 1; policies go from none to block,
-// each with the optimizer state on the device, offloaded, and offloaded with the gradients (GPU recipes); the rest
-// of the recipe (the model, T, the precision unless target.try_fp8, the moments, the ZeRO stage) is kept.
+// each with the optimizer state on the device, offloaded, and offloaded with the gradients (GPU recipes; one GPU
+// only for the gradients, which data parallelism reduces on the device); the rest
+// of the recipe (the model, T, the precision unless target.try_fp8, which ZeRO 3 on many GPUs leaves at bf16, the
+// moments, the ZeRO stage) is kept.
 std::vector<MemoryPlan> plan_candidates(const Recipe& base, int64_t global_tokens, const PlanTarget& target);
 // The fastest candidate that fits, or a tk::Error naming the smallest footprint and its largest component.
 MemoryPlan choose_plan(const Recipe& base, int64_t global_tokens, double budget_bytes, const PlanTarget& target);
+
+// The budget search over ZeRO stages (train --memory-budget on N ranks, plan --gpus N --memory-budget): `stages` is
+// the run's recipe at each stage allowed, lowest first (all four, or the one --zero names); each is searched as
+// choose_plan does, and the chosen plan is the fastest of the stages' (per-GPU memory from plan_memory, whose
+// sharding is the stage's; tokens/s with the stage's exposed communication, zero_plan.h). So the lowest stage that
+// fits wins, it moving the fewest bytes, unless a higher one is predicted faster; an equal prediction keeps the lower
+// one. None fitting is a tk::Error naming the smallest footprint of all the stages, its stage and its largest part.
+struct StageChoice {
+  MemoryPlan plan;
+  // Each stage's prediction or that it does not fit, e.g. "ZeRO 0 does not fit; ZeRO 1 81234 tokens/s".
+  std::string why;
+};
+StageChoice choose_zero_stage(const std::vector<Recipe>& stages, int64_t global_tokens, double budget_bytes,
+                              const PlanTarget& target);
+// The stages such a search chooses among: base at `given` (--zero), or at each of 0-3 when given < 0.
+std::vector<Recipe> zero_stage_recipes(const Recipe& base, int given);
 
 // "16GiB", "24 GB", "1.5TiB", "800MiB", or plain bytes.
 double parse_bytes(const std::string& text);

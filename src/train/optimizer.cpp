@@ -55,13 +55,17 @@ AdamW::AdamW(Model& model, const AdamWOptions& opt, std::vector<ParamRange> owne
     TK_CHECK(!sum_across_ranks_, "internal error: a sharded AdamW owns no part of the layout");
     owned_.push_back({0, model.layout().total});
   }
+  const ParamLayout& layout = model.layout();
+  if (sum_across_ranks_) reference_unit_begin_ = ParamLayout::build(model.config(), kMomentBlock).unit_begin;
   int64_t end = 0;  // of the range before: the ranges are in layout order, apart
   for (const ParamRange& r : owned_) {
     const bool whole_blocks = r.count % kMomentBlock == 0 && r.offset % kMomentBlock == 0;
-    TK_CHECK(r.offset >= end && r.count > 0 && r.offset + r.count <= model.layout().total &&
-                 (!sum_across_ranks_ || whole_blocks),
+    const auto unit = std::upper_bound(layout.unit_begin.begin(), layout.unit_begin.end(), r.offset);
+    const bool in_one_unit = unit != layout.unit_begin.end() && r.offset + r.count <= *unit;
+    TK_CHECK(r.offset >= end && r.count > 0 && r.offset + r.count <= layout.total &&
+                 (!sum_across_ranks_ || (whole_blocks && in_one_unit)),
              "internal error: AdamW's owned range [{}, {}) of a layout of {}", r.offset, r.offset + r.count,
-             model.layout().total);
+             layout.total);
     end = r.offset + r.count;
     owned_state_.push_back(state_elements_);
     state_elements_ += r.count;
@@ -253,7 +257,7 @@ void AdamW::offloaded_update(const AdamWConfig& config) {
       ops_.copy_async(st.grads.data, model_.grads().as<float>() + a, size_t(n) * sizeof(float), Q::upload);
     ops_.wait_event(Q::compute, ops_.record_event(Q::upload));
     AdamWConfig c = config;
-    c.first_index = a;
+    c.first_index = noise_index(a);
     ops_.adamw_update(param_rows(a, at, n), rows(st.master, n),
                       host_grads ? st.grads.rows(0, n) : model_.grads().rows(a, a + n), st.m.values.rows(0, n),
                       st.v.values.rows(0, n), rows(st.m.scales, moment_blocks(n)),
@@ -263,6 +267,13 @@ void AdamW::offloaded_update(const AdamWConfig& config) {
     st.free_event = last_download = ops_.record_event(Q::download);
   }
   if (last_download >= 0) ops_.wait_event(Q::compute, last_download);
+}
+
+int64_t AdamW::noise_index(int64_t flat) const {
+  if (reference_unit_begin_.empty()) return flat;
+  const std::vector<int64_t>& begin = model_.layout().unit_begin;
+  const size_t unit = size_t(std::upper_bound(begin.begin(), begin.end(), flat) - begin.begin()) - 1;
+  return reference_unit_begin_[unit] + (flat - begin[unit]);
 }
 
 // The global norm of the gradients; sharded, from each rank's squared norms of its slices, summed on the host in
@@ -307,7 +318,7 @@ OptimizerStep AdamW::step(double lr) {
     for (size_t i = 0; i < owned_.size(); i++) {
       const int64_t a = owned_[i].offset, n = owned_[i].count, at = owned_state_[i];
       AdamWConfig range = c;
-      range.first_index = a;
+      range.first_index = noise_index(a);
       const int64_t blocks = m_.scales.empty() ? 0 : moment_blocks(n);
       ops_.adamw_update(param_rows(a, at, n), rows(master_, at, n), model_.grads().rows(a, a + n),
                         m_.values.rows(at, at + n), v_.values.rows(at, at + n),
@@ -505,9 +516,20 @@ void AdamW::set_moments_f32(int64_t offset, int64_t n, const float* exp_avg, con
 
 void AdamW::set_state_f32(const std::vector<float>& exp_avg, const std::vector<float>& exp_avg_sq,
                           int64_t steps_taken) {
-  TK_CHECK(!sharded(), "internal error: a sharded AdamW's moments are set by range");
-  set_moment_f32(opt_.offload ? m_host_ : m_, exp_avg, "exp_avg");
-  set_moment_f32(opt_.offload ? v_host_ : v_, exp_avg_sq, "exp_avg_sq");
+  const int64_t total = model_.layout().total;
+  TK_CHECK(int64_t(exp_avg.size()) == total && int64_t(exp_avg_sq.size()) == total,
+           "internal error: {} and {} moments for a layout of {}", exp_avg.size(), exp_avg_sq.size(), total);
+  // The owned ranges in state order. Each starts a block (sharded) or is the whole layout, so the state encoded
+  // whole has the blocks the update uses.
+  auto owned_part = [&](const std::vector<float>& all) {
+    if (!sharded()) return all;
+    std::vector<float> mine(static_cast<size_t>(state_elements_));
+    for (size_t i = 0; i < owned_.size(); i++)
+      std::copy_n(all.begin() + owned_[i].offset, owned_[i].count, mine.begin() + owned_state_[i]);
+    return mine;
+  };
+  set_moment_f32(opt_.offload ? m_host_ : m_, owned_part(exp_avg), "exp_avg");
+  set_moment_f32(opt_.offload ? v_host_ : v_, owned_part(exp_avg_sq), "exp_avg_sq");
   steps_taken_ = steps_taken;
 }
 

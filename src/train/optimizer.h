@@ -54,7 +54,8 @@ class AdamW {
   // initialised from the current parameters. `owned`: the runs of the layout this AdamW updates and keeps state for,
   // in layout order, each a whole number of int8 blocks (data parallelism's slice of each unit, ZeRO 1-3); empty:
   // the whole layout. Sharded, the gradient norm is the square root of `sum` of every rank's squared norm of its
-  // slices, and the update is element by element what the whole layout's would be (AdamWConfig::first_index).
+  // slices, and the update is element by element what the whole layout's would be: each owned range lies in one unit
+  // and starts an int8 block, and its rounding noise is that of the same elements in one process (noise_index).
   AdamW(Model& model, const AdamWOptions& opt, std::vector<ParamRange> owned = {}, SumAcrossRanks sum = {});
   ~AdamW();
   AdamW(const AdamW&) = delete;
@@ -92,11 +93,12 @@ class AdamW {
   std::vector<float> exp_avg_f32() const;     // m
   std::vector<float> exp_avg_sq_f32() const;  // v
   // Restores m, v and the step count saved by a checkpoint (narrow moments encoded to nearest: values that
-  // a narrow state of the same precision saved come back as the same bits).
+  // a narrow state of the same precision and the same blocks saved come back as the same bits). The vectors hold the
+  // whole layout; a sharded AdamW keeps what it owns.
   void set_state_f32(const std::vector<float>& exp_avg, const std::vector<float>& exp_avg_sq, int64_t steps_taken);
   // The same a run [offset, offset + n) at a time (a checkpoint is read a tensor at a time). Moments only
   // when they are stored element by element (f32, bf16): int8 blocks straddle tensors, so int8 state is
-  // set whole.
+  // set whole (set_state_f32).
   bool moments_settable_by_range() const { return opt_.moments != MomentPrecision::Int8; }
   void set_weights_f32(int64_t offset, int64_t n, const float* weights);
   void set_moments_f32(int64_t offset, int64_t n, const float* exp_avg, const float* exp_avg_sq);
@@ -131,6 +133,11 @@ class AdamW {
   // in the order of the state.
   Tensor param_rows(int64_t a, int64_t at, int64_t n) const;
   double gradient_norm() const;
+  // The index of layout element `flat` that seeds its rounding noise (AdamWConfig::first_index): one process's own
+  // index; sharded, the element's index in the layout one process trains with (units padded to kMomentBlock,
+  // DataParallel::unit_multiple), which the wider padding of the sharded layout shifts. So the same element rounds
+  // alike at every world size and stage.
+  int64_t noise_index(int64_t flat) const;
 
   Model& model_;
   Ops& ops_;
@@ -138,6 +145,7 @@ class AdamW {
   std::vector<ParamSegment> segments_;
   std::vector<ParamRange> owned_;             // with their state offsets: the sum of the counts before
   std::vector<int64_t> owned_state_;
+  std::vector<int64_t> reference_unit_begin_;  // sharded: the unit starts of one process's layout (noise_index)
   int64_t state_elements_ = 0;
   SumAcrossRanks sum_across_ranks_;
   std::function<void()> before_end_step_;

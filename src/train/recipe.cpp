@@ -49,7 +49,7 @@ ModelOptions Recipe::model_options() const {
   o.recompute = recompute;
   o.offload_grads = offload_gradients;
   o.fp8_kept_inputs = keeps_fp8_inputs();
-  o.unit_multiple = DataParallel::unit_multiple(world_size, zero_stage);
+  o.unit_multiple = DataParallel::unit_multiple(world_size, zero_stage, optimizer.moments);
   return o;
 }
 

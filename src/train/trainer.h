@@ -35,7 +35,9 @@ struct TrainConfig {
   std::string offload = "none";  // "optimizer": AdamW state and master weights in host memory (same results)
   int64_t offload_chunk = int64_t(16) << 20;  // elements of the optimizer state per device round trip
   std::string moments = "f32";  // AdamW's m and v: f32, bf16 or int8 (ops.h adamw_update)
-  int zero = 0;                // data parallelism's ZeRO stage: 0 replicated, 1 optimizer state sharded, 2 gradients too
+  // data parallelism's ZeRO stage: 0 replicated, 1 optimizer state sharded, 2 gradients too, 3 parameters too; -1 (not
+  // given): 0, or the budget search's choice on many ranks
+  int zero = -1;
   bool gemm_tuning = true;     // cuBLASLt algorithms chosen by timing, kept in the cache (ops/backend.h)
   std::string precision = kDefaultPrecision;  // auto, bf16 or fp8 (train/precision_choice.h)
   bool fp8 = false;           // the linear layers' GEMMs in FP8 (CUDA, sm_89+; ops/backend.h Precision): precision fp8

@@ -68,6 +68,7 @@ class TrainingRun {
   void choose_vocab();
   void resize_vocab();
   void apply_memory_budget();
+  void require_the_same_choice() const;
   void refuse_what_data_parallelism_lacks() const;
   void build_model();
   void resume_from(const std::string& checkpoint);
@@ -98,6 +99,7 @@ class TrainingRun {
   dist::Communicator* comm_;  // nullptr: one process
   std::optional<RunDir> dir_;  // from set_up(): TrainingSteps has none
   std::optional<RunDirLock> lock_;
+  bool zero_given_ = true;     // --zero was given (else the budget search may choose the stage)
   int accum_steps_ = 1;        // micro-batches per step on each rank (the global batch's over the world size)
   int64_t global_batch_tokens_ = 0;
 

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -55,8 +57,9 @@ void TrainingRun::resolve_config() {
            cfg_.batch_tokens, micro_tokens, cfg_.batch, cfg_.seq);
   accum_steps_ = int(cfg_.batch_tokens / micro_tokens);
   global_batch_tokens_ = cfg_.batch_tokens;
-  TK_CHECK(cfg_.zero >= 0 && cfg_.zero <= 3, "--zero {}: the stages are 0, 1, 2 and 3 (docs/distributed.md)",
-           cfg_.zero);
+  zero_given_ = cfg_.zero >= 0;
+  if (!zero_given_) cfg_.zero = 0;
+  TK_CHECK(cfg_.zero <= 3, "--zero {}: the stages are 0, 1, 2 and 3 (docs/distributed.md)", cfg_.zero);
   TK_CHECK(accum_steps_ % world() == 0,
            "--batch-tokens {} is {} micro-batches of {} tokens, which {} ranks cannot share equally: each rank takes "
            "a whole number of them (raise --batch-tokens to a multiple of {} tokens, or lower --batch)",
@@ -385,16 +388,13 @@ void TrainingRun::build_parts() {
 
 // The combinations the data-parallel steps do not implement, refused before anything is allocated.
 void TrainingRun::refuse_what_data_parallelism_lacks() const {
-  TK_CHECK(cfg_.memory_budget.empty(), "--memory-budget chooses a one-GPU plan: with {} ranks set --batch, --recompute "
-           "and --offload yourself (tokamak plan shows the memory of each)", world());
   TK_CHECK(!recipe_.offload_gradients, "--offload optimizer,gradients is not implemented with data parallelism (the "
            "gradients are reduced on the device): use --offload optimizer");
-  TK_CHECK(cfg_.zero == 0 || recipe_.optimizer.moments != MomentPrecision::Int8,
-           "--moments int8 with --zero {}: int8 moments are not sharded; use --zero 0 or --moments bf16", cfg_.zero);
 }
 
 // --memory-budget: the fastest micro-batch (at most --batch) and recompute policy whose planned memory
-// fits, for the same global batch (accumulation makes up the difference).
+// fits, for the same global batch (accumulation makes up the difference); on many ranks each rank's memory, and the
+// ZeRO stage too unless --zero was given.
 void TrainingRun::apply_memory_budget() {
   TK_CHECK(backend_.gpu, "--memory-budget plans device memory: it needs the CUDA backend (--device cuda)");
   const double budget = parse_bytes(cfg_.memory_budget);
@@ -403,17 +403,58 @@ void TrainingRun::apply_memory_budget() {
   target.choose_logits_chunk = cfg_.logits_chunk_mib == 0;
   target.peak_flops = describe_device(true, cfg_.peak_tflops * 1e12).peak_flops;
   if (target.peak_flops <= 0) target.peak_flops = 989e12;
-  const MemoryPlan p = choose_plan(recipe_, cfg_.batch_tokens, budget, target);
+  std::string stage;
+  MemoryPlan p;
+  if (comm_) {
+    const std::vector<Recipe> stages = zero_stage_recipes(recipe_, zero_given_ ? cfg_.zero : -1);
+    const StageChoice choice = choose_zero_stage(stages, cfg_.batch_tokens, budget, target);
+    p = choice.plan;
+    stage = fmt::format(" per GPU on {} ranks: ZeRO {} ({}),", world(), p.recipe.zero_stage, choice.why);
+  } else {
+    p = choose_plan(recipe_, cfg_.batch_tokens, budget, target);
+  }
   recipe_ = p.recipe;
-  fmt::print("memory budget {}: micro-batch {} x {} with {} accumulation step(s), recompute {}, offload {}, logits "
+  if (comm_) require_the_same_choice();
+  fmt::print("memory budget {}{}: micro-batch {} x {} with {} accumulation step(s), recompute {}, offload {}, logits "
              "chunk {}; planned {}\n",
-             format_bytes(budget), recipe_.batch, recipe_.seq, recipe_.accumulation, recipe_.recompute.describe(),
-             recipe_.offload_name(), format_bytes(double(recipe_.logits_chunk_bytes())), format_bytes(p.total_bytes));
+             format_bytes(budget), stage, recipe_.batch, recipe_.seq, recipe_.accumulation,
+             recipe_.recompute.describe(), recipe_.offload_name(), format_bytes(double(recipe_.logits_chunk_bytes())),
+             format_bytes(p.total_bytes));
+  cfg_.zero = recipe_.zero_stage;
   cfg_.logits_chunk_mib = int(recipe_.logits_chunk_bytes() >> 20);
   cfg_.batch = recipe_.batch;
   cfg_.recompute = recipe_.recompute.describe();
   cfg_.offload = recipe_.offload_name();
   accum_steps_ = recipe_.accumulation;
+}
+
+// Every rank must run the plan rank 0 runs. They search alike from the same flags (the start-up's fingerprint), but
+// the inputs also hold this machine's GPU (its rates, its SM count) and host memory (offload's limit), which ranks on
+// other hosts may not share.
+void TrainingRun::require_the_same_choice() const {
+  struct Choice {
+    int stage, batch, accumulation, offload, offload_gradients;
+    uint64_t logits_chunk;
+    char recompute[64];
+  };
+  Choice mine{recipe_.zero_stage, recipe_.batch, recipe_.accumulation, recipe_.optimizer.offload ? 1 : 0,
+              recipe_.offload_gradients ? 1 : 0, uint64_t(recipe_.logits_chunk_bytes()), {}};
+  const std::string recompute = recipe_.recompute.describe();
+  std::snprintf(mine.recompute, sizeof mine.recompute, "%s", recompute.c_str());
+  std::vector<Choice> all(static_cast<size_t>(world()));
+  comm_->host_all_gather(&mine, all.data(), sizeof(Choice));
+  auto same = [](const Choice& a, const Choice& b) {
+    return a.stage == b.stage && a.batch == b.batch && a.accumulation == b.accumulation && a.offload == b.offload &&
+           a.offload_gradients == b.offload_gradients && a.logits_chunk == b.logits_chunk &&
+           std::strcmp(a.recompute, b.recompute) == 0;
+  };
+  for (int r = 1; r < world(); r++)
+    TK_CHECK(same(all[0], all[size_t(r)]),
+             "--memory-budget: rank {} chose ZeRO {}, micro-batch {}, recompute {} where rank 0 chose ZeRO {}, "
+             "micro-batch {}, recompute {}: their GPUs or host memory differ; set --zero, --batch, --recompute and "
+             "--offload yourself (tokamak plan --gpus N shows each stage's memory)",
+             r, all[size_t(r)].stage, all[size_t(r)].batch, all[size_t(r)].recompute, all[0].stage, all[0].batch,
+             all[0].recompute);
 }
 
 // The memory plan's view of this run's device (memory_plan.h); what the run computes is the recipe.

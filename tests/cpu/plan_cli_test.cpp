@@ -1,6 +1,7 @@
 // `tokamak plan --gpu NAME` and `--gpus N --zero K` on the built binary: the small presets fit a 16 GB card with a
 // setting, an 8B model on a 12 GB card fits with offload or is refused with the reason, a name no card has (or several
-// have) is a usage error listing the names, and the ZeRO stages print side by side.
+// have) is a usage error listing the names, the ZeRO stages print side by side, and a budget on N GPUs chooses the
+// stage.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -99,6 +100,39 @@ TEST_F(PlanCli, ZeroStagesSideBySide) {
   EXPECT_EQ(chosen["zero_stage"], 3);
   EXPECT_EQ(chosen["world_size"], 8);
   EXPECT_GT(chosen["communication_bytes_per_step"].get<double>(), 0);
+}
+
+// --memory-budget with --gpus: the stage train --memory-budget would run (memory_plan.h choose_zero_stage). A 1B model
+// at micro-batches of 2 x 64 tokens, four a step, over PCIe: each higher stage moves more and is predicted slower, so
+// a budget that holds ZeRO 1's plan as given (and not ZeRO 0's) chooses ZeRO 1; --zero keeps its stage; a budget
+// nothing fits is refused naming the smallest footprint.
+TEST_F(PlanCli, TheMemoryBudgetChoosesTheZeroStage) {
+  const std::string shape = " --gpus 4 --model llama3.2-1b --seq 64 --batch 2 --batch-tokens 2048 --interconnect pcie"
+                            " --precision bf16 --host-memory 1";
+  CliResult r = plan(shape + " --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json as_given = nlohmann::json::parse(r.out)["stages"];
+  ASSERT_EQ(as_given.size(), 4u);
+  const double stage1 = as_given[1]["total_bytes"].get<double>();
+  ASSERT_LT(stage1, as_given[0]["total_bytes"].get<double>());
+  const std::string budget = " --memory-budget " + std::to_string(int64_t(stage1));
+  r = plan(shape + budget + " --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["chosen"]["zero_stage"], 1) << j["chosen_because"];
+  EXPECT_TRUE(j["chosen"]["fits"].get<bool>());
+  EXPECT_TRUE(has(j["chosen_because"].get<std::string>(), "ZeRO 0 does not fit")) << j["chosen_because"];
+  r = plan(shape + budget);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "chosen for the budget: ZeRO-1 (the fastest predicted: ZeRO 0 does not fit; ZeRO 1 "))
+      << r.out;
+  r = plan(shape + budget + " --zero 3");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "ZeRO-3 on each of 4 GPUs (--zero 3 as given)")) << r.out;
+  r = plan(shape + " --memory-budget 1GiB");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r.err, "llama3.2-1b does not fit in 1.00 GiB per GPU: the smallest footprint tried is ")) << r.err;
+  EXPECT_TRUE(has(r.err, "ZeRO 3 on 4 GPUs")) << r.err;
 }
 
 }  // namespace

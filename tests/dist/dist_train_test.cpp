@@ -1,7 +1,7 @@
 // Data-parallel training under mpirun on the tiny model (CPU backend, float32), for each ZeRO stage: the losses and
 // final weights of 2 and 3 ranks equal one process's at the same global batch within 1e-5 relative; two runs at the
 // same world size are bitwise equal; a resumed run is bitwise the uninterrupted one; a checkpoint of 2 ranks resumes
-// on 3 and on 1 within the same tolerance; so does a run with the optimizer offloaded; `tokamak export` writes its
+// on 3 and on 1 within the same tolerance; so do runs with int8 moments and with the optimizer offloaded; `tokamak export` writes its
 // weights; each rank's optimizer state (and,
 // ZeRO 3, parameters) shrink as the stage says.
 #include <gtest/gtest.h>
@@ -27,6 +27,10 @@ using testing::TempDir;
 using testing::TokamakChild;
 
 constexpr double kTolerance = 1e-5;
+// int8 moments against one process (Int8MomentsShardAsOneProcessQuantises): the f32 moments' tolerance holds, for the
+// ranks quantise as one process does (measured: with the noise seeded by each layout's own padded index instead,
+// the weights differed by 1e-4 to 4e-4 relative).
+constexpr double kInt8Tolerance = kTolerance;
 
 // One run's results: each step's loss (log.jsonl) and the final weights (its last checkpoint).
 struct RunResult {
@@ -112,12 +116,13 @@ class DataParallelTraining : public ::testing::TestWithParam<int> {
     return runs[zero()];
   }
 
-  static void expect_close(const RunResult& a, const RunResult& b, bool losses = true) {
+  static void expect_close(const RunResult& a, const RunResult& b, bool losses = true,
+                           double tolerance = kTolerance) {
     if (losses) {
       ASSERT_EQ(a.losses.size(), 4u) << a.dir;
       ASSERT_EQ(a.losses.size(), b.losses.size()) << a.dir << " vs " << b.dir;
       for (size_t i = 0; i < a.losses.size(); i++)
-        EXPECT_NEAR(a.losses[i], b.losses[i], kTolerance * std::abs(a.losses[i])) << "step " << i + 1 << " of " << b.dir;
+        EXPECT_NEAR(a.losses[i], b.losses[i], tolerance * std::abs(a.losses[i])) << "step " << i + 1 << " of " << b.dir;
     }
     ASSERT_FALSE(a.weights.empty()) << a.dir;
     ASSERT_EQ(a.weights.size(), b.weights.size());
@@ -129,7 +134,7 @@ class DataParallelTraining : public ::testing::TestWithParam<int> {
         diff += (double(w[i]) - v[i]) * (double(w[i]) - v[i]);
         norm += double(w[i]) * w[i];
       }
-      EXPECT_LE(std::sqrt(diff), kTolerance * std::sqrt(norm)) << name << " of " << b.dir << " vs " << a.dir;
+      EXPECT_LE(std::sqrt(diff), tolerance * std::sqrt(norm)) << name << " of " << b.dir << " vs " << a.dir;
     }
   }
 
@@ -169,6 +174,41 @@ TEST_P(DataParallelTraining, ACheckpointOfTwoRanksResumesOnThreeAndOnOne) {
   const std::string from = two_ranks().dir + "/step_000002";
   expect_close(one_process(), train(3, "on_three_z" + z, {"--zero", z, "--resume", from}), false);
   expect_close(one_process(), train(1, "on_one_z" + z, {"--resume", from}), false);
+}
+
+// int8 moments (--moments int8) sharded: each rank's slice of a unit is whole blocks of 256, the blocks are those of
+// one process (whose units are padded to whole blocks too), and each element's rounding noise is seeded by its index
+// in one process's layout (AdamW::noise_index). So the ranks quantise exactly as one process does; what differs is
+// only the gradients' summation order (as with f32 moments, within 1e-5 relative), and a code changes only where a
+// moment lies within that difference of its rounding threshold (none did in these runs: the f32 tolerance holds; one
+// flip would move an element by up to a code step, 12%, of its update). Runs at the same world size, and resumes,
+// are bitwise.
+TEST_P(DataParallelTraining, Int8MomentsShardAsOneProcessQuantises) {
+  const std::string z = std::to_string(zero());
+  static const RunResult one = train(1, "int8_one", {"--moments", "int8"});
+  const std::vector<std::string> flags = {"--moments", "int8", "--zero", z};
+  const RunResult two = train(2, "int8_two_z" + z, flags);
+  expect_close(one, two, true, kInt8Tolerance);
+  expect_close(one, train(3, "int8_three_z" + z, flags), true, kInt8Tolerance);
+  const RunResult again = train(2, "int8_again_z" + z, flags);
+  EXPECT_EQ(two.losses, again.losses);
+  EXPECT_EQ(read_bytes(two.dir + "/step_000004/model.safetensors"),
+            read_bytes(again.dir + "/step_000004/model.safetensors"));
+  std::vector<std::string> resume = flags;
+  resume.insert(resume.end(), {"--resume", two.dir + "/step_000002"});
+  const RunResult resumed = train(2, "int8_resumed_z" + z, resume);
+  ASSERT_EQ(two.losses.size(), 4u);
+  EXPECT_EQ(std::vector<double>(two.losses.begin() + 2, two.losses.end()), resumed.losses);
+  for (const auto& e : std::filesystem::directory_iterator(two.dir + "/step_000004")) {
+    const std::string name = e.path().filename().string();
+    if (name.ends_with(".safetensors"))
+      EXPECT_EQ(read_bytes(e.path().string()), read_bytes(resumed.dir + "/step_000004/" + name)) << name;
+  }
+  // The 2-rank checkpoint's shards put together and re-sliced for 3 ranks, and whole for one process.
+  const std::string from = two.dir + "/step_000002";
+  expect_close(one, train(3, "int8_on_three_z" + z, {"--moments", "int8", "--zero", z, "--resume", from}), false,
+               kInt8Tolerance);
+  expect_close(one, train(1, "int8_on_one_z" + z, {"--moments", "int8", "--resume", from}), false, kInt8Tolerance);
 }
 
 // The optimizer state in host memory (--offload optimizer, streamed in chunks): each rank streams its own slices.
