@@ -60,7 +60,7 @@ Recipe train_recipe(const TrainConfig& c, const ModelConfig& model, bool gpu) {
   r.batch = c.batch;
   r.seq = c.seq;
   r.accumulation = c.batch_tokens > 0 ? int(c.batch_tokens / r.micro_tokens()) : 1;
-  r.zero_stage = c.zero;
+  r.zero_stage = std::max(c.zero, 0);  // -1: not given (0, unless --memory-budget on many ranks chooses)
   r.doc_mask = c.doc_mask;
   r.recompute = Recompute::parse(c.recompute);
   r.optimizer.beta1 = c.beta1;
