@@ -1,6 +1,8 @@
 // Recipe (recipe.h): the options of each part, derived from the one description.
 #include "train/recipe.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "model/params.h"
 #include "ops/cuda/fp8_shapes.h"
