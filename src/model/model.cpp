@@ -18,7 +18,7 @@
 #include "core/hash.h"
 #include "model/block.h"
 #include "model/buffer_carver.h"
-#include "model/grad_offload.h"
+#include "model/grad_staging.h"
 #include "model/weights.h"
 
 namespace tk {
@@ -136,6 +136,11 @@ void fill_normal(std::vector<float>& out, uint64_t seed, double std_dev) {
   }
 }
 
+// The label of the accumulated gradients' allocation on the device (model_memory's and the ledger's row).
+const char* gradient_label(const ModelOptions& opt) {
+  return opt.grad_shards > 1 ? "parameter gradients (this rank's slice of each unit)" : "parameter gradients";
+}
+
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -151,8 +156,8 @@ struct Model::Impl {
   void *param_mem = nullptr, *grad_mem = nullptr, *kept_mem = nullptr, *scratch_mem = nullptr;
   size_t buffer_bytes = 0;
   Tensor params, grads;
-  ModelWeights w, g;  // views of params and of grads (with offload_grads: of the staging buffers in use)
-  std::unique_ptr<GradientOffload> offload;  // with ModelOptions::offload_grads
+  ModelWeights w, g;  // views of params and of grads (with a staging: of the staging buffers in use)
+  std::unique_ptr<GradientStaging> staging;  // with ModelOptions::offload_grads or reduced_grads
   GradientHook* hook = nullptr;
   ParameterSource* source = nullptr;  // with sharded parameters
   // With sharded parameters: an address range the size of the whole layout, reserved and never mapped, that stands
@@ -172,22 +177,32 @@ struct Model::Impl {
                  opt.unit_multiple % (int64_t(opt.param_shards) * 64) == 0,
              "internal error: parameter shard {} of {} with units padded to {}", opt.param_shard, opt.param_shards,
              opt.unit_multiple);
+    TK_CHECK(!(opt.offload_grads && opt.reduced_grads) && opt.grad_shards >= 1 && opt.grad_shard >= 0 &&
+                 opt.grad_shard < opt.grad_shards && (opt.reduced_grads || opt.grad_shards == 1) &&
+                 opt.unit_multiple % (int64_t(opt.grad_shards) * 64) == 0,
+             "internal error: gradient shard {} of {} ({}) with units padded to {}", opt.grad_shard, opt.grad_shards,
+             opt.offload_grads ? "offloaded" : opt.reduced_grads ? "reduced" : "whole", opt.unit_multiple);
     const int64_t held = layout.total / opt.param_shards;
     param_mem = ops.allocate(size_t(held) * dtype_size(act),
                              opt.param_shards > 1 ? "parameters (this rank's slice of each unit)" : "parameters");
-    const size_t grad_bytes = size_t(layout.total) * dtype_size(ops.grad_dtype());
+    const int64_t grads_held = layout.total / opt.grad_shards;
+    const size_t grad_bytes = size_t(grads_held) * dtype_size(ops.grad_dtype());
     grad_mem = opt.offload_grads ? ops.allocate_host(grad_bytes, "parameter gradients (host)")
-                                 : ops.allocate(grad_bytes, "parameter gradients");
+                                 : ops.allocate(grad_bytes, gradient_label(opt));
     params = Tensor(param_mem, act, {held});
-    grads = Tensor(grad_mem, ops.grad_dtype(), {layout.total});
+    grads = Tensor(grad_mem, ops.grad_dtype(), {grads_held});
     ops.zero(params);
     if (opt.offload_grads) {
       std::memset(grad_mem, 0, grad_bytes);
-      offload = std::make_unique<GradientOffload>(cfg, layout, ops, grads);
+      staging = std::make_unique<GradientStaging>(cfg, layout, ops, grads, GradientStaging::Home::host);
     } else {
       ops.zero(grads);
+      if (opt.reduced_grads)
+        staging = std::make_unique<GradientStaging>(cfg, layout, ops, grads, GradientStaging::Home::slices,
+                                                    opt.grad_shards, opt.grad_shard);
     }
-    // Sharded, the views point into each unit's gathered copy while it is in use (use_unit).
+    // Sharded, the views point into each unit's gathered copy while it is in use (use_unit); staged, the gradients'
+    // into each unit's staging buffer while its backward runs (grad_group_begin).
     if (opt.param_shards == 1) w = weight_views(cfg, layout, param_mem, act);
     if (opt.param_shards > 1) {
       identities_bytes = size_t(layout.total) * dtype_size(act);
@@ -195,7 +210,8 @@ struct Model::Impl {
       TK_CHECK(identities != MAP_FAILED, "model {}: cannot reserve {} bytes of address space to name the weights: {}",
                cfg.name, identities_bytes, std::strerror(errno));
     }
-    g = weight_views(cfg, layout, grad_mem, ops.grad_dtype());
+    if (!staging) g = weight_views(cfg, layout, grad_mem, ops.grad_dtype());
+    else g.layers.resize(size_t(cfg.n_layers));
 
     BufferCarver measure_kept, measure_scratch;
     plan_buffers(measure_kept, measure_scratch, cfg, opt, act, stat);
@@ -210,7 +226,7 @@ struct Model::Impl {
     ops.synchronize();  // no copy may still use what is freed
     ops.release(scratch_mem);
     ops.release(kept_mem);
-    offload.reset();
+    staging.reset();
     if (opt.offload_grads) {
       ops.release_host(grad_mem);
     } else {
@@ -220,17 +236,17 @@ struct Model::Impl {
     if (identities) munmap(identities, identities_bytes);
   }
 
-  // The gradient groups of the backward, each a point where per-group work hangs (gradient offload brings a group's
-  // gradients up before its backward and takes them down after): k = 0 the embedding (with a tied LM head), l + 1
-  // layer l, and the tail (the final norm, with an untied LM head).
+  // The gradient groups of the backward, each a point where per-group work hangs (gradient staging brings a group's
+  // gradients into a staging buffer before its backward; offload takes them down after, the hook reduces them): k = 0
+  // the embedding (with a tied LM head), l + 1 layer l, and the tail (the final norm, with an untied LM head).
   size_t tail_group() const { return size_t(cfg.n_layers) + 1; }
   size_t lm_head_group() const { return cfg.tied_embeddings ? 0 : tail_group(); }
   void grad_group_begin(size_t k) {
-    if (offload) offload->begin_group(k, g);
+    if (staging) staging->begin_group(k, g);
   }
   void grad_group_end(size_t k) {
-    if (offload) offload->end_group(k);
-    if (hook) hook->unit_done(k);
+    const Tensor staged = staging ? staging->end_group(k) : Tensor();
+    if (hook) hook->unit_done(k, opt.reduced_grads ? staged : Tensor());
   }
   // Before unit k's weights are read: with sharded parameters, the unit gathered whole and its views pointed there.
   void use_unit(size_t k) {
@@ -428,12 +444,12 @@ std::vector<std::pair<std::string, size_t>> model_memory(const ModelConfig& cfg,
   plan_buffers(kept, scratch, cfg, opt, act, stat);
   std::vector<std::pair<std::string, size_t>> rows{
       {"parameters", size_t(layout.total / opt.param_shards) * dtype_size(act)}};
-  if (opt.offload_grads) {
+  if (!opt.offload_grads)
+    rows.push_back({gradient_label(opt), size_t(layout.total / opt.grad_shards) * dtype_size(grad)});
+  if (opt.offload_grads || opt.reduced_grads) {
     const auto [outer, layer] = gradient_stage_elements(cfg, layout);
     rows.push_back({"gradient staging: embedding / LM head group", size_t(outer) * dtype_size(grad)});
     rows.push_back({"gradient staging: layers", 2 * size_t(layer) * dtype_size(grad)});
-  } else {
-    rows.push_back({"parameter gradients", size_t(layout.total) * dtype_size(grad)});
   }
   rows.push_back({"activations kept for the backward", kept.used()});
   rows.push_back({"activation gradients and step scratch", scratch.used()});
@@ -517,6 +533,7 @@ std::vector<float> Model::params_f32() const {
 }
 
 std::vector<float> Model::grads_f32() const {
+  TK_CHECK(!grads_sharded(), "internal error: model {}'s gradients are sharded across the ranks", impl_->cfg.name);
   std::vector<float> host(size_t(impl_->layout.total));
   if (impl_->opt.offload_grads) {
     impl_->ops.synchronize();
@@ -537,23 +554,37 @@ void Model::zero_grads() {
   if (m.opt.offload_grads) {
     m.ops.synchronize();
     std::memset(m.grad_mem, 0, m.grads.nbytes());
-    m.offload->host_zeroed();
   } else {
-    m.ops.zero(m.grads);
+    m.ops.zero(m.grads);  // the staging buffers are cleared as each unit's backward begins
   }
+  if (m.staging) m.staging->accumulated_zeroed();
 }
 
 bool Model::grads_on_host() const { return impl_->opt.offload_grads; }
+bool Model::grads_reduced() const { return impl_->opt.reduced_grads; }
+bool Model::grads_sharded() const { return impl_->opt.grad_shards > 1; }
+
+size_t Model::gradient_bytes() const {
+  const ModelOptions& o = impl_->opt;
+  size_t bytes = o.offload_grads ? 0 : impl_->grads.nbytes();
+  if (o.offload_grads || o.reduced_grads) {
+    const auto [outer, layer] = gradient_stage_elements(impl_->cfg, impl_->layout);
+    bytes += size_t(outer + 2 * layer) * dtype_size(impl_->grads.dtype);
+  }
+  return bytes;
+}
 
 LossSum Model::forward_backward(const Batch& batch, float grad_scale) {
   Impl& m = *impl_;
   const BlockStep s = m.stage_batch(batch);
+  TK_CHECK(!m.opt.reduced_grads || m.hook, "internal error: model {} reduces its gradients but has no hook to do it",
+           m.cfg.name);
   m.forward_pass(s);
-  if (m.offload) m.offload->begin_microstep();
+  if (m.staging) m.staging->begin_microstep();
   m.grad_group_begin(m.lm_head_group());
   m.lm_head(s, true, grad_scale);
   m.backward_pass(s);
-  if (m.offload) m.offload->end_microstep();
+  if (m.staging) m.staging->end_microstep();
   return m.read_loss(s);
 }
 

@@ -42,6 +42,14 @@ struct ModelOptions {
   // three staging buffers while its backward runs, brought up before and taken down after (bitwise the
   // same gradients as on the device). The device then holds no [P] gradient buffer.
   bool offload_grads = false;
+  // ZeRO 2 and 3: the parameter gradients reduced out of the model unit by unit in every backward. The model holds
+  // only slice grad_shard of grad_shards of each unit's accumulated gradients (its elements [r n/S, (r+1) n/S) of a
+  // unit of n, concatenated in unit order: grads()); each unit's backward runs in one of three unit-sized staging
+  // buffers (model/grad_staging.h) holding the slice in its chunk and zeros elsewhere, which the GradientHook reduces
+  // across the ranks and copies its chunk back from (GradientHook::unit_done). With one shard (one rank) the same
+  // path runs, the slice being the whole unit. Not with offload_grads; unit_multiple a multiple of grad_shards x 64.
+  bool reduced_grads = false;
+  int grad_shards = 1, grad_shard = 0;
   // The backend writes, in place of three activations that only their linear's weight gradient reads (the norms'
   // outputs x_attn and x_mlp, SwiGLU's output act), that linear's FP8 x^T (CudaOps with --fp8, delayed scaling:
   // Ops::rmsnorm_linear_forward, swiglu_linear_forward): carve them at one byte an element, where the layer does
@@ -70,12 +78,18 @@ class ParameterSource {
 
 // Work hung on the backward's gradient groups, which are the layout's units (data parallelism's gradient
 // reduction, dist-free: the model calls it, the trainer implements it). Called on the host as the backward is
-// queued: unit_done(k) once unit k's gradients of the micro-batch are queued on the compute queue, in the order
-// the backward reaches the units (the last unit first, unit 0 last); backward_done() after the last.
+// queued: unit_done(k, staged) once unit k's gradients of the micro-batch are queued on the compute queue, in the
+// order the backward reaches the units (the last unit first, unit 0 last); backward_done() after the last.
+// `staged` is empty, unless the model reduces its gradients (ModelOptions::reduced_grads): then it is the unit's
+// staging buffer (unit_size(k) elements of grad_dtype()), chunk grad_shard of it holding this rank's accumulated
+// slice plus this micro-batch's gradient, the other chunks this micro-batch's gradient alone. The hook must put
+// into the unit's slice of grads() the sum over the ranks of their chunk grad_shard, and make the compute queue
+// wait for what it reads of `staged` before the work queued after its next call (unit_done or backward_done), which
+// may write the buffer again.
 class GradientHook {
  public:
   virtual ~GradientHook() = default;
-  virtual void unit_done(size_t unit) = 0;
+  virtual void unit_done(size_t unit, const Tensor& staged) = 0;
   virtual void backward_done() = 0;
 };
 
@@ -112,8 +126,15 @@ class Model {
   // a reserved range that stands for the whole layout, each unit aliased to its place as it is gathered
   // (Ops::alias_weights), so that what the backend keeps per weight (FP8 scales) follows the weight.
   const void* weight_identities() const;
-  Tensor grads() const;    // grad_dtype()[P]; in host memory with offload_grads (read it after ops().synchronize())
+  // grad_dtype()[P]; in host memory with offload_grads (read it after ops().synchronize()); with reduced_grads, this
+  // rank's slices (P / grad_shards elements)
+  Tensor grads() const;
   bool grads_on_host() const;
+  bool grads_reduced() const;  // ModelOptions::reduced_grads
+  bool grads_sharded() const;  // grads() holds slices of more than one shard
+  // The device memory the gradients take: the accumulated gradients where they are on the device, and the staging
+  // buffers of offload_grads or reduced_grads.
+  size_t gradient_bytes() const;
 
   // Initialisation as Hugging Face does for these architectures: normal(0, init_std) for matrices
   // and the embedding, ones for norm weights, zeros for biases; deterministic from the seed.
@@ -122,7 +143,7 @@ class Model {
   // The run [offset, offset + n) of the layout from host values: with sharded parameters, what of it this rank holds.
   void set_params_f32(int64_t offset, int64_t n, const float* host);
   std::vector<float> params_f32() const;                  // not with sharded parameters
-  std::vector<float> grads_f32() const;
+  std::vector<float> grads_f32() const;  // not with sharded gradients
   void zero_grads();
 
   // One micro-batch (in host memory; made with doc_mask as the model trains): forward, loss over its targets,

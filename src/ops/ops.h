@@ -104,7 +104,8 @@ class Ops {
   // each other; an event recorded on one queue and waited for on another orders them (a wait covers all
   // that was queued on the recording queue before the record). Host memory written by a download may be
   // read once the compute queue has waited for the download's event and synchronize() has returned.
-  // The defaults suit a backend whose ops run synchronously (the CPU): the copy happens at once.
+  // copy_async on the compute queue also copies between two device buffers, in order with the ops (gradient
+  // staging). The defaults suit a backend whose ops run synchronously (the CPU): the copy happens at once.
   enum class Queue : int { compute = 0, upload = 1, download = 2 };
   virtual void copy_async(void* dst, const void* src, size_t bytes, Queue q) { std::memcpy(dst, src, bytes); }
   virtual int record_event(Queue q) { return 0; }

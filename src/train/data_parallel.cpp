@@ -26,6 +26,11 @@ DataParallel::DataParallel(dist::Communicator& comm, Model& model, int zero_stag
     for (size_t k = 0; k < layout.units(); k++)
       TK_CHECK(layout.unit_size(k) % (int64_t(world()) * kShardQuantum) == 0,
                "internal error: unit {} of {} elements is not padded for {} ranks", k, layout.unit_size(k), world());
+  const ModelOptions& o = model.options();
+  TK_CHECK(o.reduced_grads == (zero_ >= 2) &&
+               (!o.reduced_grads || (o.grad_shards == world() && o.grad_shard == rank())),
+           "internal error: ZeRO {} on rank {} of {} with a model whose gradients are {} ({} shards)", zero_, rank(),
+           world(), o.reduced_grads ? "reduced" : "whole", o.grad_shards);
   model.set_gradient_hook(this);
   // ZeRO 3 shards the parameters over more than one rank (on one, they stay whole).
   TK_CHECK((zero_ == 3 && world() > 1) == model.params_sharded(),
@@ -69,11 +74,11 @@ Tensor DataParallel::unit_slice(const Tensor& flat, size_t unit) const {
   return flat.rows(begin, begin + chunk);
 }
 
-Tensor DataParallel::held_slice(size_t unit) const {
+Tensor DataParallel::held_slice(const Tensor& held, size_t unit) const {
   const ParamLayout& layout = model_.layout();
   int64_t at = 0;
   for (size_t k = 0; k < unit; k++) at += layout.unit_size(k) / world();
-  return model_.params().rows(at, at + layout.unit_size(unit) / world());
+  return held.rows(at, at + layout.unit_size(unit) / world());
 }
 
 std::vector<ParamRange> DataParallel::owned() const {
@@ -91,16 +96,43 @@ SumAcrossRanks DataParallel::sum_across_ranks() {
   return [this](double mine) { return sum(mine); };
 }
 
-void DataParallel::unit_done(size_t unit) {
-  if (!armed_ || model_.layout().unit_size(unit) == 0) return;
+// ZeRO 0, 1: the unit's accumulated gradients all-reduced in place. ZeRO 2, 3: the staging buffer reduce-scattered in
+// place (chunk r of it receives the ranks' sum of their chunk r, this rank's accumulated slice included), then the
+// unit before it put back into its slice.
+void DataParallel::unit_done(size_t unit, const Tensor& staged) {
+  const int64_t n = model_.layout().unit_size(unit);
+  if (n == 0) return;
   Ops& ops = model_.ops();
-  const Tensor grads = unit_of(model_.grads(), unit);
+  if (staged.empty()) {
+    if (!armed_) return;
+    const Tensor grads = unit_of(model_.grads(), unit);
+    comm_.wait_for_compute(ops);
+    last_ = comm_.all_reduce(grads, grads, dist::ReduceOp::Sum);
+    return;
+  }
+  const int64_t chunk = n / world();
+  const Tensor mine = staged.rows(rank() * chunk, (rank() + 1) * chunk);
   comm_.wait_for_compute(ops);
-  last_ = zero_ >= 2 ? comm_.reduce_scatter(unit_slice(model_.grads(), unit), grads, dist::ReduceOp::Sum)
-                     : comm_.all_reduce(grads, grads, dist::ReduceOp::Sum);
+  const dist::Ticket reduced = comm_.reduce_scatter(mine, staged, dist::ReduceOp::Sum);
+  put_back_reduced();
+  reduced_unit_ = int(unit);
+  reduced_chunk_ = mine;
+  reduced_ticket_ = reduced;
+}
+
+// The pending unit's reduced chunk into the model's slice, on the compute queue once its reduce-scatter is done;
+// the model writes the staging buffer again only after this (GradientHook's contract).
+void DataParallel::put_back_reduced() {
+  if (reduced_unit_ < 0) return;
+  Ops& ops = model_.ops();
+  comm_.compute_waits(ops, reduced_ticket_);
+  const Tensor slice = held_slice(model_.grads(), size_t(reduced_unit_));
+  ops.copy_async(slice.data, reduced_chunk_.data, slice.nbytes(), Ops::Queue::compute);
+  reduced_unit_ = -1;
 }
 
 void DataParallel::backward_done() {
+  put_back_reduced();
   if (!armed_) return;
   armed_ = false;
   if (last_ >= 0) comm_.compute_waits(model_.ops(), last_);
@@ -126,7 +158,7 @@ void DataParallel::gather_parameters() {
 void DataParallel::fill(int b, size_t unit) {
   const int64_t n = model_.layout().unit_size(unit);
   comm_.wait_for_compute(model_.ops());
-  filling_[b] = comm_.all_gather(staging_[b].rows(0, n), held_slice(unit));
+  filling_[b] = comm_.all_gather(staging_[b].rows(0, n), held_slice(model_.params(), unit));
   holds_[b] = int(unit);
 }
 

@@ -20,7 +20,8 @@ constexpr int64_t kShardQuantum = kMomentBlock;
 class DataParallel final : public GradientHook, public ParameterSource {
  public:
   // Hooks itself into the model's backward (and, ZeRO 3, gathers its units); the model must be built with
-  // unit_multiple(world, zero_stage, moments) and, ZeRO 3, its parameters sharded over the world.
+  // unit_multiple(world, zero_stage, moments), under ZeRO 2 and 3 its gradients reduced and sharded over the world
+  // (ModelOptions::reduced_grads), and under ZeRO 3 its parameters sharded over the world.
   DataParallel(dist::Communicator& comm, Model& model, int zero_stage);
   ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
@@ -40,10 +41,11 @@ class DataParallel final : public GradientHook, public ParameterSource {
   // What a sharded AdamW sums across ranks.
   SumAcrossRanks sum_across_ranks();
 
-  // The next backward reduces its gradients across the ranks (the last micro-batch of a step): unit by unit as the
-  // backward finishes each, all-reduced (ZeRO 0, 1) or reduce-scattered to the unit's owner slices (ZeRO 2, 3).
-  void reduce_next_backward() { armed_ = true; }
-  void unit_done(size_t unit) override;
+  // ZeRO 0, 1: the next backward all-reduces its gradients across the ranks (the last micro-batch of a step), unit by
+  // unit as the backward finishes each. ZeRO 2, 3 reduce-scatter every backward's gradients, unit by unit, into the
+  // rank's slices (the model's staging, GradientHook), whatever this says.
+  void reduce_next_backward() { armed_ = zero_ < 2; }
+  void unit_done(size_t unit, const Tensor& staged) override;
   void backward_done() override;
 
   // After a sharded update: each rank's updated slice of the parameters to every rank (ZeRO 1, 2); ZeRO 3 forgets
@@ -65,7 +67,10 @@ class DataParallel final : public GradientHook, public ParameterSource {
  private:
   Tensor unit_slice(const Tensor& flat, size_t unit) const;  // this rank's slice of the unit
   Tensor unit_of(const Tensor& flat, size_t unit) const;
-  Tensor held_slice(size_t unit) const;  // ZeRO 3: this rank's slice of the unit in the model's sharded parameters
+  // This rank's slice of the unit in a buffer of its slices in unit order: the model's sharded parameters (ZeRO 3)
+  // or its reduced gradients (ZeRO 2, 3).
+  Tensor held_slice(const Tensor& held, size_t unit) const;
+  void put_back_reduced();
   void fill(int buffer, size_t unit);
   void follow_schedule(size_t unit);
 
@@ -74,6 +79,12 @@ class DataParallel final : public GradientHook, public ParameterSource {
   int zero_;
   bool armed_ = false;
   dist::Ticket last_ = -1;
+  // ZeRO 2, 3: the unit whose reduce-scatter was queued last, the chunk of its staging buffer that receives this
+  // rank's sum and the ticket of it; copied into the model's slice once the next unit's reduce-scatter is queued, so
+  // that the compute queue waits for one reduction while the collective queue runs the next (-1: none pending).
+  int reduced_unit_ = -1;
+  Tensor reduced_chunk_;
+  dist::Ticket reduced_ticket_ = -1;
   // ZeRO 3's two gathering buffers: the unit each holds (-1: none), the all-gather filling it (-1: done), which one
   // the compute reads now; the order in which a training step uses the units, and where in it the last use was.
   Tensor staging_[2];

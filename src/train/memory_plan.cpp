@@ -140,21 +140,17 @@ double fp8_transient_bytes(const Recipe& r, int64_t chunk_rows) {
   return double(bytes);
 }
 
-// ZeRO 2 and 3 (memory_plan.h): the model's gradients and parameters as one GPU holds them.
+// ZeRO 3 (memory_plan.h): the model's parameters as one GPU holds them. (ZeRO 2 and 3's gradients, a slice and the
+// staging, are model_memory's own rows: the recipe's model options carry them.)
 void shard_model_rows(MemoryPlan& p) {
   const Recipe& r = p.recipe;
-  if (r.zero_stage < 2 || r.world_size <= 1) return;
+  if (r.zero_stage < 3 || r.world_size <= 1) return;
   const double n = r.world_size, unit = zero_unit_elements(r.model), P = double(ParamLayout::build(r.model).total);
   for (PlanRow& row : p.rows) {
+    if (row.component != "parameters") continue;
     const double element = row.bytes / P;  // the row's bytes per parameter
-    if (row.component == "parameter gradients") {
-      row.bytes = element * (P / n + unit);
-      row.component = fmt::format("parameter gradients: a 1/{} shard and one unit being reduced (ZeRO-{})",
-                                  r.world_size, r.zero_stage);
-    } else if (row.component == "parameters" && r.zero_stage == 3) {
-      row.bytes = element * (P / n + 2 * unit);
-      row.component = fmt::format("parameters: a 1/{} shard and two units gathered (ZeRO-3)", r.world_size);
-    }
+    row.bytes = element * (P / n + 2 * unit);
+    row.component = fmt::format("parameters: a 1/{} shard and two units gathered (ZeRO-3)", r.world_size);
   }
 }
 

@@ -112,9 +112,9 @@ double local_host_memory_limit();
 
 // The plan of one setting: what the recipe's run holds on its device (the CPU's memory when !recipe.gpu); under ZeRO
 // (recipe.zero_stage, recipe.world_size) what one GPU holds: stage 1 divides the fp32 master weights and AdamW's
-// moments by N, stage 2 the gradients too (less one unit's, zero_unit_elements, kept whole while it is reduced), stage
-// 3 the parameters too (plus two units gathered: the one in use and the one prefetched). predicted_tokens_per_s is
-// the whole run's, every GPU's tokens.
+// moments by N, stage 2 the gradients too (plus the three unit-sized buffers each unit's backward is staged in
+// before it is reduce-scattered, model/grad_staging.h), stage 3 the parameters too (plus two units gathered: the one
+// in use and the one prefetched). predicted_tokens_per_s is the whole run's, every GPU's tokens.
 MemoryPlan plan_memory(const Recipe& r, const PlanTarget& target);
 
 // Every setting tried for a global batch of global_tokens (B * T * accumulation * world size), fastest first, and

@@ -85,6 +85,8 @@ AdamW::AdamW(Model& model, const AdamWOptions& opt, std::vector<ParamRange> owne
   const int64_t P = state_elements_;
   // bf16 weights cannot absorb updates smaller than their rounding step: keep an fp32 copy to update.
   const bool master = dtype_size(ops_.act_dtype()) < 4;
+  TK_CHECK(!model.grads_sharded() || sharded(),
+           "internal error: the model holds its slices of the gradients, but AdamW is not sharded");
   TK_CHECK(!model.grads_on_host() || opt.offload,
            "gradients in host memory need the optimizer state there too (--offload optimizer,gradients)");
   if (opt.offload) {
@@ -143,6 +145,10 @@ int64_t AdamW::state_index(int64_t offset, int64_t n, const char* what) const {
 
 Tensor AdamW::param_rows(int64_t a, int64_t at, int64_t n) const {
   return model_.params_sharded() ? model_.params().rows(at, at + n) : model_.params().rows(a, a + n);
+}
+
+Tensor AdamW::grad_rows(int64_t a, int64_t at, int64_t n) const {
+  return model_.grads_sharded() ? model_.grads().rows(at, at + n) : model_.grads().rows(a, a + n);
 }
 
 std::vector<ParamSegment> AdamW::segments_in(int64_t a, int64_t n) const {
@@ -259,7 +265,7 @@ void AdamW::offloaded_update(const AdamWConfig& config) {
     AdamWConfig c = config;
     c.first_index = noise_index(a);
     ops_.adamw_update(param_rows(a, at, n), rows(st.master, n),
-                      host_grads ? st.grads.rows(0, n) : model_.grads().rows(a, a + n), st.m.values.rows(0, n),
+                      host_grads ? st.grads.rows(0, n) : grad_rows(a, at, n), st.m.values.rows(0, n),
                       st.v.values.rows(0, n), rows(st.m.scales, moment_blocks(n)),
                       rows(st.v.scales, moment_blocks(n)), segs, c);
     ops_.wait_event(Q::download, ops_.record_event(Q::compute));
@@ -287,8 +293,8 @@ double AdamW::gradient_norm() const {
   }
   if (!sharded()) return ops_.grad_norm(model_.grads());
   double squares = 0;
-  for (const ParamRange& r : owned_) {
-    const double norm = ops_.grad_norm(model_.grads().rows(r.offset, r.offset + r.count));
+  for (size_t i = 0; i < owned_.size(); i++) {
+    const double norm = ops_.grad_norm(grad_rows(owned_[i].offset, owned_state_[i], owned_[i].count));
     squares += norm * norm;
   }
   return std::sqrt(sum_across_ranks_(squares));
@@ -320,7 +326,7 @@ OptimizerStep AdamW::step(double lr) {
       AdamWConfig range = c;
       range.first_index = noise_index(a);
       const int64_t blocks = m_.scales.empty() ? 0 : moment_blocks(n);
-      ops_.adamw_update(param_rows(a, at, n), rows(master_, at, n), model_.grads().rows(a, a + n),
+      ops_.adamw_update(param_rows(a, at, n), rows(master_, at, n), grad_rows(a, at, n),
                         m_.values.rows(at, at + n), v_.values.rows(at, at + n),
                         rows(m_.scales, at / kMomentBlock, blocks), rows(v_.scales, at / kMomentBlock, blocks),
                         segments_in(a, n), range);

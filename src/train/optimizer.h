@@ -132,6 +132,8 @@ class AdamW {
   // The parameters of the run [a, a + n) of the layout, at state index `at`: ZeRO 3's model holds only its slices,
   // in the order of the state.
   Tensor param_rows(int64_t a, int64_t at, int64_t n) const;
+  // The same for the gradients: ZeRO 2 and 3's model holds only its slices of them.
+  Tensor grad_rows(int64_t a, int64_t at, int64_t n) const;
   double gradient_norm() const;
   // The index of layout element `flat` that seeds its rounding noise (AdamWConfig::first_index): one process's own
   // index; sharded, the element's index in the layout one process trains with (units padded to kMomentBlock,

@@ -51,8 +51,8 @@ struct Recipe {
   // Whether the LM head's shapes at this micro-batch take its FP8 GEMMs (--fp8-lm-head; fp8_shapes.h).
   bool lm_head_fp8_shapes() const;
 
-  // The options of every rank's model; make_model adds ZeRO 3's parameter slice, which the memory plan counts apart
-  // (zero_plan.h), with the units being gathered.
+  // The options of this rank's model (ZeRO 2, 3: its slice of the gradients); make_model adds ZeRO 3's parameter
+  // slice, which the memory plan counts apart (zero_plan.h), with the units being gathered.
   ModelOptions model_options() const;
   const AdamWOptions& adamw_options() const { return optimizer; }
 };

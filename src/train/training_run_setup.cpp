@@ -227,6 +227,9 @@ void TrainingRun::print_plan() const {
   const Ops& ops = *backend_.ops;
   const double params = double(model_->params().nbytes());  // ZeRO 3: this rank's slices
   const double grads = double(layout.total) * double(dtype_size(ops.grad_dtype()));
+  // ZeRO 2, 3: this rank's slices and the staging. Offloaded gradients are not on the device: they count in the
+  // offload line below, not in the total.
+  const double device_grads = model_->grads_on_host() ? 0.0 : double(model_->gradient_bytes());
   const double opt = double(optimizer_->state_bytes());
   const double acts = double(model_->activation_bytes());
   fmt::print("model {} ({}): {} parameters, {} layers, d_model {}, {} heads ({} kv) x {}, ffn {}, vocab {}\n", c.name,
@@ -245,12 +248,12 @@ void TrainingRun::print_plan() const {
   fmt::print("backend {} on {}{}; {:.3g} GFLOP per token; {}\n", ops.name(), throughput_->device().name,
              recipe_.backend.precision.fp8 ? " (linear layers' GEMMs in FP8; MFU against the bf16 peak)" : "",
              throughput_->model_flops_per_token() / 1e9, throughput_->peak_description());
-  // Offloaded gradients are not on the device: they count in the offload line below, not in the total.
-  const double device_grads = model_->grads_on_host() ? 0.0 : grads;
+  const std::string device_grads_text =
+      fmt::format("{} ({}{})", format_bytes(device_grads), dtype_name(ops.grad_dtype()),
+                  model_->grads_reduced() ? ": this rank's slices and the staging" : "");
   fmt::print("memory plan: parameters {} ({}), gradients {}, optimizer {} ({} m, v{}), activations {}; total {}\n",
              format_bytes(params), dtype_name(ops.act_dtype()),
-             model_->grads_on_host() ? std::string("in host memory")
-                                     : fmt::format("{} ({})", format_bytes(grads), dtype_name(ops.grad_dtype())),
+             model_->grads_on_host() ? std::string("in host memory") : device_grads_text,
              format_bytes(opt), moments_name(optimizer_->moments()),
              optimizer_->has_master_weights() ? ", fp32 master weights" : "", format_bytes(acts),
              format_bytes(params + device_grads + opt + acts));
@@ -310,6 +313,7 @@ void TrainingRun::write_run_config() const {
   j["unigram_entropy_nats"] = unigram_nats_;
   j["memory"] = {{"activation_bytes", model_->activation_bytes()},
                  {"optimizer_bytes", optimizer_->state_bytes()},
+                 {"gradient_bytes", model_->gradient_bytes()},
                  {"parameter_bytes", model_->params().nbytes()}};
   dir_->write_config(j);
   json recorded = cfg_.to_json();

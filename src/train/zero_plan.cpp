@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "model/grad_offload.h"
+#include "model/grad_staging.h"
 #include "model/params.h"
 
 namespace tk {
@@ -19,6 +19,11 @@ double interconnect_bandwidth(const std::string& name) {
 double zero_unit_elements(const ModelConfig& c) {
   const auto [outer, layer] = gradient_stage_elements(c, ParamLayout::build(c));
   return double(std::max(outer, layer));
+}
+
+double zero_gradient_staging_elements(const ModelConfig& c) {
+  const auto [outer, layer] = gradient_stage_elements(c, ParamLayout::build(c));
+  return double(outer + 2 * layer);
 }
 
 ZeroCommunication zero_communication(const Recipe& r, double forward_s, double backward_s, double link_bandwidth) {

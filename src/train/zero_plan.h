@@ -20,8 +20,11 @@ constexpr double kPcie4BusBandwidth = 25e9;
 double interconnect_bandwidth(const std::string& name);
 
 // The largest unit the data-parallel code moves or holds at once: a layer's parameters, or the embedding / LM head
-// group (model/grad_offload.h), in elements.
+// group (model/grad_staging.h), in elements.
 double zero_unit_elements(const ModelConfig& c);
+// ZeRO 2 and 3: the elements of the three buffers each unit's gradient is staged in before it is reduce-scattered
+// (model/grad_staging.h: the embedding / LM head group's and two of the largest layer's), beside the 1/N slice.
+double zero_gradient_staging_elements(const ModelConfig& c);
 
 // One GPU's share of the collectives of one optimizer step of r (r.world_size GPUs at r.zero_stage, r.accumulation
 // micro-steps), gradients in f32, parameters in bf16:

@@ -389,8 +389,9 @@ TEST(MemoryLedger, CountsBytesByAllocationAndLabel) {
   EXPECT_EQ(ledger.peak(), 180u);
 }
 
-// ZeRO (zero_plan.h): one GPU equals the plain plan at every stage; on N, each stage takes from one GPU's memory what
-// its formula says, and the collectives move and take what theirs say.
+// ZeRO (zero_plan.h): one GPU equals the plain plan at every stage but for ZeRO 2 and 3's gradient staging (one rank
+// takes the same path); on N, each stage takes from one GPU's memory what its formula says, and the collectives move
+// and take what theirs say.
 Recipe on_gpus(Recipe r, int n, int stage) {
   r.world_size = n;
   r.zero_stage = stage;
@@ -401,9 +402,10 @@ TEST(ZeroPlan, OneGpuIsThePlainPlan) {
   const PlanTarget gpu;
   const Recipe r = recipe(preset("llama3.2-1b"), 8, 2048);
   const MemoryPlan plain = plan_memory(r, gpu);
+  const double staging = 4 * zero_gradient_staging_elements(r.model);
   for (int stage = 0; stage <= 3; stage++) {
     const MemoryPlan one = plan_memory(on_gpus(r, 1, stage), gpu);
-    EXPECT_EQ(one.total_bytes, plain.total_bytes) << stage;
+    EXPECT_EQ(one.total_bytes, plain.total_bytes + (stage >= 2 ? staging : 0)) << stage;
     EXPECT_EQ(one.predicted_tokens_per_s, plain.predicted_tokens_per_s) << stage;
     EXPECT_EQ(one.communication.bytes, 0) << stage;
   }
@@ -414,11 +416,12 @@ TEST(ZeroPlan, EachStageShardsWhatItsFormulaSays) {
   const ModelConfig cfg = preset("llama3.2-1b");
   const Recipe r = recipe(cfg, 8, 2048);
   const double P = double(ParamLayout::build(cfg).total), n = 4, unit = zero_unit_elements(cfg);
+  const double staging = zero_gradient_staging_elements(cfg);
   double total[4];
   for (int stage = 0; stage <= 3; stage++) total[stage] = plan_memory(on_gpus(r, 4, stage), gpu).total_bytes;
-  EXPECT_EQ(total[0], plan_memory(r, gpu).total_bytes);               // 0: everything replicated
-  EXPECT_NEAR(total[0] - total[1], 12 * (P - P / n), 12 * n);         // 1: master weights, m and v / N
-  EXPECT_NEAR(total[1] - total[2], 4 * (P - (P / n + unit)), 4 * n);  // 2: + gradients / N, one unit whole
+  EXPECT_EQ(total[0], plan_memory(r, gpu).total_bytes);                  // 0: everything replicated
+  EXPECT_NEAR(total[0] - total[1], 12 * (P - P / n), 12 * n);            // 1: master weights, m and v / N
+  EXPECT_NEAR(total[1] - total[2], 4 * (P - (P / n + staging)), 4 * n);  // 2: + gradients / N, three units staged
   EXPECT_NEAR(total[2] - total[3], 2 * (P - (P / n + 2 * unit)), 2 * n);  // 3: + parameters / N, two units gathered
   EXPECT_GT(total[0], total[1]);
   EXPECT_GT(total[1], total[2]);

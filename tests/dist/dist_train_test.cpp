@@ -1,9 +1,9 @@
-// Data-parallel training under mpirun on the tiny model (CPU backend, float32), for each ZeRO stage: the losses and
-// final weights of 2 and 3 ranks equal one process's at the same global batch within 1e-5 relative; two runs at the
-// same world size are bitwise equal; a resumed run is bitwise the uninterrupted one; a checkpoint of 2 ranks resumes
-// on 3 and on 1 within the same tolerance; so do runs with int8 moments and with the optimizer offloaded; `tokamak export` writes its
-// weights; each rank's optimizer state (and,
-// ZeRO 3, parameters) shrink as the stage says.
+// Data-parallel training under mpirun on a tiny model (CPU backend, float32), for each ZeRO stage, every rank
+// accumulating several micro-batches a step: the losses and final weights of 2 and 3 ranks equal one process's at the
+// same global batch within 1e-5 relative; two runs at the same world size are bitwise equal; a resumed run is
+// bitwise the uninterrupted one; a checkpoint of 2 ranks resumes on 3 and on 1 within the same tolerance; so do runs
+// with int8 moments and with the optimizer offloaded; `tokamak export` writes its weights; each rank's optimizer
+// state (ZeRO 1-3), gradients (ZeRO 2, 3) and parameters (ZeRO 3) shrink as the stage says.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -48,10 +48,18 @@ std::string read_bytes(const std::string& path) {
 
 class DataParallelTraining : public ::testing::TestWithParam<int> {
  protected:
+  // The tiny Llama with 16 layers: deep enough that ZeRO 2's three unit-sized gradient staging buffers are a small
+  // part of the gradients, as in real models (with 2 layers they would be all of them).
+  static ModelConfig model_config() {
+    ModelConfig c = testing::tiny_llama_config();
+    c.n_layers = 16;
+    return c;
+  }
+
   static void SetUpTestSuite() {
     dir_ = new TempDir();
     data_ = new std::string(testing::make_byte_dataset(*dir_));
-    model_ = new std::string(testing::write_model_config(*dir_, testing::tiny_llama_config()));
+    model_ = new std::string(testing::write_model_config(*dir_, model_config()));
   }
   static void TearDownTestSuite() {
     delete model_;
@@ -318,6 +326,45 @@ TEST_P(DataParallelTraining, NamesTheRankThatWaitsForData) {
   const std::string out = read_bytes(dir_->path(name + ".output.out"));
   EXPECT_NE(out.find("communication over 4 steps: collectives"), std::string::npos) << out;
   EXPECT_NE(out.find("(rank 1, the slowest)"), std::string::npos) << out;
+}
+
+// The gradients' memory as the backend's ledger recorded it (rank 0's memory.json after the first step): the whole
+// [P] buffer under ZeRO 0 and 1; under ZeRO 2 and 3 the rank's half of it (the padded layout's P / 2 in f32) and the
+// three unit-sized staging buffers of the backward, together well under the whole buffer.
+TEST_P(DataParallelTraining, ZeroTwoAndThreeHoldASliceOfTheGradientsAndTheStaging) {
+  struct Gradients {
+    double accumulated = 0, staging = 0;
+    std::string accumulated_label;
+  };
+  auto gradients = [](const RunResult& r) {
+    Gradients g;
+    const nlohmann::json table = nlohmann::json::parse(read_bytes(r.dir + "/memory.json"));
+    for (const auto& row : table.at("rows")) {
+      const std::string label = row.at("component");
+      if (label.starts_with("parameter gradients")) {
+        g.accumulated += row.at("bytes").get<double>();
+        g.accumulated_label = label;
+      }
+      if (label.starts_with("gradient staging")) g.staging += row.at("bytes").get<double>();
+    }
+    return g;
+  };
+  auto config = [](const RunResult& r) { return nlohmann::json::parse(read_bytes(r.dir + "/config.json")); };
+  const Gradients whole = gradients(one_process()), two = gradients(two_ranks());
+  ASSERT_GT(whole.accumulated, 0);
+  EXPECT_EQ(whole.staging, 0);
+  EXPECT_EQ(two.accumulated + two.staging, config(two_ranks()).at("memory").at("gradient_bytes").get<double>());
+  if (zero() < 2) {
+    EXPECT_GE(two.accumulated, whole.accumulated);
+    EXPECT_EQ(two.staging, 0);
+    return;
+  }
+  const double padded = config(two_ranks()).at("parameters").get<double>();  // this run's layout, units padded
+  EXPECT_EQ(two.accumulated_label, "parameter gradients (this rank's slice of each unit)");
+  EXPECT_EQ(two.accumulated, padded / 2 * sizeof(float));
+  EXPECT_GT(two.staging, 0);
+  EXPECT_LT(two.staging, 0.25 * whole.accumulated);  // three units of a model of 18
+  EXPECT_LT(two.accumulated + two.staging, 0.75 * whole.accumulated);
 }
 
 INSTANTIATE_TEST_SUITE_P(Zero, DataParallelTraining, ::testing::Values(0, 1, 2, 3));
