@@ -48,9 +48,9 @@ std::string read_bytes(const std::string& path) {
 
 class DataParallelTraining : public ::testing::TestWithParam<int> {
  protected:
-  // The tiny Llama with 16 layers: deep enough that ZeRO 2's three unit-sized gradient staging buffers are a small
-  // part of the gradients, as in real models (with 2 layers they would be all of them).
-  static ModelConfig model_config() {
+  // The tiny Llama with 16 layers, for the gradients' memory: deep enough that ZeRO 2's three unit-sized gradient
+  // staging buffers are a small part of the gradients, as in real models (with 2 layers they are all of them).
+  static ModelConfig deep_config() {
     ModelConfig c = testing::tiny_llama_config();
     c.n_layers = 16;
     return c;
@@ -59,9 +59,11 @@ class DataParallelTraining : public ::testing::TestWithParam<int> {
   static void SetUpTestSuite() {
     dir_ = new TempDir();
     data_ = new std::string(testing::make_byte_dataset(*dir_));
-    model_ = new std::string(testing::write_model_config(*dir_, model_config()));
+    model_ = new std::string(testing::write_model_config(*dir_, testing::tiny_llama_config()));
+    deep_model_ = new std::string(testing::write_model_config(*dir_, deep_config(), "deep.json"));
   }
   static void TearDownTestSuite() {
+    delete deep_model_;
     delete model_;
     delete data_;
     delete dir_;
@@ -75,8 +77,10 @@ class DataParallelTraining : public ::testing::TestWithParam<int> {
     std::vector<std::string> args = {"train", "--device", "cpu", "--batch", "2", "--seq", "16", "--batch-tokens", "192",
                                      "--steps", "4", "--warmup", "2", "--lr", "3e-3", "--eval-tokens", "0",
                                      "--save-every", "2", "--keep-checkpoints", "0", "--out", out};
-    if (std::find(extra.begin(), extra.end(), "--resume") == extra.end())
-      args.insert(args.end(), {"--model", *model_, "--data", *data_});
+    if (std::find(extra.begin(), extra.end(), "--resume") == extra.end()) {
+      if (std::find(extra.begin(), extra.end(), "--model") == extra.end()) args.insert(args.end(), {"--model", *model_});
+      args.insert(args.end(), {"--data", *data_});
+    }
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
   }
@@ -149,11 +153,13 @@ class DataParallelTraining : public ::testing::TestWithParam<int> {
   static TempDir* dir_;
   static std::string* data_;
   static std::string* model_;
+  static std::string* deep_model_;
 };
 
 TempDir* DataParallelTraining::dir_ = nullptr;
 std::string* DataParallelTraining::data_ = nullptr;
 std::string* DataParallelTraining::model_ = nullptr;
+std::string* DataParallelTraining::deep_model_ = nullptr;
 
 TEST_P(DataParallelTraining, TwoAndThreeRanksComputeWhatOneProcessComputes) {
   expect_close(one_process(), two_ranks());
@@ -328,9 +334,10 @@ TEST_P(DataParallelTraining, NamesTheRankThatWaitsForData) {
   EXPECT_NE(out.find("(rank 1, the slowest)"), std::string::npos) << out;
 }
 
-// The gradients' memory as the backend's ledger recorded it (rank 0's memory.json after the first step): the whole
-// [P] buffer under ZeRO 0 and 1; under ZeRO 2 and 3 the rank's half of it (the padded layout's P / 2 in f32) and the
-// three unit-sized staging buffers of the backward, together well under the whole buffer.
+// The gradients' memory as the backend's ledger recorded it (rank 0's memory.json after the first step), with the
+// 16-layer model (which 2 ranks also train as one process does): the whole [P] buffer under ZeRO 0 and 1; under ZeRO
+// 2 and 3 the rank's half of it (the padded layout's P / 2 in f32) and the three unit-sized staging buffers of the
+// backward, together well under the whole buffer.
 TEST_P(DataParallelTraining, ZeroTwoAndThreeHoldASliceOfTheGradientsAndTheStaging) {
   struct Gradients {
     double accumulated = 0, staging = 0;
@@ -350,16 +357,20 @@ TEST_P(DataParallelTraining, ZeroTwoAndThreeHoldASliceOfTheGradientsAndTheStagin
     return g;
   };
   auto config = [](const RunResult& r) { return nlohmann::json::parse(read_bytes(r.dir + "/config.json")); };
-  const Gradients whole = gradients(one_process()), two = gradients(two_ranks());
+  const std::string z = std::to_string(zero());
+  static const RunResult deep_one = train(1, "deep_one", {"--model", *deep_model_});
+  const RunResult deep_two = train(2, "deep_two_z" + z, {"--model", *deep_model_, "--zero", z});
+  expect_close(deep_one, deep_two);
+  const Gradients whole = gradients(deep_one), two = gradients(deep_two);
   ASSERT_GT(whole.accumulated, 0);
   EXPECT_EQ(whole.staging, 0);
-  EXPECT_EQ(two.accumulated + two.staging, config(two_ranks()).at("memory").at("gradient_bytes").get<double>());
+  EXPECT_EQ(two.accumulated + two.staging, config(deep_two).at("memory").at("gradient_bytes").get<double>());
   if (zero() < 2) {
     EXPECT_GE(two.accumulated, whole.accumulated);
     EXPECT_EQ(two.staging, 0);
     return;
   }
-  const double padded = config(two_ranks()).at("parameters").get<double>();  // this run's layout, units padded
+  const double padded = config(deep_two).at("parameters").get<double>();  // this run's layout, units padded
   EXPECT_EQ(two.accumulated_label, "parameter gradients (this rank's slice of each unit)");
   EXPECT_EQ(two.accumulated, padded / 2 * sizeof(float));
   EXPECT_GT(two.staging, 0);
