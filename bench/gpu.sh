@@ -2,15 +2,15 @@
 # The GPU machine's benchmarks and profiles, in one call: build every target for sm_90 (tests/gpu/harness.sh), then
 # the steps asked for (default all): kernels (fused-kernel bandwidth), moments (a 1B step with each AdamW moment
 # type), profile (tokamak profile of the bench shapes), needless (the advice on a needlessly recomputed run), plan
-# (recompute policies and --memory-budget against tokamak plan), budget and seven (--memory-budget runs), docmask
-# (the cost of --doc-mask), chunks (the LM head's logits chunk), gemms (cuBLASLt's first choice against its fastest),
+# (recompute policies and --memory-budget against tokamak plan), budget and seven (--memory-budget runs), eight
+# (Llama-3.1-8B on one GPU), docmask (the cost of --doc-mask), chunks (the LM head's logits chunk), gemms (cuBLASLt's first choice against its fastest),
 # tuning (the speed of --gemm-tuning), margin (FP8 delayed scaling's margin), ncu (every kernel of a step, Nsight
 # Compute), attention (our attention backward against cuDNN's; ATTN_PROFILE=1: its stall sampling), kprof (Nsight
 # Compute on the kernels under the kernel bar), bench (tokamak against the PyTorch peer: bench/run.sh).
 # Correctness is tests/gpu/run.sh's. Usage: bench/gpu.sh [step,step...]. Logs in $OUT/bench-logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-STEPS=${1:-kernels,moments,profile,needless,plan,budget,seven,docmask,chunks,gemms,tuning,margin,ncu,attention,kprof,bench}
+STEPS=${1:-kernels,moments,profile,needless,plan,budget,seven,eight,docmask,chunks,gemms,tuning,margin,ncu,attention,kprof,bench}
 PACK=bench-logs
 source tests/gpu/harness.sh
 if has kernels && [ -x $BUILD/bench/kernels_bench ]; then
@@ -69,6 +69,28 @@ PY
     done
   done | tee "$OUT/budget.txt"
   echo "budget: $(( $(date +%s) - start ))s"; pack
+fi
+if has eight && [ -f data/brown/meta.json ]; then
+  # Llama-3.1-8B on one GPU at sequence 2048 (FP8 with the FP8 LM head, and bf16) and 8192 (FP8), 16,384 tokens a
+  # step, bf16 moments, the plan chosen by --memory-budget; tokens/s and MFU of the steps after the first.
+  EIGHT=(train --data data/brown --model llama3.1-8b --vocab-size 128256 --batch-tokens 16384 --memory-budget 136GiB
+         --moments bf16 --steps ${EIGHT_STEPS:-6} --warmup 1 --eval-tokens 0 --save-every -1 --device cuda --overwrite)
+  for flags in "--seq 2048 --batch 8 --precision fp8 --fp8-lm-head" "--seq 2048 --batch 8 --precision bf16" \
+               "--seq 8192 --batch 2 --precision fp8 --fp8-lm-head"; do
+    log="$OUT/eight-${flags// /_}.log"
+    $BUILD/tokamak "${EIGHT[@]}" $flags --out /tmp/eight-run > "$log" 2>&1 || { tail -4 "$log"; continue; }
+    grep -E "memory budget" "$log" | head -1
+    python3 - "8B $flags" /tmp/eight-run/log.jsonl <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[2]) if '"loss"' in l and '"step"' in l]
+tail = rows[1:] or rows
+tps = sum(r["tokens_per_s"] for r in tail) / len(tail)
+mfu = sum(r.get("mfu", 0) for r in tail) / len(tail)
+peak = max(r["memory_bytes"] for r in rows) / 2**30
+print(f"{sys.argv[1]:<52} {tps:>8.0f} tok/s  MFU {100 * mfu:5.1f}%  device in use {peak:6.2f} GiB")
+PY
+  done | tee "$OUT/eight.txt"
+  echo "eight: $(( $(date +%s) - start ))s"; pack
 fi
 if has seven && [ -f data/brown/meta.json ]; then
   # Issue 6's 7B bar: a Qwen2.5-7B shape within 24 GiB (the plan picks gradient offload; bf16 moments keep the

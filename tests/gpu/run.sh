@@ -4,12 +4,13 @@
 # 300 steps on CUDA against the CPU reference, and with --doc-mask), moments (bf16 and int8 AdamW moments against
 # f32: quality), fp8 and fp8head (FP8 linears and the FP8 LM head against bf16: quality, bitwise reruns and resume),
 # report (a GPU run, its profile and its page), offload (offloaded optimizer and gradients: bitwise the on-device
-# run), tuning (tuned GEMM runs bitwise equal). Benchmarks and profiles are bench/gpu.sh's; the Python tokenizer
+# run), dist (the data-parallel path over NCCL at world size 1 against the plain runs: tests/gpu/dist_check.py),
+# tuning (tuned GEMM runs bitwise equal). Benchmarks and profiles are bench/gpu.sh's; the Python tokenizer
 # fixtures tests/fixtures/tokenizer/make_fixtures_gpu.sh's.
 # Usage: tests/gpu/run.sh [step,step...] [test-regex]. Logs in $OUT/logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-STEPS=${1:-tests,hf,curve,moments,fp8,fp8head,report,offload,tuning}
+STEPS=${1:-tests,hf,curve,moments,fp8,fp8head,report,offload,dist,tuning}
 REGEX=${2:-.}
 PACK=logs
 source tests/gpu/harness.sh
@@ -105,6 +106,37 @@ for b in sys.argv[2:]:
     print(os.path.basename(b), "checkpoint files equal:", da == db, da if da != db else "")
 PY
   echo "offload: $(( $(date +%s) - start ))s"; pack
+fi
+if has dist && [ -f data/brown/meta.json ]; then
+  # The data-parallel path at world size 1 (NCCL, one rank: the same calls as many ranks): every ZeRO stage, FP8 and
+  # int8 moments against the plain run of the same settings, 4 micro-batches a step (ZeRO 2 and 3 reduce-scatter each
+  # one's gradients into the rank's slice), the communication fields of each step; then Llama-3.2-1B's speed, plain
+  # against --gpus 1 at ZeRO 0 and 2 (within 1%). The GPU tests of the communicator and of the gradient reduction
+  # are in the tests step (dist_collectives_gpu_test, dist_grad_reduce_gpu_test).
+  export NCCL_NVLS_ENABLE=0
+  DP=(train --data data/brown --model gpt2-small-llama --batch 8 --seq 512 --batch-tokens 16384 --steps 12 --warmup 2
+      --lr 1e-3 --eval-tokens 0 --save-every 0 --device cuda --overwrite)
+  dp_run() { local name=$1; shift; $BUILD/tokamak "${DP[@]}" "$@" --out "$OUT/dp-$name" > "$OUT/dp-$name.log" 2>&1 \
+            || tail -5 "$OUT/dp-$name.log"; }
+  dp_run bf16 --precision bf16
+  for z in 0 1 2 3; do dp_run bf16-z$z --precision bf16 --gpus 1 --zero $z; done
+  dp_run fp8 --precision fp8
+  for z in 1 3; do dp_run fp8-z$z --precision fp8 --gpus 1 --zero $z; done
+  dp_run int8 --precision bf16 --moments int8
+  dp_run int8-z1 --precision bf16 --moments int8 --gpus 1 --zero 1
+  python3 tests/gpu/dist_check.py losses "$OUT/dp-bf16" "$OUT/dp-bf16-z0" 0 "$OUT/dp-bf16-z1" 1e-3 "$OUT/dp-bf16-z2" 1e-3 \
+    "$OUT/dp-bf16-z3" 1e-3 | tee "$OUT/dist.txt"
+  python3 tests/gpu/dist_check.py losses "$OUT/dp-fp8" "$OUT/dp-fp8-z1" 1e-3 "$OUT/dp-fp8-z3" 1e-3 | tee -a "$OUT/dist.txt"
+  python3 tests/gpu/dist_check.py losses "$OUT/dp-int8" "$OUT/dp-int8-z1" 1e-3 | tee -a "$OUT/dist.txt"
+  grep -h "communication over" "$OUT/dp-bf16-z2.log" | tee -a "$OUT/dist.txt"
+  ONE=(train --data data/brown --model llama3.2-1b --vocab-size 128256 --batch 8 --seq 2048 --steps 14 --warmup 2
+       --eval-tokens 0 --save-every 0 --device cuda --precision bf16 --overwrite)
+  for v in plain z0 z2; do
+    flags=(); [ $v != plain ] && flags=(--gpus 1 --zero ${v#z})
+    $BUILD/tokamak "${ONE[@]}" "${flags[@]}" --out "$OUT/dp-1b-$v" > "$OUT/dp-1b-$v.log" 2>&1 || tail -5 "$OUT/dp-1b-$v.log"
+  done
+  python3 tests/gpu/dist_check.py speed "$OUT/dp-1b-plain" "$OUT/dp-1b-z0" "$OUT/dp-1b-z2" | tee -a "$OUT/dist.txt"
+  echo "dist: $(( $(date +%s) - start ))s"; pack
 fi
 if has tuning && [ -f data/brown/meta.json ]; then
   # GEMM algorithms chosen by timing (--gemm-tuning): two short runs sharing one cache, from an empty one (the first
