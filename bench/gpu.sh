@@ -3,11 +3,12 @@
 # the steps asked for (default all): kernels (fused-kernel bandwidth), moments (a 1B step with each AdamW moment
 # type), profile (tokamak profile of the bench shapes), needless (the advice on a needlessly recomputed run), plan
 # (recompute policies and --memory-budget against tokamak plan), budget and seven (--memory-budget runs), eight
-# (Llama-3.1-8B on one GPU), docmask (the cost of --doc-mask), chunks (the LM head's logits chunk), gemms
-# (cuBLASLt's first choice against its fastest), tuning (the speed of --gemm-tuning), margin (FP8 delayed scaling's margin), ncu (every kernel of a step, Nsight
-# Compute), attention (our attention backward against cuDNN's; ATTN_PROFILE=1: its stall sampling), kprof (Nsight
-# Compute on the kernels under the kernel bar), bench (tokamak against the PyTorch peer: bench/run.sh).
-# Correctness is tests/gpu/run.sh's. Usage: bench/gpu.sh [step,step...]. Logs in $OUT/bench-logs.tgz.
+# (Llama-3.1-8B on one GPU), docmask (the cost of --doc-mask), chunks (the LM head's logits chunk), gemms (cuBLASLt's
+# first choice against its fastest), tuning (the speed of --gemm-tuning), margin (FP8 delayed scaling's margin), ncu
+# (every kernel of a step, Nsight Compute), attention (our attention backward against cuDNN's; ATTN_PROFILE=1: its
+# stall sampling), kprof (Nsight Compute on the kernels under the kernel bar), bench (tokamak against the PyTorch
+# peer: bench/run.sh). Correctness is tests/gpu/run.sh's. Usage: bench/gpu.sh [step,step...]. Logs in
+# $OUT/bench-logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${1:-kernels,moments,profile,needless,plan,budget,seven,eight,docmask,chunks,gemms,tuning,margin,ncu,attention,kprof,bench}
