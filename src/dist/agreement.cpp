@@ -41,9 +41,9 @@ void require_agreement(Communicator& comm, const Fingerprint& mine) {
   comm.host_all_gather(parts.data(), every.data(), parts.size() * sizeof(uint64_t));
   for (size_t p = 0; p < parts.size(); p++)
     if (every[size_t(first) * parts.size() + p] != every[p])
-      fail("the ranks disagree: rank {} of {} was given another {} than rank 0; every rank must be started with the "
+      fail("the ranks disagree on the {}: rank {} of {} differs from rank 0; every rank must be started with the "
            "same command and see the same files",
-           first, W, mine.names()[p]);
+           mine.names()[p], first, W);
   fail("the ranks disagree: rank {} of {} differs from rank 0", first, W);
 }
 

@@ -19,6 +19,7 @@
 #include "io/hf.h"
 #include "train/config_file.h"
 #include "train/evaluate.h"
+#include "train/run_agreement.h"
 
 namespace tk {
 
@@ -363,6 +364,9 @@ void TrainingRun::build_parts() {
   backend_ = make_backend(cfg_.device);
   source_ = find_model_source(cfg_.model);
   meta_ = read_dataset_meta(cfg_.data);
+  if (comm_)
+    dist::require_agreement(*comm_, run_inputs_fingerprint(cfg_, source_, meta_.tokenizer_fingerprint,
+                                                           cfg_.resume ? find_resume_checkpoint() : ""));
   choose_vocab();
   recipe_ = train_recipe(cfg_, source_.config, backend_.gpu);
   recipe_.world_size = world();

@@ -324,8 +324,8 @@ TEST(Agreement, TheFirstRankThatDiffersIsNamedWithThePart) {
     tk::dist::require_agreement(*g_comm, f);
     ADD_FAILURE() << "rank " << me() << " accepted different fingerprints";
   } catch (const tk::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("rank 1 of " + std::to_string(W()) + " was given another data than rank 0"),
-              std::string::npos)
+    const std::string want = "the ranks disagree on the data: rank 1 of " + std::to_string(W()) + " differs from rank 0";
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos)
         << e.what();
   }
   tk::dist::Fingerprint g;

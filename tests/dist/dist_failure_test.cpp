@@ -92,7 +92,7 @@ TEST(MpiFailures, ARankLeavingEarlyIsATimeoutNotAHang) {
 TEST(MpiFailures, RanksGivenDifferentRunsRefuseNamingTheFirst) {
   const Outcome o = run(mpirun(3, {kProbe, "agree", "2"}));
   EXPECT_NE(o.exit_code, 0) << o.output;
-  EXPECT_TRUE(has(o, "the ranks disagree: rank 2 of 3 was given another data than rank 0")) << o.output;
+  EXPECT_TRUE(has(o, "the ranks disagree on the data: rank 2 of 3 differs from rank 0")) << o.output;
   EXPECT_FALSE(has(o, "agreed")) << o.output;
 }
 
@@ -231,7 +231,51 @@ TEST(Cli, TrainingRanksGivenDifferentCommandsRefuse) {
                                    "--seed", "1", ":", "-np", "1", kTokamak, "train", "--device", "cpu", "--seed", "2"};
   const Outcome o = run(argv);
   EXPECT_NE(o.exit_code, 0) << o.output;
-  EXPECT_TRUE(has(o, "rank 1 of 2 was given another command line than rank 0")) << o.output;
+  EXPECT_TRUE(has(o, "the ranks disagree on the command line: rank 1 of 2 differs from rank 0")) << o.output;
+}
+
+// The same command in two working directories (mpirun -wdir) names files whose contents differ: the ranks refuse
+// before any work, naming what differs (train/run_agreement.h), be it the data, the model or the config file.
+TEST(Cli, TrainingRanksThatSeeDifferentFilesRefuse) {
+  tk::testing::TempDir a, b;
+  tk::testing::write_text(b.path("text/extra.txt"), "a document only the second rank's data has\n");
+  tk::testing::make_byte_dataset(a);
+  tk::testing::make_byte_dataset(b);
+  tk::ModelConfig deeper = tk::testing::tiny_llama_config();
+  deeper.n_layers += 1;
+  for (const tk::testing::TempDir* d : {&a, &b}) {
+    tk::testing::write_model_config(*d, tk::testing::tiny_llama_config());
+    tk::testing::write_model_config(*d, d == &a ? tk::testing::tiny_llama_config() : deeper, "deeper.json");
+    tk::testing::write_text(d->path("run.toml"), d == &a ? "lr = 0.001\n" : "lr = 0.002\n");
+    tk::testing::write_text(d->path("same.toml"), "lr = 0.001\n");
+  }
+  const std::string out = a.path("run");
+  auto both = [&](const std::string& data, const std::string& model, const std::string& config) {
+    std::vector<std::string> argv = {TK_MPIEXEC, "--oversubscribe"};
+    for (const tk::testing::TempDir* d : {&a, &b}) {
+      if (d == &b) argv.push_back(":");
+      argv.insert(argv.end(), {"-np", "1", "-wdir", d->path(), kTokamak, "train", "--device", "cpu", "--data", data,
+                               "--model", model, "--config", config, "--batch", "2", "--seq", "16", "--batch-tokens",
+                               "64", "--steps", "1", "--eval-tokens", "0", "--save-every", "0", "--out", out,
+                               "--overwrite"});
+    }
+    return run(argv);
+  };
+  // b's data was prepared with one more document.
+  const Outcome data = both("data", "model.json", "same.toml");
+  EXPECT_NE(data.exit_code, 0) << data.output;
+  EXPECT_TRUE(has(data, "the ranks disagree on the data: rank 1 of 2 differs from rank 0")) << data.output;
+  // The same data (a's, by its absolute path), another model config.
+  const Outcome model = both(a.path("data"), "deeper.json", "same.toml");
+  EXPECT_NE(model.exit_code, 0) << model.output;
+  EXPECT_TRUE(has(model, "the ranks disagree on the model: rank 1 of 2 differs from rank 0")) << model.output;
+  // The same data and model, a config file that sets another learning rate.
+  const Outcome config = both(a.path("data"), "model.json", "run.toml");
+  EXPECT_NE(config.exit_code, 0) << config.output;
+  EXPECT_TRUE(has(config, "the ranks disagree on the configuration: rank 1 of 2 differs from rank 0")) << config.output;
+  // And all of it alike: the run trains.
+  const Outcome alike = both(a.path("data"), "model.json", "same.toml");
+  EXPECT_EQ(alike.exit_code, 0) << alike.output;
 }
 
 }  // namespace
