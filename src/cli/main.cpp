@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/agreement.h"
+#include "dist/cpu_binding.h"
 #include "dist/communicator.h"
 #include "dist/launch.h"
 #include "dist/session.h"
@@ -96,7 +97,12 @@ static void connect_ranks(const tk::dist::Session& session, const CLI::App& comm
   tk::dist::Fingerprint given;
   given.add("tokamak version", TOKAMAK_VERSION).add("command line", args);
   tk::dist::require_agreement(*tk::cli::connected, given);
-  if (session.world().rank == 0) return;
+  if (session.world().rank == 0) {
+    // The ranks are bound alike; rank 0 says it for all.
+    const std::string narrow = gpu ? "" : tk::dist::narrow_binding_warning_here(0);
+    if (!narrow.empty()) tk::log::warn("{}", narrow);
+    return;
+  }
   tk::log::set_level(tk::log::Level::Error);  // rank 0 says what every rank would warn of
   if (session.world().launcher != tk::dist::Launcher::tokamak)
     TK_CHECK(std::freopen("/dev/null", "w", stdout) != nullptr, "rank {}: cannot drop its standard output: {}",

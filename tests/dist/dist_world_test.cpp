@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "dist/cpu_binding.h"
 #include "dist/world.h"
 
 namespace {
@@ -81,6 +82,16 @@ TEST(World, RefusesNonsense) {
   EXPECT_THROW(world_of({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "2"}}), tk::Error);
   EXPECT_THROW(world_of({{"TOKAMAK_RANK", "0"}, {"TOKAMAK_WORLD_SIZE", "2"}}), tk::Error);  // no local rank
   EXPECT_THROW(world_of({{"PMI_RANK", "-1"}, {"PMI_SIZE", "2"}}), tk::Error);
+}
+
+// A CPU rank bound to fewer cores than its share of the host is told how to get its share; one with its share is not.
+TEST(CpuBinding, ARankBoundBelowItsShareIsWarned) {
+  const std::string w = tk::dist::narrow_binding_warning(0, 1, 16, 2);
+  EXPECT_NE(w.find("rank 0 may run on 1 of this host's 16 cores (2 ranks here)"), std::string::npos) << w;
+  EXPECT_NE(w.find("--bind-to none, or --map-by slot:PE=8 to give each rank 8 cores"), std::string::npos) << w;
+  EXPECT_EQ(tk::dist::narrow_binding_warning(0, 8, 16, 2), "");
+  EXPECT_EQ(tk::dist::narrow_binding_warning(1, 1, 2, 2), "") << "two ranks on two cores: each has its share";
+  EXPECT_EQ(tk::dist::narrow_binding_warning(0, 1, 16, 0), "") << "the ranks on the host unknown: nothing to say";
 }
 
 }  // namespace
