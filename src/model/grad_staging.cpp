@@ -1,6 +1,6 @@
 // Gradient staging's buffers, which unit takes which, and the copies that bring a unit's accumulated gradients into
-// its buffer and (offload) take them down again, ordered by events so that the copies overlap the backward of the
-// units around them.
+// its buffer and (in host memory) take them down again, ordered by events so that the copies overlap the backward of
+// the units around them.
 #include "model/grad_staging.h"
 
 #include <algorithm>
@@ -28,7 +28,7 @@ std::pair<int64_t, int64_t> gradient_stage_elements(const ModelConfig& cfg, cons
 GradientStaging::GradientStaging(const ModelConfig& cfg, const ParamLayout& layout, Ops& ops,
                                  const Tensor& accumulated, Home home, int shards, int shard)
     : cfg_(cfg), layout_(layout), ops_(ops), accumulated_(accumulated), home_(home), shards_(shards), shard_(shard) {
-  TK_CHECK(shards >= 1 && shard >= 0 && shard < shards && (home == Home::slices || shards == 1) &&
+  TK_CHECK(shards >= 1 && shard >= 0 && shard < shards && (home != Home::host || shards == 1) &&
                accumulated.numel() == layout.total / shards,
            "internal error: gradient staging of slice {} of {} over {} accumulated elements of a layout of {}", shard,
            shards, accumulated.numel(), layout.total);
@@ -68,16 +68,18 @@ Tensor GradientStaging::chunk_of(size_t k) const {
   return unit_stage(k).rows(shard_ * chunk, (shard_ + 1) * chunk);
 }
 
-// Host: the uploads come after every download of the last micro-step (the event ring is reused, so an older event
-// cannot be waited on safely).
+// In host memory: the uploads come after every download of the last micro-step (the event ring is reused, so an older
+// event cannot be waited on safely).
 void GradientStaging::begin_microstep() {
-  if (home_ != Home::host) return;
+  if (!on_host()) return;
   ops_.wait_event(Ops::Queue::upload, ops_.record_event(Ops::Queue::download));
   for (int& e : stage_free_) e = -1;
 }
 
 // Slices: the buffer is zeroed and the slice copied into its chunk on the compute queue, after whatever the compute
-// queue was given before (with the hook's copy of the buffer's last unit back into its slice: end_group).
+// queue was given before (with the hook's copy of the buffer's last unit back into its slice: store_reduced). Slices
+// in host memory: the rest of the buffer zeroed on the compute queue and the slice brought up into its chunk on the
+// upload queue, both once the buffer's last unit is taken down.
 void GradientStaging::begin_group(size_t k, ModelWeights& g) {
   using Q = Ops::Queue;
   const int st = stage_of(k);
@@ -87,6 +89,18 @@ void GradientStaging::begin_group(size_t k, ModelWeights& g) {
   if (home_ == Home::slices) {
     ops_.zero(stage);
     if (!accumulated_zero_) ops_.copy_async(chunk_of(k).data, slice_of(k).data, chunk_of(k).nbytes(), Q::compute);
+  } else if (home_ == Home::host_slices) {
+    const int64_t chunk = layout_.unit_size(k) / shards_;
+    if (stage_free_[st] >= 0) ops_.wait_event(Q::compute, stage_free_[st]);
+    if (shard_ > 0) ops_.zero(stage.rows(0, shard_ * chunk));
+    if (shard_ + 1 < shards_) ops_.zero(stage.rows((shard_ + 1) * chunk, stage.numel()));
+    if (accumulated_zero_) {
+      ops_.zero(chunk_of(k));
+    } else {
+      if (stage_free_[st] >= 0) ops_.wait_event(Q::upload, stage_free_[st]);
+      ops_.copy_async(chunk_of(k).data, slice_of(k).data, chunk_of(k).nbytes(), Q::upload);
+      ops_.wait_event(Q::compute, ops_.record_event(Q::upload));
+    }
   } else if (accumulated_zero_) {
     if (stage_free_[st] >= 0) ops_.wait_event(Q::compute, stage_free_[st]);
     ops_.zero(stage);
@@ -124,9 +138,23 @@ Tensor GradientStaging::end_group(size_t k) {
   return stage;
 }
 
-// Host: whatever the compute queue runs next (the next micro-step, the optimizer) comes after every download.
+void GradientStaging::store_reduced(size_t k) {
+  using Q = Ops::Queue;
+  TK_CHECK(home_ != Home::host, "internal error: gradients kept whole have no reduced slice to store");
+  const Tensor chunk = chunk_of(k), slice = slice_of(k);
+  if (home_ == Home::slices) {
+    ops_.copy_async(slice.data, chunk.data, chunk.nbytes(), Q::compute);
+    return;
+  }
+  ops_.wait_event(Q::download, ops_.record_event(Q::compute));
+  ops_.copy_async(slice.data, chunk.data, chunk.nbytes(), Q::download);
+  stage_free_[stage_of(k)] = ops_.record_event(Q::download);
+}
+
+// In host memory: whatever the compute queue runs next (the next micro-step, the optimizer) comes after every
+// download.
 void GradientStaging::end_microstep() {
-  if (home_ == Home::host) ops_.wait_event(Ops::Queue::compute, ops_.record_event(Ops::Queue::download));
+  if (on_host()) ops_.wait_event(Ops::Queue::compute, ops_.record_event(Ops::Queue::download));
   accumulated_zero_ = false;
 }
 

@@ -1,8 +1,10 @@
 // GradientStaging: the parameter gradients accumulated somewhere other than a whole [P] buffer on the device, each
-// unit's gradients written by its backward into one of three unit-sized staging buffers on the device. Two homes:
+// unit's gradients written by its backward into one of three unit-sized staging buffers on the device. Three homes:
 // host memory (ModelOptions::offload_grads: each unit brought up before its backward and taken down after, on the
-// copy queues), and this rank's slice of each unit on the device (ModelOptions::reduced_grads, ZeRO 2 and 3: the
-// slice copied into its chunk of the staging buffer, which the model's GradientHook then reduces across the ranks).
+// copy queues); this rank's slice of each unit on the device (ModelOptions::reduced_grads, ZeRO 2 and 3: the slice
+// copied into its chunk of the staging buffer, which the model's GradientHook then reduces across the ranks, and the
+// chunk copied back); and this rank's slice of each unit in host memory (both options: the slice brought up into its
+// chunk, and the reduced chunk taken down, on the copy queues).
 #pragma once
 #include <cstdint>
 #include <utility>
@@ -23,8 +25,9 @@ class GradientStaging {
  public:
   // Where the accumulated gradients live: `accumulated` is, for host, the [P] buffer in memory from
   // Ops::allocate_host; for slices, slice `shard` of `shards` of each unit (its elements [s n/S, (s+1) n/S) of a unit
-  // of n, concatenated in unit order) on the device. Zero either way.
-  enum class Home { host, slices };
+  // of n, concatenated in unit order) on the device; for host_slices, the same slices in memory from
+  // Ops::allocate_host. Zero in every case.
+  enum class Home { host, slices, host_slices };
   GradientStaging(const ModelConfig& cfg, const ParamLayout& layout, Ops& ops, const Tensor& accumulated, Home home,
                   int shards = 1, int shard = 0);
   ~GradientStaging();
@@ -38,10 +41,15 @@ class GradientStaging {
   // chunk, the rest zero) and points its views in `g` there.
   void begin_group(size_t k, ModelWeights& g);
   // Host: takes unit k's gradients down to host memory once the compute queue has made them. Returns the unit's
-  // staging buffer (unit_size(k) elements), which with slices the caller reduces into the slice (GradientHook) before
-  // the compute queue passes the next begin_group of the same buffer: with three buffers, the one of unit k is next
-  // begun for unit k - 2, or (unit 0 and the tail sharing one) after every layer.
+  // staging buffer (unit_size(k) elements), which with slices the caller reduces across the ranks (GradientHook) and
+  // then hands back with store_reduced(k) before the compute queue passes the next begin_group of the same buffer:
+  // with three buffers, the one of unit k is next begun for unit k - 2, or (unit 0 and the tail sharing one) after
+  // every layer.
   Tensor end_group(size_t k);
+  // Slices: this rank's chunk of unit k's staging buffer holds its reduced sum once the work queued so far on the
+  // compute queue is done; it becomes the unit's accumulated slice (copied on the compute queue, or taken down to
+  // host memory on the download queue, the buffer's next begin_group waiting for it).
+  void store_reduced(size_t k);
   void end_microstep();
   // The accumulated gradients were set to zero (Model::zero_grads): the next micro-step clears its staging instead of
   // bringing them in.
@@ -59,8 +67,9 @@ class GradientStaging {
   Tensor accumulated_;
   Home home_;
   int shards_, shard_;
-  // [0] the embedding and tail groups, [1] and [2] the layers in turn; host: the download that last read each (-1:
-  // none since the micro-step began).
+  bool on_host() const { return home_ != Home::slices; }
+  // [0] the embedding and tail groups, [1] and [2] the layers in turn; in host memory: the download that last read
+  // each (-1: none since the micro-step began).
   Tensor stage_[3];
   int stage_free_[3] = {-1, -1, -1};
   bool accumulated_zero_ = true;  // the first micro-step after zeroing clears the staging instead of bringing it in

@@ -177,11 +177,11 @@ struct Model::Impl {
                  opt.unit_multiple % (int64_t(opt.param_shards) * 64) == 0,
              "internal error: parameter shard {} of {} with units padded to {}", opt.param_shard, opt.param_shards,
              opt.unit_multiple);
-    TK_CHECK(!(opt.offload_grads && opt.reduced_grads) && opt.grad_shards >= 1 && opt.grad_shard >= 0 &&
+    TK_CHECK(opt.grad_shards >= 1 && opt.grad_shard >= 0 &&
                  opt.grad_shard < opt.grad_shards && (opt.reduced_grads || opt.grad_shards == 1) &&
                  opt.unit_multiple % (int64_t(opt.grad_shards) * 64) == 0,
              "internal error: gradient shard {} of {} ({}) with units padded to {}", opt.grad_shard, opt.grad_shards,
-             opt.offload_grads ? "offloaded" : opt.reduced_grads ? "reduced" : "whole", opt.unit_multiple);
+             opt.reduced_grads ? "reduced" : "whole", opt.unit_multiple);
     const int64_t held = layout.total / opt.param_shards;
     param_mem = ops.allocate(size_t(held) * dtype_size(act),
                              opt.param_shards > 1 ? "parameters (this rank's slice of each unit)" : "parameters");
@@ -194,7 +194,9 @@ struct Model::Impl {
     ops.zero(params);
     if (opt.offload_grads) {
       std::memset(grad_mem, 0, grad_bytes);
-      staging = std::make_unique<GradientStaging>(cfg, layout, ops, grads, GradientStaging::Home::host);
+      staging = std::make_unique<GradientStaging>(
+          cfg, layout, ops, grads, opt.reduced_grads ? GradientStaging::Home::host_slices : GradientStaging::Home::host,
+          opt.grad_shards, opt.grad_shard);
     } else {
       ops.zero(grads);
       if (opt.reduced_grads)
@@ -558,6 +560,11 @@ void Model::zero_grads() {
     m.ops.zero(m.grads);  // the staging buffers are cleared as each unit's backward begins
   }
   if (m.staging) m.staging->accumulated_zeroed();
+}
+
+void Model::store_reduced_gradients(size_t unit) {
+  TK_CHECK(impl_->opt.reduced_grads, "internal error: model {} does not reduce its gradients", impl_->cfg.name);
+  impl_->staging->store_reduced(unit);
 }
 
 bool Model::grads_on_host() const { return impl_->opt.offload_grads; }

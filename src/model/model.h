@@ -40,14 +40,17 @@ struct ModelOptions {
   // The parameter gradients live in host memory (from Ops::allocate_host); each group of them (the
   // embedding, each layer, the final norm with an untied LM head) is accumulated on the device in one of
   // three staging buffers while its backward runs, brought up before and taken down after (bitwise the
-  // same gradients as on the device). The device then holds no [P] gradient buffer.
+  // same gradients as on the device). The device then holds no [P] gradient buffer. With reduced_grads, what lives in
+  // host memory is this rank's slices, each brought up into its chunk of the staging buffer and its reduced sum taken
+  // down (data parallelism's offload of its shard).
   bool offload_grads = false;
   // ZeRO 2 and 3: the parameter gradients reduced out of the model unit by unit in every backward. The model holds
   // only slice grad_shard of grad_shards of each unit's accumulated gradients (its elements [r n/S, (r+1) n/S) of a
   // unit of n, concatenated in unit order: grads()); each unit's backward runs in one of three unit-sized staging
   // buffers (model/grad_staging.h) holding the slice in its chunk and zeros elsewhere, which the GradientHook reduces
   // across the ranks and copies its chunk back from (GradientHook::unit_done). With one shard (one rank) the same
-  // path runs, the slice being the whole unit. Not with offload_grads; unit_multiple a multiple of grad_shards x 64.
+  // path runs, the slice being the whole unit. With offload_grads the slices are in host memory; unit_multiple a
+  // multiple of grad_shards x 64.
   bool reduced_grads = false;
   int grad_shards = 1, grad_shard = 0;
   // The backend writes, in place of three activations that only their linear's weight gradient reads (the norms'
@@ -82,10 +85,10 @@ class ParameterSource {
 // order the backward reaches the units (the last unit first, unit 0 last); backward_done() after the last.
 // `staged` is empty, unless the model reduces its gradients (ModelOptions::reduced_grads): then it is the unit's
 // staging buffer (unit_size(k) elements of grad_dtype()), chunk grad_shard of it holding this rank's accumulated
-// slice plus this micro-batch's gradient, the other chunks this micro-batch's gradient alone. The hook must put
-// into the unit's slice of grads() the sum over the ranks of their chunk grad_shard, and make the compute queue
-// wait for what it reads of `staged` before the work queued after its next call (unit_done or backward_done), which
-// may write the buffer again.
+// slice plus this micro-batch's gradient, the other chunks this micro-batch's gradient alone. The hook must make
+// chunk grad_shard of `staged` the sum over the ranks of their chunk grad_shard, make the compute queue wait for it,
+// and then call Model::store_reduced_gradients(unit), all before its next call returns (unit_done or backward_done),
+// after which the model may write the buffer again.
 class GradientHook {
  public:
   virtual ~GradientHook() = default;
@@ -157,6 +160,9 @@ class Model {
 
   // The hook the backward calls at each unit's end (nullptr: none). It must outlive the backwards it sees.
   void set_gradient_hook(GradientHook* hook);
+  // With reduced_grads, the hook's part of GradientHook's contract: this rank's chunk of unit's staging buffer holds
+  // its reduced sum for the work queued next on the compute queue, and becomes the unit's accumulated slice.
+  void store_reduced_gradients(size_t unit);
   // Where sharded parameters are gathered (ModelOptions::param_shards > 1): set before the first step.
   void set_parameter_source(ParameterSource* source);
 

@@ -18,9 +18,9 @@ int64_t DataParallel::unit_multiple(int world, int zero_stage, MomentPrecision m
 DataParallel::DataParallel(dist::Communicator& comm, Model& model, int zero_stage)
     : comm_(comm), model_(model), zero_(zero_stage) {
   TK_CHECK(zero_stage >= 0 && zero_stage <= 3, "--zero {}: the stages are 0, 1, 2 and 3", zero_stage);
-  TK_CHECK(!model.grads_on_host(),
-           "--offload optimizer,gradients is not implemented with data parallelism (the gradients are reduced on the "
-           "device): use --offload optimizer");
+  TK_CHECK(!model.grads_on_host() || zero_ >= 2,
+           "internal error: ZeRO {} with gradients in host memory (only a rank's slices of ZeRO 2 and 3 go there)",
+           zero_);
   const ParamLayout& layout = model.layout();
   if (zero_ > 0)
     for (size_t k = 0; k < layout.units(); k++)
@@ -116,18 +116,16 @@ void DataParallel::unit_done(size_t unit, const Tensor& staged) {
   const dist::Ticket reduced = comm_.reduce_scatter(mine, staged, dist::ReduceOp::Sum);
   put_back_reduced();
   reduced_unit_ = int(unit);
-  reduced_chunk_ = mine;
   reduced_ticket_ = reduced;
 }
 
-// The pending unit's reduced chunk into the model's slice, on the compute queue once its reduce-scatter is done;
-// the model writes the staging buffer again only after this (GradientHook's contract).
+// The pending unit's reduced chunk into the model's slice (on the device or in host memory), once the compute queue
+// has waited for its reduce-scatter; the model writes the staging buffer again only after this (GradientHook's
+// contract).
 void DataParallel::put_back_reduced() {
   if (reduced_unit_ < 0) return;
-  Ops& ops = model_.ops();
-  comm_.compute_waits(ops, reduced_ticket_);
-  const Tensor slice = held_slice(model_.grads(), size_t(reduced_unit_));
-  ops.copy_async(slice.data, reduced_chunk_.data, slice.nbytes(), Ops::Queue::compute);
+  comm_.compute_waits(model_.ops(), reduced_ticket_);
+  model_.store_reduced_gradients(size_t(reduced_unit_));
   reduced_unit_ = -1;
 }
 

@@ -67,8 +67,7 @@ class DataParallel final : public GradientHook, public ParameterSource {
  private:
   Tensor unit_slice(const Tensor& flat, size_t unit) const;  // this rank's slice of the unit
   Tensor unit_of(const Tensor& flat, size_t unit) const;
-  // This rank's slice of the unit in a buffer of its slices in unit order: the model's sharded parameters (ZeRO 3)
-  // or its reduced gradients (ZeRO 2, 3).
+  // This rank's slice of the unit in a buffer of its slices in unit order: the model's sharded parameters (ZeRO 3).
   Tensor held_slice(const Tensor& held, size_t unit) const;
   void put_back_reduced();
   void fill(int buffer, size_t unit);
@@ -79,11 +78,10 @@ class DataParallel final : public GradientHook, public ParameterSource {
   int zero_;
   bool armed_ = false;
   dist::Ticket last_ = -1;
-  // ZeRO 2, 3: the unit whose reduce-scatter was queued last, the chunk of its staging buffer that receives this
-  // rank's sum and the ticket of it; copied into the model's slice once the next unit's reduce-scatter is queued, so
-  // that the compute queue waits for one reduction while the collective queue runs the next (-1: none pending).
+  // ZeRO 2, 3: the unit whose reduce-scatter was queued last and the ticket of it; its chunk is stored into the
+  // model's slice once the next unit's reduce-scatter is queued, so that the compute queue waits for one reduction
+  // while the collective queue runs the next (-1: none pending).
   int reduced_unit_ = -1;
-  Tensor reduced_chunk_;
   dist::Ticket reduced_ticket_ = -1;
   // ZeRO 3's two gathering buffers: the unit each holds (-1: none), the all-gather filling it (-1: done), which one
   // the compute reads now; the order in which a training step uses the units, and where in it the last use was.

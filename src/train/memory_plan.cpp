@@ -289,8 +289,8 @@ std::vector<MemoryPlan> plan_candidates(const Recipe& base, int64_t global_token
           // FP8 only where the backend runs it: the linears' shapes, and the LM head's for its variant.
           if (precision.fp8 && (!r.linears_fp8_shapes() || (precision.lm_head && !r.lm_head_fp8_shapes()))) continue;
           for (const char* offload : {"none", "optimizer", "optimizer,gradients"}) {
-            // Data parallelism reduces the gradients on the device: their offload is one GPU's.
-            if (r.world_size > 1 && std::string(offload) == "optimizer,gradients") continue;
+            // Data parallelism offloads a rank's slice of the gradients, which only ZeRO 2 and 3 keep.
+            if (!r.gradient_offload_allowed() && std::string(offload) == "optimizer,gradients") continue;
             r.set_offload(offload);
             out.push_back(plan_memory(r, target));
             if (!r.gpu) break;  // the CPU offloads nothing

@@ -260,7 +260,7 @@ void AdamW::offloaded_update(const AdamWConfig& config) {
     if (st.free_event >= 0) ops_.wait_event(Q::upload, st.free_event);
     for (const Part& pt : state) ops_.copy_async(pt.staging, pt.host, pt.bytes, Q::upload);
     if (host_grads)
-      ops_.copy_async(st.grads.data, model_.grads().as<float>() + a, size_t(n) * sizeof(float), Q::upload);
+      ops_.copy_async(st.grads.data, grad_rows(a, at, n).data, size_t(n) * sizeof(float), Q::upload);
     ops_.wait_event(Q::compute, ops_.record_event(Q::upload));
     AdamWConfig c = config;
     c.first_index = noise_index(a);
@@ -285,16 +285,14 @@ int64_t AdamW::noise_index(int64_t flat) const {
 // The global norm of the gradients; sharded, from each rank's squared norms of its slices, summed on the host in
 // a fixed order.
 double AdamW::gradient_norm() const {
-  if (host_ops_) {
-    // Gradients in host memory: once the backward's downloads are done, the CPU reference's norm (the same
-    // fixed-order float64 sum as the CPU backend's).
-    ops_.synchronize();
-    return host_ops_->grad_norm(model_.grads());
-  }
-  if (!sharded()) return ops_.grad_norm(model_.grads());
+  // Gradients in host memory: once the backward's downloads are done, the CPU reference's norm (the same
+  // fixed-order float64 sum as the CPU backend's).
+  if (host_ops_) ops_.synchronize();
+  Ops& ops = host_ops_ ? *host_ops_ : ops_;
+  if (!sharded()) return ops.grad_norm(model_.grads());
   double squares = 0;
   for (size_t i = 0; i < owned_.size(); i++) {
-    const double norm = ops_.grad_norm(grad_rows(owned_[i].offset, owned_state_[i], owned_[i].count));
+    const double norm = ops.grad_norm(grad_rows(owned_[i].offset, owned_state_[i], owned_[i].count));
     squares += norm * norm;
   }
   return std::sqrt(sum_across_ranks_(squares));

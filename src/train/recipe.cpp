@@ -52,9 +52,9 @@ ModelOptions Recipe::model_options() const {
   o.offload_grads = offload_gradients;
   o.fp8_kept_inputs = keeps_fp8_inputs();
   o.unit_multiple = DataParallel::unit_multiple(world_size, zero_stage, optimizer.moments);
-  // ZeRO 2, 3: the gradients reduce-scattered into each rank's slices in every backward (at one rank too). Gradient
-  // offload with data parallelism is refused (DataParallel), so a plan of it keeps the offload's host gradients.
-  if (zero_stage >= 2 && !offload_gradients) {
+  // ZeRO 2, 3: the gradients reduce-scattered into each rank's slices in every backward (at one rank too), in host
+  // memory with gradient offload.
+  if (zero_stage >= 2) {
     o.reduced_grads = true;
     o.grad_shards = world_size;
     o.grad_shard = rank;

@@ -35,12 +35,16 @@ struct Recipe {
   int zero_stage = 0;              // ZeRO: 0 replicated, 1 optimizer state, 2 and gradients, 3 and parameters sharded
   int world_size = 1;              // data-parallel ranks (GPUs), each computing micro-batches of this shape
   int rank = 0;                    // which of them this process is (ZeRO 3 holds its slice of the parameters)
+  bool data_parallel = false;      // the steps run data-parallel over a communicator (implied by world_size > 1)
 
   int64_t micro_tokens() const { return int64_t(batch) * seq; }
   // "none", "optimizer" or "optimizer,gradients", as train --offload spells it; set_offload reads the same (a
   // tk::Error for anything else).
   std::string offload_name() const;
   void set_offload(const std::string& name);
+  // Whether the gradients may go to host memory: one process's whole; data parallelism's, a rank's slice of them,
+  // which only ZeRO 2 and 3 keep (at ZeRO 0 and 1 every rank reduces all of them on the device).
+  bool gradient_offload_allowed() const { return (!data_parallel && world_size == 1) || zero_stage >= 2; }
   // The LM head's bf16 logits chunk in bytes: the backend's default unless set.
   size_t logits_chunk_bytes() const;
   // Whether the CUDA backend's fused FP8 forwards (delayed scaling) keep the norms' and SwiGLU's outputs as their

@@ -227,7 +227,7 @@ void TrainingRun::print_plan() const {
   const ParamLayout& layout = model_->layout();
   const Ops& ops = *backend_.ops;
   const double params = double(model_->params().nbytes());  // ZeRO 3: this rank's slices
-  const double grads = double(layout.total) * double(dtype_size(ops.grad_dtype()));
+  const double host_grads = double(model_->grads().nbytes());  // offloaded: the whole gradients or this rank's slices
   // ZeRO 2, 3: this rank's slices and the staging. Offloaded gradients are not on the device: they count in the
   // offload line below, not in the total.
   const double device_grads = model_->grads_on_host() ? 0.0 : double(model_->gradient_bytes());
@@ -262,9 +262,9 @@ void TrainingRun::print_plan() const {
     fmt::print("offload: {} of optimizer state in host memory; the optimizer figure above is its device staging\n",
                format_bytes(double(optimizer_->host_state_bytes())));
   if (model_->grads_on_host())
-    fmt::print("offload: the {} of gradients are in host memory; the device stages one group at a time (the memory "
+    fmt::print("offload: the {} of {} are in host memory; the device stages one group at a time (the memory "
                "table after step 1 has the sizes)\n",
-               format_bytes(grads));
+               format_bytes(host_grads), model_->grads_reduced() ? "this rank's slices of the gradients" : "gradients");
   if (model_->options().recompute.any())
     fmt::print("recompute: {} (HFU counts {:.3g} GFLOP per token more than MFU)\n",
                model_->options().recompute.describe(),
@@ -371,11 +371,12 @@ void TrainingRun::build_parts() {
   recipe_ = train_recipe(cfg_, source_.config, backend_.gpu);
   recipe_.world_size = world();
   recipe_.rank = comm_ ? comm_->rank() : 0;
+  recipe_.data_parallel = comm_ != nullptr;
   if (!comm_) recipe_.zero_stage = 0;  // one process: nothing to shard
   if (!recipe_.precision_note.empty()) fmt::print("{}\n", recipe_.precision_note);
   recipe_.accumulation = accum_steps_;
-  if (comm_) refuse_what_data_parallelism_lacks();
   if (!cfg_.memory_budget.empty()) apply_memory_budget();  // before the loader: it sets the micro-batch
+  if (comm_) refuse_what_data_parallelism_lacks();
   if (recipe_.backend.precision.fp8_lm_head() && !recipe_.lm_head_fp8_shapes()) {
     const ModelConfig& c = source_.config;
     log::warn("--fp8-lm-head: the LM head stays bf16: its FP8 GEMMs need the vocabulary ({}), d_model ({}) and the "
@@ -394,10 +395,14 @@ void TrainingRun::build_parts() {
   build_model();
 }
 
-// The combinations the data-parallel steps do not implement, refused before anything is allocated.
+// The combinations the data-parallel steps do not implement, refused before anything is allocated (a plan that
+// --memory-budget chose never is one).
 void TrainingRun::refuse_what_data_parallelism_lacks() const {
-  TK_CHECK(!recipe_.offload_gradients, "--offload optimizer,gradients is not implemented with data parallelism (the "
-           "gradients are reduced on the device): use --offload optimizer");
+  TK_CHECK(!recipe_.offload_gradients || recipe_.gradient_offload_allowed(),
+           "--offload optimizer,gradients on data-parallel ranks keeps each rank's slice of the gradients in host "
+           "memory, and ZeRO {} has none (every rank reduces all of them on the device): add --zero 2 or 3, or use "
+           "--offload optimizer",
+           recipe_.zero_stage);
 }
 
 // --memory-budget: the fastest micro-batch (at most --batch) and recompute policy whose planned memory

@@ -475,6 +475,33 @@ TEST(ZeroPlan, ExposedCommunicationSlowsTheRunAndTheBudgetSearchKeepsTheStage) {
   EXPECT_EQ(int64_t(chosen.recipe.batch) * chosen.recipe.accumulation, 8);
 }
 
+// Data parallelism offloads a rank's slice of the gradients, which ZeRO 2 and 3 keep and 0 and 1 do not: the budget
+// search tries gradient offload on N GPUs (and on one rank of a communicator) only at those stages; the host then
+// holds 1/N of the gradients.
+TEST(ZeroPlan, GradientOffloadIsTriedUnderZero2And3Only) {
+  const PlanTarget target;
+  const ModelConfig cfg = preset("llama3.2-1b");
+  const double P = double(ParamLayout::build(cfg).total);
+  for (int world : {1, 4})
+    for (int k = 0; k <= 3; k++) {
+      SCOPED_TRACE(fmt::format("{} ranks, ZeRO {}", world, k));
+      Recipe r = on_gpus(recipe(cfg, 8, 2048), world, k);
+      r.data_parallel = true;
+      EXPECT_EQ(r.gradient_offload_allowed(), k >= 2);
+      int offloaded = 0;
+      for (const MemoryPlan& p : plan_candidates(r, int64_t(8) * 2048 * world, target)) {
+        if (!p.recipe.offload_gradients) continue;
+        offloaded++;
+        for (const PlanRow& row : p.rows)
+          if (row.component == "parameter gradients (host)")
+            EXPECT_NEAR(row.bytes, 4 * P / world, 4.0 * 256 * (cfg.n_layers + 2));  // the units padded to 256 x N
+      }
+      EXPECT_EQ(offloaded > 0, k >= 2);
+    }
+  // One process, not data-parallel: its whole gradients may go.
+  EXPECT_TRUE(recipe(cfg, 8, 2048).gradient_offload_allowed());
+}
+
 // --memory-budget on N GPUs (choose_zero_stage): a model whose optimizer state dwarfs its activations (1B parameters,
 // micro-batches of 2 x 64 tokens), four micro-steps a step, over PCIe, where each higher stage moves more bytes than
 // the one below it and is predicted slower at the same setting. A budget that holds ZeRO k's fastest setting (and no

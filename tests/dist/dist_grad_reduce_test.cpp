@@ -4,13 +4,18 @@
 // at every micro-batch: after several micro-batches the slices hold what one process accumulates from all the ranks'
 // micro-batches (within 1e-5 relative; bitwise at one rank, where the staging adds exactly what the whole buffer
 // would), tied and untied LM heads alike; zeroing covers the slices (a second step from zero repeats the first
-// bitwise); and the model holds its slice of the gradients plus the staging, not the whole buffer.
+// bitwise); and the model holds its slice of the gradients plus the staging, not the whole buffer. All of it with the
+// slices on the device and in host memory (gradient offload: each slice brought up into its chunk before the unit's
+// backward and the reduced chunk taken down after, on the copy queues).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/batch.h"
@@ -24,6 +29,7 @@
 #include "train/data_parallel.h"
 #ifdef TK_DIST_TEST_CUDA
 #include "ops/cuda/cuda_ops.h"
+#include "ops/device_info.h"
 #endif
 
 namespace {
@@ -54,8 +60,12 @@ OwnedBatch micro_batch(int j, int vocab) {
   return OwnedBatch(kB, kT, ids);
 }
 
-ModelOptions options(bool reduced) {
+// Where the reduced model keeps its slices: on the device, or in host memory (ModelOptions::offload_grads).
+enum class Home { device, host };
+
+ModelOptions options(bool reduced, Home home = Home::device) {
   ModelOptions o;
+  o.offload_grads = reduced && home == Home::host;
   o.B = kB;
   o.T = kT;
   o.unit_multiple = DataParallel::unit_multiple(W(), 2, MomentPrecision::F32);  // the same layout for both models
@@ -86,21 +96,32 @@ std::vector<float> reduced_step(Model& model, float scale) {
   }
   g_comm->synchronize();
   std::vector<float> out(size_t(model.grads().numel()));
-  g_ops->download_f32(out.data(), model.grads());
+  if (model.grads_on_host()) {
+    g_ops->synchronize();
+    std::memcpy(out.data(), model.grads().data, out.size() * sizeof(float));
+  } else {
+    g_ops->download_f32(out.data(), model.grads());
+  }
   return out;
 }
 
-class ReducedGradients : public ::testing::TestWithParam<bool> {};
+// (tied LM head, where the slices live)
+class ReducedGradients : public ::testing::TestWithParam<std::tuple<bool, Home>> {
+ protected:
+  bool tied() const { return std::get<0>(GetParam()); }
+  Home home() const { return std::get<1>(GetParam()); }
+};
 
 TEST_P(ReducedGradients, SlicesHoldWhatOneProcessAccumulates) {
-  const ModelConfig cfg = config(GetParam());
+  const ModelConfig cfg = config(tied());
   const float scale = 1.0f / float(kMicroBatches * W() * kB * kT);
   Model whole(cfg, *g_ops, options(false));
   whole.init_params(5);
   for (int j = 0; j < kMicroBatches * W(); j++) whole.forward_backward(micro_batch(j, cfg.vocab_size).batch(), scale);
   const std::vector<float> expected = my_slices(whole.layout(), whole.grads_f32());
 
-  Model model(cfg, *g_ops, options(true));
+  Model model(cfg, *g_ops, options(true, home()));
+  ASSERT_EQ(model.grads_on_host(), home() == Home::host);
   model.init_params(5);
   DataParallel dp(*g_comm, model, 2);
   const std::vector<float> first = reduced_step(model, scale);
@@ -120,20 +141,26 @@ TEST_P(ReducedGradients, SlicesHoldWhatOneProcessAccumulates) {
 }
 
 TEST_P(ReducedGradients, TheModelHoldsItsSliceAndTheStaging) {
-  const ModelConfig cfg = config(GetParam());
-  Model model(cfg, *g_ops, options(true));
+  const ModelConfig cfg = config(tied());
+  Model model(cfg, *g_ops, options(true, home()));
   const ParamLayout& layout = model.layout();
   const size_t f32 = sizeof(float);
   EXPECT_EQ(size_t(model.grads().numel()), size_t(layout.total / W()));
   const auto [outer, layer] = gradient_stage_elements(cfg, layout);
-  EXPECT_EQ(model.gradient_bytes(), size_t(layout.total / W() + outer + 2 * layer) * f32);
+  // In host memory, the device holds the staging alone.
+  const size_t on_device = home() == Home::host ? 0 : size_t(layout.total / W());
+  EXPECT_EQ(model.gradient_bytes(), (on_device + size_t(outer + 2 * layer)) * f32);
   Model plain(cfg, *g_ops, options(false));
   EXPECT_EQ(plain.gradient_bytes(), size_t(layout.total) * f32);
   if (W() > 1) EXPECT_THROW(model.grads_f32(), Error) << "the whole gradient is on no rank";
 }
 
-INSTANTIATE_TEST_SUITE_P(LmHead, ReducedGradients, ::testing::Values(true, false),
-                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Tied" : "Untied"; });
+INSTANTIATE_TEST_SUITE_P(LmHeadAndHome, ReducedGradients,
+                         ::testing::Combine(::testing::Values(true, false), ::testing::Values(Home::device, Home::host)),
+                         [](const ::testing::TestParamInfo<std::tuple<bool, Home>>& p) {
+                           return std::string(std::get<0>(p.param) ? "Tied" : "Untied") +
+                                  (std::get<1>(p.param) == Home::host ? "InHostMemory" : "OnTheDevice");
+                         });
 
 }  // namespace
 
@@ -142,6 +169,10 @@ int main(int argc, char** argv) {
   try {
     dist::Session session(dist::read_world());
 #ifdef TK_DIST_TEST_CUDA
+    if (gpu_count() == 0) {
+      std::fprintf(stderr, "no CUDA device: nothing run\n");
+      return session.finish(0);
+    }
     auto ops = make_cuda_ops(session.world().local_rank);
     const bool nccl = true;
 #else

@@ -2,7 +2,8 @@
 // accumulating several micro-batches a step: the losses and final weights of 2 and 3 ranks equal one process's at the
 // same global batch within 1e-5 relative; two runs at the same world size are bitwise equal; a resumed run is
 // bitwise the uninterrupted one; a checkpoint of 2 ranks resumes on 3 and on 1 within the same tolerance; so do runs
-// with int8 moments and with the optimizer offloaded; `tokamak export` writes its weights; each rank's optimizer
+// with int8 moments, with the optimizer offloaded and with the gradients too (ZeRO 2, 3: each rank's slice); `tokamak
+// export` writes its weights; each rank's optimizer
 // state (ZeRO 1-3), gradients (ZeRO 2, 3) and parameters (ZeRO 3) shrink as the stage says.
 #include <gtest/gtest.h>
 
@@ -234,6 +235,33 @@ TEST_P(DataParallelTraining, CombinesWithTheOptimizerOffload) {
   ranks.insert(ranks.end(), {"--zero", z});
   expect_close(one, train(2, "offload_two_z" + z, ranks));
   expect_close(one_process(), one);
+}
+
+// The gradients in host memory too (--offload optimizer,gradients): under ZeRO 2 and 3 each rank keeps its slice of
+// them there, brought up into its chunk of the staging buffer before each unit's backward and taken down reduced
+// after; bitwise the same run as with only the optimizer offloaded, and one process's within the tolerance. ZeRO 0
+// and 1 keep every gradient on every rank: refused, naming the stages that offload them.
+TEST_P(DataParallelTraining, OffloadsTheGradientSliceUnderZero2And3) {
+  const std::string z = std::to_string(zero());
+  const std::vector<std::string> both = {"--offload", "optimizer,gradients", "--offload-chunk", "256", "--zero", z};
+  if (zero() < 2) {
+    const std::string name = "grad_offload_refused_z" + z;
+    std::vector<std::string> launcher = {TK_MPIEXEC, "-np", "2", "--oversubscribe"};
+    TokamakChild child(train_args(name, both), dir_->path(name + ".output"), 0, launcher);
+    const testing::ChildExit e = child.wait();
+    EXPECT_TRUE(!e.signaled && e.code != 0) << child.out() << child.err();
+    EXPECT_NE(child.err().find("ZeRO " + z + " has none"), std::string::npos) << child.err();
+    EXPECT_NE(child.err().find("add --zero 2 or 3"), std::string::npos) << child.err();
+    return;
+  }
+  const RunResult offloaded = train(2, "grad_offload_two_z" + z, both);
+  const RunResult optimizer_only =
+      train(2, "grad_offload_ref_two_z" + z, {"--offload", "optimizer", "--offload-chunk", "256", "--zero", z});
+  EXPECT_EQ(optimizer_only.losses, offloaded.losses);
+  EXPECT_EQ(optimizer_only.weights, offloaded.weights);
+  expect_close(one_process(), offloaded);
+  // Resharded on 3 ranks, still offloaded: the slices are a third each.
+  expect_close(one_process(), train(3, "grad_offload_three_z" + z, both));
 }
 
 // `tokamak export` (one process) writes the weights of a sharded run's checkpoint as they are.

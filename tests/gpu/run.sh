@@ -108,8 +108,8 @@ PY
   echo "offload: $(( $(date +%s) - start ))s"; pack
 fi
 if has dist && [ -f data/brown/meta.json ]; then
-  # The data-parallel path at world size 1 (NCCL, one rank: the same calls as many ranks): every ZeRO stage, FP8 and
-  # int8 moments against the plain run of the same settings, 4 micro-batches a step (ZeRO 2 and 3 reduce-scatter each
+  # The data-parallel path at world size 1 (NCCL, one rank: the same calls as many ranks): every ZeRO stage, FP8,
+  # int8 moments and the gradient offload against the plain run of the same settings, 4 micro-batches a step (ZeRO 2 and 3 reduce-scatter each
   # one's gradients into the rank's slice), the communication fields of each step; then Llama-3.2-1B's speed, plain
   # against --gpus 1 at ZeRO 0 and 2 (within 1%). The GPU tests of the communicator and of the gradient reduction
   # are in the tests step (dist_collectives_gpu_test, dist_grad_reduce_gpu_test).
@@ -124,10 +124,14 @@ if has dist && [ -f data/brown/meta.json ]; then
   for z in 1 3; do dp_run fp8-z$z --precision fp8 --gpus 1 --zero $z; done
   dp_run int8 --precision bf16 --moments int8
   dp_run int8-z1 --precision bf16 --moments int8 --gpus 1 --zero 1
+  # The gradient slice in host memory (ZeRO 2 with --offload optimizer,gradients) against the one-GPU offload.
+  dp_run offload --precision bf16 --offload optimizer,gradients
+  dp_run offload-z2 --precision bf16 --offload optimizer,gradients --gpus 1 --zero 2
   python3 tests/gpu/dist_check.py losses "$OUT/dp-bf16" "$OUT/dp-bf16-z0" 0 "$OUT/dp-bf16-z1" 1e-3 "$OUT/dp-bf16-z2" 1e-3 \
     "$OUT/dp-bf16-z3" 1e-3 | tee "$OUT/dist.txt"
   python3 tests/gpu/dist_check.py losses "$OUT/dp-fp8" "$OUT/dp-fp8-z1" 1e-3 "$OUT/dp-fp8-z3" 1e-3 | tee -a "$OUT/dist.txt"
   python3 tests/gpu/dist_check.py losses "$OUT/dp-int8" "$OUT/dp-int8-z1" 1e-3 | tee -a "$OUT/dist.txt"
+  python3 tests/gpu/dist_check.py losses "$OUT/dp-offload" "$OUT/dp-offload-z2" 1e-3 | tee -a "$OUT/dist.txt"
   grep -h "communication over" "$OUT/dp-bf16-z2.log" | tee -a "$OUT/dist.txt"
   ONE=(train --data data/brown --model llama3.2-1b --vocab-size 128256 --batch 8 --seq 2048 --steps 14 --warmup 2
        --eval-tokens 0 --save-every 0 --device cuda --precision bf16 --overwrite)
