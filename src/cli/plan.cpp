@@ -27,7 +27,7 @@ namespace {
 // its memory, its rates and, unless a precision is given, the faster of bf16 and FP8 where it has FP8.
 struct PlanFlags {
   std::string model = "tiny", budget, device = "cuda", gpu = "H100 SXM", host_memory;
-  std::string moments = "f32", precision = tk::kDefaultPrecision, interconnect = "nvlink";
+  std::string moments = "f32", precision = tk::kDefaultPrecision, interconnect;  // "": the card's own link
   int batch = 8, seq = 256, gpus = 1, zero = -1;
   int64_t batch_tokens = 0;
   double efficiency = 0.75, attention_fwd = 0.33, attention_bwd = 0.175, bandwidth_gbs = 0, host_gbs = 45;
@@ -115,7 +115,8 @@ tk::PlanTarget plan_target(const PlanFlags& f, const tk::GpuSpec& card, bool gpu
   if (f.bandwidth_gbs > 0) target.bandwidth = f.bandwidth_gbs * 1e9;
   target.host_bandwidth = f.host_gbs * 1e9;
   target.host_memory_limit = f.host_memory.empty() ? tk::local_host_memory_limit() : tk::parse_bytes(f.host_memory);
-  target.link_bandwidth = f.link_gbs > 0 ? f.link_gbs * 1e9 : tk::interconnect_bandwidth(f.interconnect);
+  if (f.link_gbs > 0) target.link_bandwidth = f.link_gbs * 1e9;
+  else if (!f.interconnect.empty()) target.link_bandwidth = tk::interconnect_bandwidth(f.interconnect);
   if (!gpu) target.own_attention_sms = 0;
   return target;
 }
@@ -262,7 +263,10 @@ int run(const PlanFlags& f) {
   const tk::MemoryPlan& chosen = choice ? choice->plan : *best->plan;
   if (stages.size() > 1) {
     fmt::print("ZeRO stages side by side ({} interconnect, {:.0f} GB/s bus bandwidth):\n",
-               f.link_gbs > 0 ? "given" : f.interconnect, target.link_bandwidth / 1e9);
+               f.link_gbs > 0                ? std::string("given")
+               : !f.interconnect.empty()     ? f.interconnect
+                                             : fmt::format("{}, the {}'s", card.link, card.name),
+               target.link_bandwidth / 1e9);
     print_stages(stages, f.gpus);
     if (choice) fmt::print("\nchosen for the budget: ZeRO-{} ({})\n", chosen.recipe.zero_stage, choice->why);
     else fmt::print("\nfastest: ZeRO-{}\n", chosen.recipe.zero_stage);
@@ -305,10 +309,10 @@ void add_options(CLI::App& app, PlanFlags& f) {
                  "(default: the four side by side)")
       ->check(CLI::Range(0, 3));
   tk::cli::one_of(app.add_option("--interconnect", f.interconnect,
-                                 "The GPUs' link: nvlink (360 GB/s bus bandwidth), pcie (gen 4 x16, 25 GB/s), pcie4, "
-                                 "or pcie5 (50 GB/s); docs/plan.md says where the figures come from"),
-                  {"nvlink", "pcie", "pcie4", "pcie5"})
-      ->capture_default_str();
+                                 "The GPUs' link: nvlink (NVLink 4, 360 GB/s bus bandwidth), nvlink5 (720), nvlink3 "
+                                 "(240), pcie (gen 4 x16, 25 GB/s), pcie4, or pcie5 (50 GB/s); default: the card's "
+                                 "(SXM boards NVLink, others PCIe; docs/plan.md says where the figures come from)"),
+                  std::vector<std::string>(std::begin(tk::kInterconnects), std::end(tk::kInterconnects)));
   app.add_option("--link-bandwidth", f.link_gbs,
                  "Measured bus bandwidth between the GPUs in GB/s (replaces --interconnect's)");
   app.add_option("--matmul-efficiency", f.efficiency,

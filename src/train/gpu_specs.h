@@ -18,6 +18,7 @@ struct GpuSpec {
   double fp8_tflops;        // dense FP8 tensor rate with fp32 accumulation (cuBLASLt's); 0: no FP8 tensor cores
   int cc_major, cc_minor;   // compute capability
   int sms;                  // streaming multiprocessors
+  const char* link;         // how several of them in one host talk, an interconnect `plan --interconnect` names
 
   bool fp8_tensor_cores() const { return fp8_tflops > 0; }
   std::string compute_capability() const { return std::to_string(cc_major) + "." + std::to_string(cc_minor); }
@@ -36,7 +37,8 @@ std::vector<const GpuSpec*> find_gpu_specs(const std::string& text);
 
 // What the plan's speed model assumes of a card: its dense bf16 peak at the GEMM and attention efficiencies measured
 // on the H200 (PlanTarget's defaults), its bandwidth at the share of the datasheet figure a device copy reached
-// there (4.27 of 4.8 TB/s, bench/NOTES.md), and tokamak's own attention backward on Hopper cards.
+// there (4.27 of 4.8 TB/s, bench/NOTES.md), tokamak's own attention backward on Hopper cards, and its link's bus
+// bandwidth between the GPUs of one host.
 PlanTarget plan_target_for(const GpuSpec& gpu);
 constexpr double kAchievedBandwidthShare = 4.27 / 4.8;
 

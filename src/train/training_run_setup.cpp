@@ -17,6 +17,9 @@
 #include "core/format.h"
 #include "core/log.h"
 #include "io/hf.h"
+#include "ops/device_info.h"
+#include "train/gpu_specs.h"
+#include "train/zero_plan.h"
 #include "train/config_file.h"
 #include "train/evaluate.h"
 #include "train/run_agreement.h"
@@ -474,6 +477,11 @@ void TrainingRun::require_the_same_choice() const {
 PlanTarget TrainingRun::plan_target() const {
   PlanTarget target;
   target.own_attention_sms = own_attention_backward_sms(backend_);
+  // The link between this host's GPUs, as the card's table gives it (NVLink on SXM boards, else PCIe); a card the
+  // table lacks keeps NVLink's.
+  const std::optional<GpuInfo> gpu = backend_.gpu ? current_gpu() : std::nullopt;
+  if (const GpuSpec* card = gpu ? gpu_spec_by_device_name(gpu->name) : nullptr)
+    target.link_bandwidth = interconnect_bandwidth(card->link);
   return target;
 }
 

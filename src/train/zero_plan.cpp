@@ -11,9 +11,11 @@ namespace tk {
 
 double interconnect_bandwidth(const std::string& name) {
   if (name == "nvlink") return kNvlinkBusBandwidth;
+  if (name == "nvlink5") return kNvlink5BusBandwidth;
+  if (name == "nvlink3") return kNvlink3BusBandwidth;
   if (name == "pcie" || name == "pcie4") return kPcie4BusBandwidth;
   if (name == "pcie5") return kPcie5BusBandwidth;
-  fail("--interconnect is '{}': it must be nvlink, pcie (gen 4), pcie4 or pcie5", name);
+  fail("--interconnect is '{}': it must be nvlink, nvlink5, nvlink3, pcie (gen 4), pcie4 or pcie5", name);
 }
 
 double zero_unit_elements(const ModelConfig& c) {

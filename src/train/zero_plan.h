@@ -13,10 +13,15 @@ namespace tk {
 // 450 GB/s each way (NVIDIA's H100 datasheet: 900 GB/s bidirectional); NCCL's ring collectives reach ~80% of it
 // without NVLink SHARP, 360 GB/s. PCIe x16 through the host: 47 GB/s each way was measured host <-> GPU on the
 // H200 machine's PCIe 5 link (bench/NOTES.md), so 50 for gen 5 and half that, 25, for gen 4 ("pcie").
+// NVLink 5 (B200) is 900 GB/s each way and NVLink 3 (A100 SXM, the H100 NVL bridge) 300, at the same 80%.
 constexpr double kNvlinkBusBandwidth = 360e9;
+constexpr double kNvlink5BusBandwidth = 720e9;
+constexpr double kNvlink3BusBandwidth = 240e9;
 constexpr double kPcie5BusBandwidth = 50e9;
 constexpr double kPcie4BusBandwidth = 25e9;
-// nvlink, pcie (gen 4), pcie4 or pcie5; a tk::Error for another name.
+// The names `plan --interconnect` takes, and a card's link (gpu_specs.h) is one of.
+constexpr const char* kInterconnects[] = {"nvlink", "nvlink5", "nvlink3", "pcie", "pcie4", "pcie5"};
+// nvlink (4), nvlink5, nvlink3, pcie (gen 4), pcie4 or pcie5; a tk::Error for another name.
 double interconnect_bandwidth(const std::string& name);
 
 // The largest unit the data-parallel code moves or holds at once: a layer's parameters, or the embedding / LM head

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "train/gpu_specs.h"
+#include "train/memory_plan.h"
+#include "train/zero_plan.h"
 
 namespace tk {
 namespace {
@@ -47,7 +49,13 @@ TEST(GpuSpecs, TheCardsPlannedForAreThere) {
   for (const GpuSpec& g : gpu_specs()) {
     EXPECT_EQ(g.fp8_tensor_cores(), g.cc_major * 10 + g.cc_minor >= 89) << g.name;
     if (g.fp8_tensor_cores()) EXPECT_NEAR(g.fp8_tflops / g.bf16_tflops, 2.0, 0.03) << g.name;
+    EXPECT_GT(interconnect_bandwidth(g.link), 0) << g.name;  // a link `plan --interconnect` names
   }
+  // SXM boards link their GPUs by NVLink; PCIe cards, consumer ones above all, by PCIe.
+  EXPECT_EQ(std::string(find_gpu_specs("H100 SXM")[0]->link), "nvlink");
+  EXPECT_EQ(std::string(find_gpu_specs("H100 PCIe")[0]->link), "pcie5");
+  EXPECT_EQ(std::string(find_gpu_specs("RTX 4080")[0]->link), "pcie4");
+  EXPECT_EQ(plan_target_for(*find_gpu_specs("RTX 4080")[0]).link_bandwidth, kPcie4BusBandwidth);
   EXPECT_EQ(find_gpu_specs("RTX 4080")[0]->memory_gib, 16);
   EXPECT_EQ(find_gpu_specs("RTX 3060")[0]->memory_gib, 12);
 }

@@ -459,6 +459,8 @@ TEST(ZeroPlan, CommunicationAtAKnownSize) {
   EXPECT_EQ(interconnect_bandwidth("nvlink"), 360e9);
   EXPECT_EQ(interconnect_bandwidth("pcie"), 25e9);
   EXPECT_EQ(interconnect_bandwidth("pcie5"), 50e9);
+  EXPECT_EQ(interconnect_bandwidth("nvlink5"), 720e9);
+  EXPECT_EQ(interconnect_bandwidth("nvlink3"), 240e9);
   EXPECT_THROW(interconnect_bandwidth("infiniband"), Error);
 }
 

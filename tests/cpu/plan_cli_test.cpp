@@ -92,8 +92,17 @@ TEST_F(PlanCli, UnknownAndAmbiguousCardsAreUsageErrors) {
 TEST_F(PlanCli, ZeroStagesSideBySide) {
   CliResult r = plan("--gpus 8 --model llama3.2-1b --seq 2048" + kHost);
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_TRUE(has(r.out, "ZeRO stages side by side (nvlink interconnect, 360 GB/s bus bandwidth)")) << r.out;
+  EXPECT_TRUE(has(r.out, "ZeRO stages side by side (nvlink, the H100 SXM's interconnect, 360 GB/s bus bandwidth)"))
+      << r.out;
   EXPECT_TRUE(has(r.out, "memory per GPU")) << r.out;
+  // A consumer card's GPUs talk over PCIe unless told otherwise; --interconnect and --link-bandwidth override it.
+  r = plan("--gpus 4 --gpu \"RTX 4080\" --model llama3.2-1b --seq 2048" + kHost);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "(pcie4, the RTX 4080's interconnect, 25 GB/s bus bandwidth)")) << r.out;
+  r = plan("--gpus 4 --gpu \"RTX 4080\" --interconnect nvlink3 --model llama3.2-1b --seq 2048" + kHost);
+  EXPECT_TRUE(has(r.out, "(nvlink3 interconnect, 240 GB/s bus bandwidth)")) << r.out;
+  r = plan("--gpus 4 --gpu \"RTX 4080\" --link-bandwidth 12 --model llama3.2-1b --seq 2048" + kHost);
+  EXPECT_TRUE(has(r.out, "(given interconnect, 12 GB/s bus bandwidth)")) << r.out;
   r = plan("--gpus 8 --zero 3 --interconnect pcie --model llama3.2-1b --seq 2048 --json" + kHost);
   ASSERT_EQ(r.status, 0) << r.err;
   const nlohmann::json chosen = nlohmann::json::parse(r.out)["chosen"];
