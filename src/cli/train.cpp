@@ -130,7 +130,8 @@ void add_step_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--offload", c.offload,
                  "none; optimizer: keep AdamW's moments and the fp32 master weights in host memory, streamed through "
                  "the device in chunks at each update (same results, less device memory); optimizer,gradients: the "
-                 "gradients too, each layer's brought to the device for its backward")
+                 "gradients too, each layer's brought to the device for its backward (on many ranks, ZeRO 2 and 3: "
+                 "each rank's slice of them)")
       ->check(parsed_by([](const std::string& v) {
         TK_CHECK(v == "none" || v == "optimizer" || v == "optimizer,gradients",
                  "--offload must be none, optimizer or optimizer,gradients, not '{}'", v);
