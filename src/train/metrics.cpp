@@ -57,8 +57,9 @@ size_t memory_in_use_bytes(bool gpu) {
 }
 
 ThroughputModel::ThroughputModel(const ModelConfig& cfg, int seq_len, const DeviceInfo& device,
-                                 double recompute_flops_per_token)
+                                 double recompute_flops_per_token, int devices)
     : device_(device),
+      devices_(devices),
       model_flops_per_token_(cfg.flops_per_token(seq_len)),
       recompute_flops_per_token_(recompute_flops_per_token) {}
 
@@ -66,6 +67,9 @@ std::string ThroughputModel::peak_description() const {
   if (!device_.gpu && device_.peak_flops <= 0) return "on the CPU: achieved GFLOP/s is reported instead of MFU";
   if (device_.peak_flops <= 0)
     return fmt::format("no peak rate is known for '{}': no MFU (give it with --peak-tflops)", device_.name);
+  if (devices_ > 1)
+    return fmt::format("MFU against {} x {:.1f} TFLOP/s, the dense bf16 peak of each rank's {}", devices_,
+                       device_.peak_flops / 1e12, device_.name);
   return fmt::format("MFU against {:.1f} TFLOP/s, the dense bf16 peak of {}", device_.peak_flops / 1e12, device_.name);
 }
 
@@ -74,8 +78,9 @@ StepMetrics ThroughputModel::measure(int64_t tokens, double seconds, double data
   m.tokens_per_s = seconds > 0 ? double(tokens) / seconds : 0;
   m.achieved_flops = model_flops_per_token_ * m.tokens_per_s;
   if (device_.peak_flops > 0) {
-    m.mfu = m.achieved_flops / device_.peak_flops;
-    m.hfu = hardware_flops_per_token() * m.tokens_per_s / device_.peak_flops;
+    const double peak = device_.peak_flops * devices_;
+    m.mfu = m.achieved_flops / peak;
+    m.hfu = hardware_flops_per_token() * m.tokens_per_s / peak;
   }
   m.data_wait_s = data_wait_s;
   m.memory_bytes = memory_in_use_bytes(device_.gpu);

@@ -43,19 +43,24 @@ struct StepMetrics {
 class ThroughputModel {
  public:
   // recompute_flops_per_token: FLOPs per token that the recompute policy repeats in the backward
-  // (0 while every activation is kept); HFU counts them, MFU does not.
-  ThroughputModel(const ModelConfig& cfg, int seq_len, const DeviceInfo& device, double recompute_flops_per_token = 0);
+  // (0 while every activation is kept); HFU counts them, MFU does not. devices: the GPUs (ranks) that compute the
+  // tokens measure() is given, each a `device`: MFU is against their peaks together, so it is each one's share.
+  ThroughputModel(const ModelConfig& cfg, int seq_len, const DeviceInfo& device, double recompute_flops_per_token = 0,
+                  int devices = 1);
 
   double model_flops_per_token() const { return model_flops_per_token_; }
   double hardware_flops_per_token() const { return model_flops_per_token_ + recompute_flops_per_token_; }
-  const DeviceInfo& device() const { return device_; }
+  const DeviceInfo& device() const { return device_; }  // one of them
+  int devices() const { return devices_; }
   // One line saying which peak MFU is measured against, or why there is no MFU.
   std::string peak_description() const;
 
+  // tokens: what all the devices computed in `seconds` (a data-parallel step's global batch).
   StepMetrics measure(int64_t tokens, double seconds, double data_wait_s) const;
 
  private:
   DeviceInfo device_;
+  int devices_ = 1;
   double model_flops_per_token_ = 0;
   double recompute_flops_per_token_ = 0;
 };

@@ -200,7 +200,7 @@ void TrainingRun::build_model() {
     optimizer_->set_weights_f32(load_params(model_->config(), model_->layout(), source_.weights_path));
   }
   throughput_.emplace(model_->config(), cfg_.seq, describe_device(backend_.gpu, cfg_.peak_tflops * 1e12),
-                      recipe_.recompute.flops_per_token(model_->config(), cfg_.seq));
+                      recipe_.recompute.flops_per_token(model_->config(), cfg_.seq), world());
 }
 
 void TrainingRun::warn_recipe_changes(const json& saved) const {

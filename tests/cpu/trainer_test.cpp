@@ -163,6 +163,12 @@ TEST(Metrics, DeviceTablesMatchWholeNames) {
   EXPECT_DOUBLE_EQ(m.achieved_flops, 2000 * testing::tiny_llama_config().flops_per_token(16));
   EXPECT_DOUBLE_EQ(m.mfu, m.achieved_flops / 989e12);
   EXPECT_DOUBLE_EQ(m.hfu, m.mfu);  // no recompute yet
+  // Two ranks computing the same tokens in the same time: each GPU's share is half.
+  const ThroughputModel two(testing::tiny_llama_config(), 16, h200, 0, 2);
+  const StepMetrics both = two.measure(1000, 0.5, 0.1);
+  EXPECT_DOUBLE_EQ(both.tokens_per_s, 2000);
+  EXPECT_DOUBLE_EQ(both.mfu, m.mfu / 2);
+  EXPECT_DOUBLE_EQ(both.hfu, both.mfu);
 }
 
 TEST_F(TrainerTest, ResumeContinuesBitwise) {
