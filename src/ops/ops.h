@@ -69,6 +69,10 @@ class Ops {
   virtual const char* name() const = 0;  // "cpu", "cpu-f64", "cuda"
   virtual DType act_dtype() const = 0;
   virtual DType grad_dtype() const = 0;
+  // The backend whose queues run this object's work: itself, or for a decorator that forwards the ops to another
+  // (ProfilingOps) that backend. Code that orders its own work against the compute queue through the backend's
+  // native handles (the NCCL communicator's events on the CUDA stream) reaches the backend by it.
+  virtual Ops& underlying() { return *this; }
 
   // ---- memory ---------------------------------------------------------------------------------
   // Device memory for planned buffers (allocated once at start, never inside a step). 256-byte aligned.

@@ -42,6 +42,7 @@ class ProfilingOps final : public Ops {
   const char* name() const override { return inner_->name(); }
   DType act_dtype() const override { return inner_->act_dtype(); }
   DType grad_dtype() const override { return inner_->grad_dtype(); }
+  Ops& underlying() override { return inner_->underlying(); }
 
   // Allocation and synchronisation run no op on the device's queue: forwarded untimed.
   void* allocate(size_t bytes, const char* label = "unlabelled") override { return inner_->allocate(bytes, label); }

@@ -228,6 +228,13 @@ TEST(OpCost, RecordsNestTheirMarksInCallOrder) {
   EXPECT_EQ(r0.in.data, nullptr);  // records keep shapes, not pointers
 }
 
+// What orders work against the backend's queues (the NCCL communicator) reaches the backend beneath the decorator.
+TEST(OpCost, TheDecoratorsUnderlyingBackendIsTheOneItWraps) {
+  CostCase c;
+  EXPECT_EQ(&c.ops.underlying(), &c.ops.inner());
+  EXPECT_EQ(&c.ops.inner().underlying(), &c.ops.inner());
+}
+
 // The matmul, attention and LM head FLOPs of one forward + backward are docs/design.md's model FLOPs.
 TEST(OpCost, AModelsMatmulFlopsAreTheModelFlopsOfMfu) {
   for (bool qk_norm : {false, true}) {

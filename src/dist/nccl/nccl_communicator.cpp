@@ -229,8 +229,9 @@ class NcclCommunicator final : public Communicator {
     TK_CHECK(out.dtype == in.dtype, "{}: out {} and in {} differ in dtype", op, out.describe(), in.describe());
   }
 
+  // The CUDA backend's stream, also under a decorator (tokamak profile's ProfilingOps: Ops::underlying).
   cudaStream_t compute_stream(Ops& ops) const {
-    auto* cuda = dynamic_cast<CudaOps*>(&ops);
+    auto* cuda = dynamic_cast<CudaOps*>(&ops.underlying());
     TK_CHECK(cuda != nullptr, "the NCCL communicator orders its collectives against the CUDA backend, not '{}'",
              ops.name());
     TK_CHECK(cuda->device() == device_, "the CUDA backend computes on device {} but rank {}'s communicator is on {}",
