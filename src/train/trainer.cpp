@@ -275,11 +275,12 @@ struct TrainingSteps::Impl {
   std::function<void(const StepRecord&)> no_callback;
   TrainingRun run;
   int64_t step = 0;
-  Impl(TrainConfig cfg, StepHooks hooks) : run(std::move(cfg), no_callback, std::move(hooks)) {}
+  Impl(TrainConfig cfg, StepHooks hooks, dist::Communicator* comm)
+      : run(std::move(cfg), no_callback, std::move(hooks), comm) {}
 };
 
-TrainingSteps::TrainingSteps(TrainConfig cfg, StepHooks hooks)
-    : impl_(std::make_unique<Impl>(std::move(cfg), std::move(hooks))) {
+TrainingSteps::TrainingSteps(TrainConfig cfg, StepHooks hooks, dist::Communicator* comm)
+    : impl_(std::make_unique<Impl>(std::move(cfg), std::move(hooks), comm)) {
   impl_->run.set_up_steps();
 }
 TrainingSteps::~TrainingSteps() = default;

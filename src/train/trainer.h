@@ -123,8 +123,11 @@ struct StepHooks {
 // train` runs them, but never logged, validated or checkpointed.
 class TrainingSteps {
  public:
-  // A tk::Error for a config that train would refuse, or one that asks to resume.
-  explicit TrainingSteps(TrainConfig cfg, StepHooks hooks = {});
+  // A tk::Error for a config that train would refuse, or one that asks to resume. comm: as Trainer's (nullptr for one
+  // process); on many ranks the steps are train's data-parallel steps (the same DataParallel, ZeRO stage and sharded
+  // optimizer), each StepRecord with every rank's communication and data wait, so every rank constructs its
+  // TrainingSteps and calls next_step() as often as the others.
+  explicit TrainingSteps(TrainConfig cfg, StepHooks hooks = {}, dist::Communicator* comm = nullptr);
   ~TrainingSteps();
   TrainingSteps(const TrainingSteps&) = delete;
   TrainingSteps& operator=(const TrainingSteps&) = delete;
