@@ -1,6 +1,8 @@
 // Gathering each rank's communication and data-wait times once per step, and how they print (step_communication.h).
 #include "train/step_communication.h"
 
+#include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include <fmt/format.h>
@@ -66,6 +68,19 @@ void CommunicationSummary::add(const StepCommunication& step, double step_s) {
   }
   step_s_ += step_s;
   steps_++;
+}
+
+StepCommunication CommunicationSummary::per_step() const {
+  StepCommunication mean{totals_};
+  const double n = double(std::max<int64_t>(steps_, 1));
+  for (RankStepTimes& r : mean.ranks) {
+    r.comm_s /= n;
+    r.comm_exposed_s /= n;
+    r.comm_host_s /= n;
+    r.data_wait_s /= n;
+    r.collectives = std::llround(double(r.collectives) / n);
+  }
+  return mean;
 }
 
 std::string CommunicationSummary::line() const {

@@ -1,6 +1,6 @@
 // What communication and input cost each rank of a data-parallel run (docs/distributed.md, "What communication
 // costs"): per step, every rank's communicator times and loader wait, gathered on every rank in rank order; the step
-// line's short form of them; and the run's totals for the summary line at its end.
+// line's short form of them; and the run's totals for the summary line at its end, or a profile's means per step.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -41,12 +41,14 @@ StepCommunication gather_step_communication(dist::Communicator& comm, double dat
 // The step line's part: "comm 12 ms (3 exposed)" for one rank's times.
 std::string format_step_communication(const RankStepTimes& t);
 
-// The run's totals, step after step, for the line that ends it.
+// The run's totals, step after step, for the line that ends it (and `tokamak profile`'s means per step).
 class CommunicationSummary {
  public:
   // step_s: the step's wall time (rank 0's, which every rank's matches to within the step's last collective).
   void add(const StepCommunication& step, double step_s);
   bool empty() const { return steps_ == 0; }
+  // Each rank's mean per step (the collectives rounded to the nearest whole one).
+  StepCommunication per_step() const;
   // "communication over 4 steps: collectives 120.0 ms on rank 0, 50.0 ms of it exposed (3.1% of the step time; the
   // most exposed rank 1, 60.0 ms, 3.6%); host gathers 10.0 ms; data wait per rank 40 µs (rank 1) to 20.0 ms (rank 0,
   // the slowest)".

@@ -50,6 +50,13 @@ TEST(StepCommunication, SummarySumsTheStepsPerRank) {
             "communication over 2 steps: collectives 120.0 ms on rank 0, 20.0 ms of it exposed (1.0% of the step time; "
             "the most exposed rank 1, 60.0 ms, 3.0%); host gathers 2.0 ms; data wait per rank 40 µs (rank 0) to "
             "20.0 ms (rank 1, the slowest)");
+  const StepCommunication mean = sum.per_step();  // the profile's per-step figures
+  ASSERT_EQ(mean.ranks.size(), 2u);
+  EXPECT_DOUBLE_EQ(mean.ranks[0].comm_s, 0.060);
+  EXPECT_DOUBLE_EQ(mean.ranks[1].comm_exposed_s, 0.030);
+  EXPECT_DOUBLE_EQ(mean.ranks[1].comm_host_s, 0.002);
+  EXPECT_DOUBLE_EQ(mean.ranks[0].data_wait_s, 0.000020);
+  EXPECT_EQ(mean.ranks[1].collectives, 3);
   EXPECT_THROW(sum.add({{times(0, 0, 0, 0)}}, 1.0), Error) << "a step of another world size";
 }
 
