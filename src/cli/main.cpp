@@ -2,6 +2,7 @@
 // a usage error (the command line, a config file) exits 2, a command that ran and failed exits 1.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <csignal>
@@ -71,9 +72,23 @@ static void restart_with_library_settings(char** argv) {
                   std::strerror(errno), picked, core);
 }
 
-// The commands that run on many ranks: `--gpus N` starts N of them on this host; mpirun and srun start them anywhere.
+// The commands that take --gpus: `--gpus N` starts N ranks on this host; mpirun and srun start them anywhere. `bench`
+// takes it to refuse more than one (refuse_bench_on_ranks).
 static bool runs_on_ranks(const std::string& command) {
   return command == "train" || command == "profile" || command == "bench";
+}
+
+// The commands whose steps are data-parallel on many ranks: their ranks connect, --gpus 1 included (one rank on NCCL).
+static bool data_parallel(const std::string& command) { return command == "train" || command == "profile"; }
+
+// `tokamak bench` times one process's steps on random tokens, with no data and no communication: many ranks are
+// refused before any starts, with what measures them.
+static void refuse_bench_on_ranks(const std::string& command, int ranks) {
+  TK_CHECK(command != "bench" || ranks <= 1,
+           "`tokamak bench` runs on one GPU (it times one process's steps on random tokens); for {} ranks, measure "
+           "training with `tokamak train --gpus {}` (bench/scaling.sh runs it at each ZeRO stage beside PyTorch) or "
+           "where its time goes with `tokamak profile --gpus {}`",
+           ranks, ranks, ranks);
 }
 
 namespace tk::cli {
@@ -85,11 +100,8 @@ tk::dist::Communicator* communicator() { return connected.get(); }
 
 // The ranks of a run connect (NCCL on the GPU, MPI on the CPU) and check that they were given the same command before
 // any work; the other ranks' warnings and stdout are dropped (mpirun and srun would print every rank's step lines: the launcher of
-// --gpus drops it too). `tokamak profile` and `bench` measure one rank: more are refused.
+// --gpus drops it too).
 static void connect_ranks(const tk::dist::Session& session, const CLI::App& command, int argc, char** argv) {
-  TK_CHECK(command.get_name() == "train",
-           "`tokamak {}` runs on one rank: data parallelism is `tokamak train`'s (run {} on one GPU, without --gpus)",
-           command.get_name(), command.get_name());
   const bool gpu = tk::backend_is_gpu(command.get_option("--device")->as<std::string>());
   tk::cli::connected = tk::dist::make_communicator(session, gpu);
   std::string args;
@@ -176,6 +188,7 @@ int main(int argc, char** argv) {
     for (auto& [sub, run] : runners) {
       if (!sub->parsed()) continue;
       const tk::dist::World launched = tk::dist::read_world();
+      refuse_bench_on_ranks(sub->get_name(), std::max(gpus, launched.size));
       if (gpus > 1 && launched.launcher != tk::dist::Launcher::tokamak) {
         TK_CHECK(sub->get_option("--device")->as<std::string>() != "cpu",
                  "--gpus {} runs one process per GPU; for ranks on the CPU use mpirun -np {} tokamak ... --device cpu",
@@ -185,7 +198,7 @@ int main(int argc, char** argv) {
       tk::dist::Session session(launched);
       // --gpus 1 takes the data-parallel path too, on NCCL with one rank.
       const bool gpus_given = runs_on_ranks(sub->get_name()) && sub->get_option("--gpus")->count() > 0;
-      if ((session.world().size > 1 && runs_on_ranks(sub->get_name())) || (gpus_given && sub->get_name() == "train"))
+      if ((session.world().size > 1 || gpus_given) && data_parallel(sub->get_name()))
         connect_ranks(session, *sub, argc, argv);
       const int code = run();
       tk::cli::connected.reset();

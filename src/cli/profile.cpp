@@ -1,13 +1,16 @@
 // `tokamak profile`: train's flags for what a step computes and how (not the run's length, schedule, validation or
 // checkpoints, which change no step's time), a few warm-up steps, then measured steps timed per op;
 // prints where a step's time goes and what to change first, and writes profile.json and trace.json to
-// --out (docs/profile.md).
+// --out (docs/profile.md). On many ranks (--gpus N, mpirun, srun) every rank runs the data-parallel steps and rank 0
+// reports them with every rank's communication and data wait.
 #include <fmt/format.h>
 
 #include <memory>
+#include <optional>
 
 #include "cli/command.h"
 #include "cli/train_options.h"
+#include "dist/communicator.h"
 #include "train/profile_report.h"
 #include "train/profile_run.h"
 #include "train/run_dir.h"
@@ -23,15 +26,19 @@ struct ProfileFlags {
 int run(ProfileFlags f) {
   f.profile.train.out = f.out;
   f.profile.print_progress = !f.json;
-  // --out is often a training run's directory: one writer at a time, and a second one refused before it measures.
-  const tk::RunDirLock lock(f.out);
-  const tk::ProfileReport r = tk::run_profile(f.profile);
-  tk::write_profile(r, f.out);
+  tk::dist::Communicator* comm = tk::cli::communicator();
+  // --out is often a training run's directory: one writer at a time, and a second one refused before it measures. Of
+  // many ranks rank 0 writes the profile, as it owns a training run's directory.
+  std::optional<tk::RunDirLock> lock;
+  if (comm == nullptr || comm->rank() == 0) lock.emplace(f.out);
+  const std::optional<tk::ProfileReport> r = tk::run_profile(f.profile, comm);
+  if (!r) return 0;  // another rank: its steps ran with rank 0's, which reports them all
+  tk::write_profile(*r, f.out);
   if (f.json) {
-    fmt::print("{}\n", tk::profile_json(r).dump(2));
+    fmt::print("{}\n", tk::profile_json(*r).dump(2));
   } else {
     fmt::print("{}\nwrote {}/profile.json and {}/trace.json (open the trace in https://ui.perfetto.dev)\n",
-               tk::format_profile(r), f.out, f.out);
+               tk::format_profile(*r), f.out, f.out);
   }
   return 0;
 }

@@ -98,6 +98,7 @@ struct Overhead {
 constexpr Overhead kOverheads[] = {
     {"gaps_ms", "host/launch gaps", "#78716c"},
     {"data_wait_ms", "data wait", "#a16207"},
+    {"communication_ms", "exposed communication", "#4338ca"},
     {"unexplained_ms", "unexplained", "#94a3b8"},
 };
 

@@ -1,6 +1,6 @@
 // The profile's arithmetic and its three forms: measured steps summed into the per-op table and the
-// step's totals (so that ops + gaps + data wait + unexplained = the step), then profile.json, the Chrome
-// trace and the terminal table.
+// step's totals (so that ops + gaps + data wait + communication + unexplained = the step) and each rank's
+// communication, then profile.json, the Chrome trace and the terminal table.
 #include "train/profile_report.h"
 
 #include <algorithm>
@@ -20,6 +20,46 @@ namespace {
 using json = nlohmann::ordered_json;
 
 json number_or_null(double v) { return v >= 0 && std::isfinite(v) ? json(v) : json(nullptr); }
+
+json communication_json(const ProfileCommunication& c) {
+  json ranks = json::array();
+  for (size_t i = 0; i < c.per_step.ranks.size(); i++) {
+    const RankStepTimes& t = c.per_step.ranks[i];
+    ranks.push_back({{"rank", i},
+                     {"collectives", t.collectives},
+                     {"comm_ms", t.comm_s * 1e3},
+                     {"comm_exposed_ms", t.comm_exposed_s * 1e3},
+                     {"comm_host_ms", t.comm_host_s * 1e3},
+                     {"data_wait_ms", t.data_wait_s * 1e3}});
+  }
+  const RankPeak exposed = c.most_exposed(), slowest = c.slowest_loader();
+  return {{"world_size", c.world_size()},
+          {"communicator", c.communicator},
+          {"zero_stage", c.zero_stage},
+          {"ranks", ranks},
+          {"most_exposed", {{"rank", exposed.rank}, {"comm_exposed_ms", exposed.seconds * 1e3}}},
+          {"slowest_loader", {{"rank", slowest.rank}, {"data_wait_ms", slowest.seconds * 1e3}}}};
+}
+
+// Each rank's communication and data wait, per step, and the two ranks that stand out.
+std::string format_communication(const ProfileCommunication& c, double step_ms) {
+  auto pct = [&](double seconds) { return step_ms > 0 ? 100 * seconds * 1e3 / step_ms : 0.0; };
+  std::string out = "\ncommunication and data wait, per step (each rank's mean over the measured steps):\n";
+  out += fmt::format("{:>6} {:>11} {:>14} {:>11} {:>15} {:>13}\n", "rank", "collectives", "collectives ms",
+                     "exposed ms", "host gathers ms", "data wait ms");
+  for (size_t i = 0; i < c.per_step.ranks.size(); i++) {
+    const RankStepTimes& x = c.per_step.ranks[i];
+    out += fmt::format("{:>6} {:>11} {:>14.3f} {:>11.3f} {:>15.3f} {:>13.3f}\n", i, x.collectives, x.comm_s * 1e3,
+                       x.comm_exposed_s * 1e3, x.comm_host_s * 1e3, x.data_wait_s * 1e3);
+  }
+  if (c.world_size() < 2) return out;
+  const RankPeak exposed = c.most_exposed(), slowest = c.slowest_loader();
+  out += fmt::format("the most exposed communication: rank {}, {:.3f} ms ({:.1f}% of the step); the slowest loader: "
+                     "rank {}, {:.3f} ms ({:.1f}%)\n",
+                     exposed.rank, exposed.seconds * 1e3, pct(exposed.seconds), slowest.rank, slowest.seconds * 1e3,
+                     pct(slowest.seconds));
+  return out;
+}
 
 }  // namespace
 
@@ -70,18 +110,22 @@ StepTotals summarize_step(const std::vector<MeasuredStep>& steps, double recompu
       if (s.recompute) measured_recompute += s.dur_ms;
     }
     // The timeline runs from a mark before the step to one after it; where it and the host clock
-    // disagree, the shorter bounds the gaps and the difference is left unexplained.
-    const double gaps = std::max(0.0, std::min(m.timeline_ms, m.wall_ms) - kernels - m.data_wait_ms);
+    // disagree, the shorter bounds the gaps and the difference is left unexplained. Exposed communication runs
+    // between ops (the host in a collective or gather, or the device's compute queue blocked on one).
+    const double outside_ops = m.data_wait_ms + m.communication_ms;
+    const double gaps = std::max(0.0, std::min(m.timeline_ms, m.wall_ms) - kernels - outside_ops);
     t.step_ms += m.wall_ms;
     t.kernels_ms += kernels;
     t.data_wait_ms += m.data_wait_ms;
+    t.communication_ms += m.communication_ms;
     t.gaps_ms += gaps;
-    t.unexplained_ms += m.wall_ms - kernels - m.data_wait_ms - gaps;
+    t.unexplained_ms += m.wall_ms - kernels - outside_ops - gaps;
   }
   const double n = std::max<double>(1, double(steps.size()));
   t.step_ms /= n;
   t.kernels_ms /= n;
   t.data_wait_ms /= n;
+  t.communication_ms /= n;
   t.gaps_ms /= n;
   t.unexplained_ms /= n;
   double mm_flops = 0, mm_ms = 0;
@@ -97,6 +141,12 @@ StepTotals summarize_step(const std::vector<MeasuredStep>& steps, double recompu
     t.recompute_ms = recompute_flops_per_step / mm_flops * mm_ms;
   }
   return t;
+}
+
+StepCommunication summarize_communication(const std::vector<MeasuredStep>& steps) {
+  CommunicationSummary sum;
+  for (const MeasuredStep& m : steps) sum.add(m.communication, m.wall_ms * 1e-3);
+  return sum.per_step();
 }
 
 json profile_json(const ProfileReport& r) {
@@ -130,8 +180,10 @@ json profile_json(const ProfileReport& r) {
   j["totals"] = {{"kernels_ms", r.totals.kernels_ms},
                  {"gaps_ms", r.totals.gaps_ms},
                  {"data_wait_ms", r.totals.data_wait_ms},
+                 {"communication_ms", r.totals.communication_ms},
                  {"recompute_ms", r.totals.recompute_ms},
                  {"unexplained_ms", r.totals.unexplained_ms}};
+  if (r.communication) j["communication"] = communication_json(*r.communication);
   json advice = json::array();
   for (const Advice& a : r.advice) advice.push_back(
         {{"title", a.title}, {"payoff_pct", a.payoff_pct}, {"detail", a.detail}, {"actionable", a.actionable}});
@@ -163,8 +215,9 @@ json trace_json(const ProfileReport& r) {
   };
   for (size_t i = 0; i < r.measured.size(); i++) {
     const MeasuredStep& m = r.measured[i];
-    span(fmt::format("step {}", i + 1), "step", 1, 1, m.host_start_us, m.wall_ms * 1e3,
-         {{"data_wait_ms", m.data_wait_ms}, {"timeline_ms", m.timeline_ms}});
+    json step_args = {{"data_wait_ms", m.data_wait_ms}, {"timeline_ms", m.timeline_ms}};
+    if (!m.communication.empty()) step_args["communication_ms"] = m.communication_ms;
+    span(fmt::format("step {}", i + 1), "step", 1, 1, m.host_start_us, m.wall_ms * 1e3, std::move(step_args));
     for (const TraceSpan& w : m.waits)
       span(w.name, "data", 1, 2, m.host_start_us + w.start_ms * 1e3, w.dur_ms * 1e3, json::object());
     for (const TraceSpan& s : m.ops)
@@ -177,9 +230,16 @@ json trace_json(const ProfileReport& r) {
 std::string format_profile(const ProfileReport& r) {
   const bool gpu = r.backend == "cuda";
   const StepTotals& t = r.totals;
-  std::string out = fmt::format("\nprofile of {} on {} ({}): {} measured steps of {} tokens ({} x {} x {} micro-batches)\n",
-                                r.model, r.device, r.backend, r.steps, r.tokens_per_step, r.micro_batch, r.seq,
-                                r.accumulation_steps);
+  const std::string ranks =
+      r.communication ? fmt::format(" x {} ranks", r.communication->world_size()) : std::string();
+  std::string out =
+      fmt::format("\nprofile of {} on {} ({}): {} measured steps of {} tokens ({} x {} x {} micro-batches{})\n",
+                  r.model, r.device, r.backend, r.steps, r.tokens_per_step, r.micro_batch, r.seq,
+                  r.accumulation_steps, ranks);
+  if (r.communication)
+    out += fmt::format(
+        "data parallel over {}, ZeRO {}: the op table and the step's totals are rank 0's (its ops alone are timed)\n",
+        r.communication->communicator, r.communication->zero_stage);
   out += fmt::format("step {:.2f} ms | {:.0f} tokens/s | ", t.step_ms, r.tokens_per_s);
   out += r.mfu >= 0 ? fmt::format("MFU {:.1f}% HFU {:.1f}% of {}\n", 100 * r.mfu, 100 * r.hfu,
                                   format_flop_rate(r.peak_tflops * 1e12))
@@ -201,9 +261,11 @@ std::string format_profile(const ProfileReport& r) {
   total("ops (kernels)", t.kernels_ms);
   total("host/launch gaps", t.gaps_ms);
   total("data wait", t.data_wait_ms);
+  if (r.communication) total("exposed communication and host gathers", t.communication_ms);
   total("unexplained", t.unexplained_ms);
   total("step (wall)", t.step_ms);
   if (t.recompute_ms > 0) total("  of the ops: recompute", t.recompute_ms);
+  if (r.communication) out += format_communication(*r.communication, t.step_ms);
   if (r.largest_share)
     out += fmt::format("\nwhere the time goes: {}\n     {}\n", r.largest_share->title, r.largest_share->detail);
   out += "\nadvice, largest payoff first (changes tokamak cannot make yet last):\n";

@@ -1,6 +1,6 @@
-// What `tokamak profile` reports: the per-op table, the step's totals, the advice and the measured
-// timelines; the arithmetic that turns measured steps into the table and totals, and the three forms the
-// report is written in (profile.json, a Chrome trace, the terminal table).
+// What `tokamak profile` reports: the per-op table, the step's totals, each rank's communication and data wait (data
+// parallel), the advice and the measured timelines; the arithmetic that turns measured steps into the table and
+// totals, and the three forms the report is written in (profile.json, a Chrome trace, the terminal table).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -11,6 +11,7 @@
 
 #include "train/ceilings.h"
 #include "train/profiling_ops.h"
+#include "train/step_communication.h"
 
 namespace tk {
 
@@ -27,12 +28,14 @@ struct OpRow {
   bool compute_bound = false; // FLOPs per byte at or above the ceilings' ratio
 };
 
-// Where a step's wall time goes, per step: step_ms = kernels + data_wait + gaps + unexplained.
+// Where a step's wall time goes, per step: step_ms = kernels + data_wait + communication + gaps + unexplained.
 struct StepTotals {
   double step_ms = 0;         // the trainer's own clock
   double kernels_ms = 0;      // inside ops, on the backend's clock
   double data_wait_ms = 0;    // blocked waiting for the loader
-  double gaps_ms = 0;         // host and launch gaps: the step's timeline not covered by an op or the data wait
+  double communication_ms = 0;  // data parallel: the collectives the compute waited for and the host gathers
+  double gaps_ms = 0;         // host and launch gaps: the step's timeline not covered by an op, the data wait or
+                              // the communication
   double recompute_ms = 0;    // part of kernels_ms: the FLOPs the recompute policy repeats, at the matmuls' rate
   double unexplained_ms = 0;  // the host clock's step minus the timeline's (negative: ops overlapping the wait)
 };
@@ -59,8 +62,24 @@ struct TraceSpan {
 
 struct MeasuredStep {
   double wall_ms = 0, timeline_ms = 0, data_wait_ms = 0;
+  // Data parallel: this rank's exposed communication (the collectives its compute waited for and its host gathers),
+  // which runs between ops; and every rank's communication and data wait (empty for one process).
+  double communication_ms = 0;
+  StepCommunication communication;
   double host_start_us = 0;          // from the first measured step's start, on the host clock
   std::vector<TraceSpan> ops, waits;
+};
+
+// What communication and input cost each rank over the measured steps of a run with a communicator (many ranks, or
+// --gpus 1).
+struct ProfileCommunication {
+  std::string communicator;    // "mpi", "nccl"
+  int zero_stage = 0;
+  StepCommunication per_step;  // each rank's mean per measured step, in rank order
+
+  int world_size() const { return int(per_step.ranks.size()); }
+  RankPeak most_exposed() const { return per_step.peak(&RankStepTimes::comm_exposed_s); }
+  RankPeak slowest_loader() const { return per_step.peak(&RankStepTimes::data_wait_s); }
 };
 
 struct ProfileReport {
@@ -71,6 +90,8 @@ struct ProfileReport {
   Ceilings ceilings;
   std::vector<OpRow> ops;  // by time, largest first
   StepTotals totals;
+  // With a communicator; the op table and the totals are this rank's (rank 0's), the communication every rank's.
+  std::optional<ProfileCommunication> communication;
   std::vector<Advice> advice;
   std::optional<Advice> largest_share;  // profile_advice.h's largest_share
   std::vector<MeasuredStep> measured;
@@ -80,6 +101,8 @@ struct ProfileReport {
 std::vector<OpRow> summarize_ops(const std::vector<MeasuredStep>& steps, double step_ms, const Ceilings& c);
 StepTotals summarize_step(const std::vector<MeasuredStep>& steps, double recompute_flops_per_step,
                           const std::vector<OpRow>& ops);
+// Each rank's communication and data wait, per step, over steps that carry them (a run with a communicator).
+StepCommunication summarize_communication(const std::vector<MeasuredStep>& steps);
 
 nlohmann::ordered_json profile_json(const ProfileReport& r);     // profile.json, as docs/profile.md gives it
 nlohmann::ordered_json trace_json(const ProfileReport& r);       // Chrome trace / Perfetto, "X" events

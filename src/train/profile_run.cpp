@@ -1,7 +1,8 @@
 // The profile run: the ceilings first (before the model takes the memory), then the trainer's steps on
 // ProfilingOps with a loader that notes its waits; warm-up steps are run and dropped, measured steps
 // resolved into op spans after each step (so the timing never synchronises inside one), then summed
-// (profile_report.cpp) and advised on (profile_advice.cpp).
+// (profile_report.cpp) and advised on (profile_advice.cpp). On many ranks every rank runs the steps alike and rank
+// 0 reports.
 #include "train/profile_run.h"
 
 #include <algorithm>
@@ -95,7 +96,8 @@ bool has_fp8_tensor_cores(bool gpu) {
 // Runs the steps and turns each measured one into spans on its timeline.
 class StepRunner {
  public:
-  StepRunner(const TrainConfig& cfg, bool print_progress) : print_(print_progress) {
+  StepRunner(const TrainConfig& cfg, bool print_progress, dist::Communicator* comm)
+      : print_(print_progress), rank_(comm ? comm->rank() : 0) {
     StepHooks hooks;
     hooks.wrap_ops = [this](std::unique_ptr<Ops> ops) {
       auto p = std::make_unique<ProfilingOps>(std::move(ops));
@@ -107,7 +109,7 @@ class StepRunner {
       loader_ = p.get();
       return std::unique_ptr<DataLoader>(std::move(p));
     };
-    steps_ = std::make_unique<TrainingSteps>(cfg, std::move(hooks));
+    steps_ = std::make_unique<TrainingSteps>(cfg, std::move(hooks), comm);
     if (print_) steps_->print_plan();
   }
 
@@ -124,15 +126,18 @@ class StepRunner {
     const StepRecord r = steps_->next_step();
     const int64_t end = ops_->timing_mark();
     ops_->range_pop();
+    const RankStepTimes* mine = r.communication.empty() ? nullptr : &r.communication.ranks[size_t(rank_)];
     if (print_) {
-      fmt::print("profile: {} | {:.2f} ms | data wait {:.2f} ms | loss {:.4f}\n", label, r.seconds * 1e3,
-                 r.metrics.data_wait_s * 1e3, r.loss);
+      fmt::print("profile: {} | {:.2f} ms | data wait {:.2f} ms{} | loss {:.4f}\n", label, r.seconds * 1e3,
+                 r.metrics.data_wait_s * 1e3, mine ? " | " + format_step_communication(*mine) : "", r.loss);
       std::fflush(stdout);
     }
     if (!measured) return std::nullopt;
     MeasuredStep m;
     m.wall_ms = r.seconds * 1e3;
     m.data_wait_ms = r.metrics.data_wait_s * 1e3;
+    if (mine) m.communication_ms = (mine->comm_exposed_s + mine->comm_host_s) * 1e3;
+    m.communication = r.communication;
     m.timeline_ms = ops_->timing_elapsed_ms(begin, end);
     m.host_start_us = ms_between(*first_measured_, host_start) * 1e3;
     for (const OpRecord& rec : ops_->records()) {
@@ -159,6 +164,7 @@ class StepRunner {
 
  private:
   bool print_;
+  int rank_;
   ProfilingOps* ops_ = nullptr;
   WaitRecordingLoader* loader_ = nullptr;
   std::unique_ptr<TrainingSteps> steps_;
@@ -167,7 +173,7 @@ class StepRunner {
 
 }  // namespace
 
-ProfileReport run_profile(const ProfileOptions& o) {
+std::optional<ProfileReport> run_profile(const ProfileOptions& o, dist::Communicator* comm) {
   TK_CHECK(o.warmup_steps >= 0, "--warmup-steps must be 0 or more, not {}", o.warmup_steps);
   TK_CHECK(o.measure_steps >= 1, "--measure-steps must be 1 or more, not {}", o.measure_steps);
   TrainConfig cfg = o.train;
@@ -175,12 +181,14 @@ ProfileReport run_profile(const ProfileOptions& o) {
   const bool gpu = backend_is_gpu(cfg.device);
   const DeviceInfo device = describe_device(gpu, cfg.peak_tflops * 1e12);
 
+  const bool reports = comm == nullptr || comm->rank() == 0;
   ProfileReport rep;
-  rep.ceilings = o.ceilings ? *o.ceilings : find_ceilings(cfg.device, device.name, gpu);
-  StepRunner runner(cfg, o.print_progress);
+  if (reports) rep.ceilings = o.ceilings ? *o.ceilings : find_ceilings(cfg.device, device.name, gpu);
+  StepRunner runner(cfg, o.print_progress, comm);
   for (int i = 1; i <= o.warmup_steps; i++) runner.run(fmt::format("warm-up step {}/{}", i, o.warmup_steps), false);
   for (int i = 1; i <= o.measure_steps; i++)
     rep.measured.push_back(*runner.run(fmt::format("measured step {}/{}", i, o.measure_steps), true));
+  if (!reports) return std::nullopt;
 
   const TrainingSteps& steps = runner.steps();
   const TrainConfig& c = steps.config();
@@ -213,6 +221,7 @@ ProfileReport run_profile(const ProfileOptions& o) {
   const double recompute_flops =
       (tm.hardware_flops_per_token() - tm.model_flops_per_token()) * double(rep.tokens_per_step);
   rep.totals = summarize_step(rep.measured, recompute_flops, rep.ops);
+  if (comm) rep.communication = ProfileCommunication{comm->name(), c.zero, summarize_communication(rep.measured)};
 
   AdviceInputs in;
   in.totals = rep.totals;

@@ -1,7 +1,8 @@
 // The profile: each op's FLOP and byte count against hand arithmetic on small shapes, a model's
-// matmul FLOPs against docs/design.md's count, the step arithmetic (ops + gaps + data wait + unexplained =
-// step), a tiny CPU profile's profile.json and trace.json read back, and the advice a slow data reader
-// and a one-row micro-batch get.
+// matmul FLOPs against docs/design.md's count, the step arithmetic (ops + gaps + data wait + communication +
+// unexplained = step), a tiny CPU profile's profile.json and trace.json read back (and with a communicator of one
+// rank), the advice a slow data reader and a one-row micro-batch get, and a two-rank report's communication section
+// from fixed numbers.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "core/fs.h"
 #include "data/prepare.h"
 #include "data_testing.h"
+#include "dist/mpi_communicator.h"
 #include "model_testing.h"
 #include "model/model.h"
 #include "ops/cpu/cpu_ops.h"
@@ -316,6 +318,46 @@ TEST(ProfileSummary, OpsGapsDataAndUnexplainedAddUpToTheStep) {
   EXPECT_DOUBLE_EQ(summarize_step({a, b}, 1.5e9, rows).recompute_ms, 2);
 }
 
+RankStepTimes rank_times(double comm_s, double exposed_s, double host_s, double wait_s, int64_t collectives) {
+  RankStepTimes t;
+  t.comm_s = comm_s;
+  t.comm_exposed_s = exposed_s;
+  t.comm_host_s = host_s;
+  t.data_wait_s = wait_s;
+  t.collectives = collectives;
+  return t;
+}
+
+// Communication the step waited for runs between ops: it is its own part of the step, not a gap; every rank's
+// figures are averaged per step.
+TEST(ProfileSummary, ExposedCommunicationIsItsOwnPartOfTheStep) {
+  MeasuredStep a;
+  a.wall_ms = 10;
+  a.timeline_ms = 10;
+  a.data_wait_ms = 1;
+  a.communication_ms = 2;
+  a.ops = {span("linear_forward", OpCategory::Matmul, 0, 6, 3e9, 1e6)};
+  a.communication = {{rank_times(0.003, 0.0015, 0.0005, 0.001, 10), rank_times(0.002, 0.001, 0.0004, 0.004, 10)}};
+  MeasuredStep b = a;
+  b.timeline_ms = 9;  // 0.5 ms of gaps on the timeline, 1 ms more on the host clock
+  b.data_wait_ms = 0;
+  b.communication_ms = 2.5;
+  b.communication = {{rank_times(0.005, 0.002, 0.0005, 0, 11), rank_times(0.004, 0.001, 0.0004, 0.002, 10)}};
+  const StepTotals t = summarize_step({a, b}, 0, summarize_ops({a, b}, 10, Ceilings{1e12, 1e11, "test"}));
+  EXPECT_DOUBLE_EQ(t.communication_ms, 2.25);
+  EXPECT_DOUBLE_EQ(t.gaps_ms, (1 + 0.5) / 2);  // 10 - 6 - 1 - 2 and 9 - 6 - 2.5
+  EXPECT_DOUBLE_EQ(t.unexplained_ms, 0.5);
+  EXPECT_NEAR(t.kernels_ms + t.gaps_ms + t.data_wait_ms + t.communication_ms + t.unexplained_ms, t.step_ms, 1e-12);
+
+  const StepCommunication mean = summarize_communication({a, b});
+  ASSERT_EQ(mean.ranks.size(), 2u);
+  EXPECT_DOUBLE_EQ(mean.ranks[0].comm_s, 0.004);
+  EXPECT_DOUBLE_EQ(mean.ranks[0].comm_exposed_s, 0.00175);
+  EXPECT_DOUBLE_EQ(mean.ranks[1].data_wait_s, 0.003);
+  EXPECT_EQ(mean.ranks[0].collectives, 11);  // 10.5, to the nearest
+  EXPECT_EQ(mean.ranks[1].collectives, 10);
+}
+
 // ---- whole profiles of a tiny model ------------------------------------------------------------------
 
 class TinyProfile : public ::testing::Test {
@@ -375,7 +417,7 @@ TEST_F(TinyProfile, WritesProfileAndTraceThatAccountForTheStep) {
   ProfileOptions o = options(4, 32);
   o.ceilings.reset();  // measured now, on the CPU
   o.train.peak_tflops = 0.01;
-  const ProfileReport r = run_profile(o);
+  const ProfileReport r = run_profile(o).value();
   write_profile(r, o.train.out);
 
   const nlohmann::json p = nlohmann::json::parse(fs::read_file(dir_.path("profile/profile.json")));
@@ -421,6 +463,9 @@ TEST_F(TinyProfile, WritesProfileAndTraceThatAccountForTheStep) {
   EXPECT_LE(std::abs(t["unexplained_ms"].get<double>()), 0.05 * step);  // host clocks on both sides
   EXPECT_GE(t["gaps_ms"].get<double>(), 0);
   EXPECT_EQ(t["recompute_ms"].get<double>(), 0);
+  EXPECT_EQ(t["communication_ms"].get<double>(), 0);  // one process: no communicator
+  EXPECT_FALSE(p.contains("communication")) << p.dump();
+  EXPECT_EQ(format_profile(r).find("communication and data wait"), std::string::npos) << format_profile(r);
   for (const auto& a : p["advice"]) {
     EXPECT_FALSE(a["title"].get<std::string>().empty());
     EXPECT_FALSE(a["detail"].get<std::string>().empty());
@@ -450,12 +495,41 @@ TEST_F(TinyProfile, WritesProfileAndTraceThatAccountForTheStep) {
   EXPECT_NEAR(op_events_ms, 3 * ops_ms, 1e-6 * step);
 }
 
+// The profiled steps with a communicator of one rank (the path of --gpus 1; the MPI communicator, which runs each
+// collective on the computing thread): ZeRO 1's collectives are timed, all of them exposed, the loss and norm sums
+// are host gathers, and the step's parts still add up to it.
+TEST_F(TinyProfile, ACommunicatorOfOneRankIsReportedAndAccountedFor) {
+  const std::unique_ptr<dist::Communicator> comm = dist::make_mpi_communicator(dist::World{}, false);
+  ProfileOptions o = options(2, 32);
+  o.train.zero = 1;
+  const ProfileReport r = run_profile(o, comm.get()).value();
+  ASSERT_TRUE(r.communication.has_value());
+  const ProfileCommunication& c = *r.communication;
+  EXPECT_EQ(c.world_size(), 1);
+  EXPECT_EQ(c.communicator, "mpi");
+  EXPECT_EQ(c.zero_stage, 1);
+  const RankStepTimes& t = c.per_step.ranks[0];
+  EXPECT_GT(t.collectives, 0);
+  EXPECT_GT(t.comm_s, 0);
+  EXPECT_DOUBLE_EQ(t.comm_exposed_s, t.comm_s);
+  EXPECT_GT(t.comm_host_s, 0);
+  EXPECT_GE(t.data_wait_s, 0);
+  EXPECT_NEAR(r.totals.communication_ms, (t.comm_exposed_s + t.comm_host_s) * 1e3, 1e-9);
+  const StepTotals& s = r.totals;
+  EXPECT_NEAR(s.kernels_ms + s.gaps_ms + s.data_wait_ms + s.communication_ms + s.unexplained_ms, s.step_ms,
+              1e-9 * s.step_ms);
+  EXPECT_NE(format_profile(r).find("communication and data wait, per step"), std::string::npos) << format_profile(r);
+  const nlohmann::json j = profile_json(r);
+  EXPECT_EQ(j["communication"]["world_size"], 1);
+  EXPECT_EQ(j["communication"]["ranks"].size(), 1u);
+}
+
 // Needless recompute (the whole block recomputed while memory is plentiful) is measured and advised against
 // with its measured share. (On this toy model's CPU step the memory-bound and micro-batch advice rank above it.)
 TEST_F(TinyProfile, NeedlessRecomputeIsMeasuredAndAdvisedAgainst) {
   ProfileOptions o = options(8, 64);
   o.train.recompute = "block";
-  const ProfileReport r = run_profile(o);
+  const ProfileReport r = run_profile(o).value();
   EXPECT_GT(r.totals.recompute_ms, 0.05 * r.totals.step_ms) << format_profile(r);
   const Advice* a = nullptr;
   for (const Advice& x : r.advice)
@@ -465,7 +539,7 @@ TEST_F(TinyProfile, NeedlessRecomputeIsMeasuredAndAdvisedAgainst) {
   EXPECT_NEAR(a->payoff_pct, 100 * r.totals.recompute_ms / r.totals.step_ms, 1e-9);
   // Keeping everything: no recompute time and no such advice.
   o.train.recompute = "none";
-  const ProfileReport keep = run_profile(o);
+  const ProfileReport keep = run_profile(o).value();
   EXPECT_EQ(keep.totals.recompute_ms, 0);
   for (const Advice& x : keep.advice) EXPECT_NE(x.title, "Recompute costs time while memory is free");
 }
@@ -474,7 +548,7 @@ TEST_F(TinyProfile, ASlowDataReaderIsTheFirstAdvice) {
   // Far above any hiccup of a loaded machine (a test runs beside others), so the wait decides the ranking.
   ScopedEnv delay("TOKAMAK_LOADER_DELAY_MS", "400");
   ScopedEnv mount("TOKAMAK_FAKE_MOUNT_TYPE", "9p");
-  const ProfileReport r = run_profile(options(1, 32));
+  const ProfileReport r = run_profile(options(1, 32)).value();
   ASSERT_FALSE(r.advice.empty());
   EXPECT_EQ(r.advice[0].title, "Data: the step waits for the loader") << format_profile(r);
   EXPECT_NE(r.advice[0].detail.find("9p mount"), std::string::npos) << r.advice[0].detail;
@@ -485,9 +559,9 @@ TEST_F(TinyProfile, ASlowDataReaderIsTheFirstAdvice) {
 }
 
 TEST_F(TinyProfile, AOneRowMicroBatchIsTooSmallAndAFullOneIsNot) {
-  const ProfileReport one = run_profile(options(1, 32));
+  const ProfileReport one = run_profile(options(1, 32)).value();
   EXPECT_TRUE(has_advice(one, "Micro-batch too small")) << format_profile(one);
-  const ProfileReport full = run_profile(options(int(matmul_fill_rows(false) / 32), 32));
+  const ProfileReport full = run_profile(options(int(matmul_fill_rows(false) / 32), 32)).value();
   EXPECT_FALSE(has_advice(full, "Micro-batch too small")) << format_profile(full);
 }
 
@@ -620,6 +694,75 @@ TEST(ProfileAdvice, Fp8LmHeadOnceTheLinearsAreFp8) {
   in.lm_head_fp8_shape = true;
   in.fp8 = in.fp8_delayed = false;  // --fp8 first: its own advice, not this one
   for (const Advice& x : rank_advice(in)) EXPECT_EQ(x.title.find("LM head"), std::string::npos) << x.title;
+}
+
+// ---- two ranks, from fixed numbers ---------------------------------------------------------------------
+
+// A 100 ms step of rank 0 on two MPI ranks under ZeRO 2: rank 0 waits 30 ms a step in communication (25 ms of
+// collectives, all exposed, and 5 ms of host gathers), rank 1 15 ms; rank 1's loader makes it wait 20 ms a step, rank
+// 0's 0.5 ms.
+ProfileReport two_rank_report() {
+  ProfileReport r;
+  r.model = "tiny";
+  r.device = "cpu";
+  r.backend = "cpu";
+  r.steps = 2;
+  r.micro_batch = 2;
+  r.seq = 16;
+  r.accumulation_steps = 3;
+  r.tokens_per_step = 192;
+  r.totals.step_ms = 100;
+  r.totals.kernels_ms = 59.5;
+  r.totals.data_wait_ms = 0.5;
+  r.totals.communication_ms = 30;
+  r.totals.gaps_ms = 9;
+  r.totals.unexplained_ms = 1;
+  ProfileCommunication c;
+  c.communicator = "mpi";
+  c.zero_stage = 2;
+  c.per_step.ranks = {rank_times(0.025, 0.025, 0.005, 0.0005, 12), rank_times(0.012, 0.012, 0.003, 0.020, 12)};
+  r.communication = c;
+  return r;
+}
+
+TEST(ProfileCommunicationReport, SaysEachRanksCommunicationAndDataWaitAndWhichStandOut) {
+  const ProfileReport r = two_rank_report();
+  const std::string text = format_profile(r);
+  for (const char* line :
+       {"(2 x 16 x 3 micro-batches x 2 ranks)",
+        "data parallel over mpi, ZeRO 2: the op table and the step's totals are rank 0's (its ops alone are timed)",
+        "exposed communication and host gathers            30.000   30.0%",
+        "communication and data wait, per step (each rank's mean over the measured steps):",
+        "  rank collectives collectives ms  exposed ms host gathers ms  data wait ms",
+        "     0          12         25.000      25.000           5.000         0.500",
+        "     1          12         12.000      12.000           3.000        20.000",
+        "the most exposed communication: rank 0, 25.000 ms (25.0% of the step); the slowest loader: rank 1, 20.000 ms "
+        "(20.0%)"})
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+
+  const nlohmann::json j = profile_json(r);
+  EXPECT_DOUBLE_EQ(j["totals"]["communication_ms"].get<double>(), 30);
+  const nlohmann::json& c = j["communication"];
+  EXPECT_EQ(c["world_size"], 2);
+  EXPECT_EQ(c["communicator"], "mpi");
+  EXPECT_EQ(c["zero_stage"], 2);
+  ASSERT_EQ(c["ranks"].size(), 2u);
+  EXPECT_EQ(c["ranks"][1]["rank"], 1);
+  EXPECT_EQ(c["ranks"][1]["collectives"], 12);
+  EXPECT_DOUBLE_EQ(c["ranks"][1]["comm_ms"].get<double>(), 12);
+  EXPECT_DOUBLE_EQ(c["ranks"][1]["comm_exposed_ms"].get<double>(), 12);
+  EXPECT_DOUBLE_EQ(c["ranks"][1]["comm_host_ms"].get<double>(), 3);
+  EXPECT_DOUBLE_EQ(c["ranks"][1]["data_wait_ms"].get<double>(), 20);
+  EXPECT_EQ(c["most_exposed"]["rank"], 0);
+  EXPECT_DOUBLE_EQ(c["most_exposed"]["comm_exposed_ms"].get<double>(), 25);
+  EXPECT_EQ(c["slowest_loader"]["rank"], 1);
+  EXPECT_DOUBLE_EQ(c["slowest_loader"]["data_wait_ms"].get<double>(), 20);
+
+  ProfileReport one = r;
+  one.communication.reset();
+  one.totals.communication_ms = 0;
+  EXPECT_FALSE(profile_json(one).contains("communication"));
+  EXPECT_EQ(format_profile(one).find("communication"), std::string::npos) << format_profile(one);
 }
 
 }  // namespace

@@ -218,7 +218,8 @@ TEST(Report, StepTimeBreakdownAndMemoryPlan) {
             {"name": "linear_backward", "category": "matmul", "calls": 28, "ms": 20, "share": 0.2},
             {"name": "flash_attention", "category": "attention", "calls": 4, "ms": 15, "share": 0.15},
             {"name": "adamw", "category": "optimizer", "calls": 1, "ms": 5, "share": 0.05}],
-    "totals": {"kernels_ms": 80, "gaps_ms": 12, "data_wait_ms": 3, "recompute_ms": 0, "unexplained_ms": 5},
+    "totals": {"kernels_ms": 80, "gaps_ms": 8, "data_wait_ms": 3, "communication_ms": 4, "recompute_ms": 0,
+               "unexplained_ms": 5},
     "advice": [{"title": "Raise the micro-batch", "payoff_pct": 8.5, "detail": "gaps are 12% of the step"}]})");
   tk::testing::write_text(run + "/memory.json", R"json({"device": "NVIDIA H200", "total_bytes": 3221225472,
     "capacity_bytes": 150323855360, "rows": [{"component": "parameters (bf16)", "bytes": 1073741824, "note": "0.5B"},
@@ -228,7 +229,8 @@ TEST(Report, StepTimeBreakdownAndMemoryPlan) {
   // The bar: matmul holds 60 of the step's 100 ms, so 60% of the 960-wide bar.
   const std::string bar = svg_with_id(html, "bar-step-time");
   EXPECT_NE(bar.find("data-label=\"matmul\" x=\"0.0\" y=\"4\" width=\"576.0\""), std::string::npos) << bar;
-  for (const char* label : {"attention", "optimizer", "host/launch gaps", "data wait", "unexplained"})
+  for (const char* label : {"attention", "optimizer", "host/launch gaps", "data wait", "exposed communication",
+                            "unexplained"})
     EXPECT_NE(bar.find(fmt::format("data-label=\"{}\"", label)), std::string::npos) << label;
   EXPECT_NE(html.find("<code>linear_forward</code>"), std::string::npos);
   EXPECT_NE(html.find("All 4 ops"), std::string::npos);

@@ -1,7 +1,7 @@
 // Failures of a run of many ranks, under mpirun (dist_rank_probe, and tokamak itself): a rank killed in the middle
 // of a collective or of a training step, or hung in a collective, makes the others exit non-zero within 30 s, named;
 // ranks given different runs refuse before any work, naming the first that differs; `--gpus` refuses what it cannot
-// run; training ranks that fail at start, or cannot share the global batch, all stop.
+// run, and bench many ranks; training ranks that fail at start, or cannot share the global batch, all stop.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -120,12 +120,26 @@ TEST(Cli, GpusSaysHowManyThereAre) {
 #else
   EXPECT_TRUE(has(o, "this build of tokamak has no NCCL")) << o.output;
 #endif
-  const Outcome cpu = run({kTokamak, "bench", "--gpus", "2", "--device", "cpu"});
+  const Outcome cpu = run({kTokamak, "profile", "--gpus", "2", "--device", "cpu"});
   EXPECT_EQ(cpu.exit_code, 1) << cpu.output;
   EXPECT_TRUE(has(cpu, "for ranks on the CPU use mpirun -np 2")) << cpu.output;
   const Outcome nested = run(mpirun(2, {kTokamak, "train", "--gpus", "2", "--model", "tiny"}));
   EXPECT_NE(nested.exit_code, 0) << nested.output;
   EXPECT_TRUE(has(nested, "leave --gpus out under a launcher")) << nested.output;
+}
+
+// `tokamak bench` times one process: more ranks are refused, by --gpus before any starts and under mpirun on each,
+// saying what measures many GPUs.
+TEST(Cli, BenchRefusesManyRanksNamingWhatMeasuresThem) {
+  const Outcome gpus = run({kTokamak, "bench", "--gpus", "2", "--device", "cpu"});
+  EXPECT_EQ(gpus.exit_code, 1) << gpus.output;
+  const Outcome ranks = run(mpirun(2, {kTokamak, "bench", "--device", "cpu"}));
+  EXPECT_NE(ranks.exit_code, 0) << ranks.output;
+  for (const Outcome* o : {&gpus, &ranks})
+    for (const char* words : {"`tokamak bench` runs on one GPU", "`tokamak train --gpus 2`", "bench/scaling.sh",
+                              "`tokamak profile --gpus 2`"})
+      EXPECT_TRUE(has(*o, words)) << words << "\n" << o->output;
+  EXPECT_FALSE(has(ranks, "tokens/s")) << "no rank ran the benchmark\n" << ranks.output;
 }
 
 TEST(Cli, TrainingRanksThatFailAtStartAllStop) {

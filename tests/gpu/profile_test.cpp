@@ -113,7 +113,7 @@ TEST_F(GpuProfile, SharesAccountForTheStepAndMfuMatchesTraining) {
   o.warmup_steps = 3;
   o.measure_steps = 5;
   o.print_progress = false;
-  const ProfileReport r = run_profile(o);
+  const ProfileReport r = run_profile(o).value();
   std::cout << format_profile(r);
   EXPECT_EQ(r.ceilings.source, "measured now");
   EXPECT_GT(r.ceilings.matmul_flops, 50e12);
@@ -150,7 +150,7 @@ TEST_F(GpuProfile, SharesAccountForTheStepAndMfuMatchesTraining) {
   // The second profile reads the ceilings from the cache.
   o.train.out = dir_.path("profile2");
   o.measure_steps = 1;
-  EXPECT_EQ(run_profile(o).ceilings.source, "cache " + ceilings_cache_path());
+  EXPECT_EQ(run_profile(o).value().ceilings.source, "cache " + ceilings_cache_path());
 }
 
 }  // namespace
