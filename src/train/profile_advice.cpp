@@ -237,6 +237,77 @@ std::optional<Advice> fp8_lm_head(const AdviceInputs& in) {
   return Advice{"The LM head in FP8 (--fp8-lm-head)", saved_pct, detail};
 }
 
+// Communication that no rank hides: the least exposed time of any rank (collectives the compute waited for, and host
+// gathers), per step. The ranks with more also wait for slower ranks (their loader, or more compute), which is not
+// the communication's own cost; a slow loader has its own rule (slow_rank_loader).
+std::optional<Advice> exposed_communication(const AdviceInputs& in) {
+  if (!in.communication) return std::nullopt;
+  const ProfileCommunication& c = *in.communication;
+  const std::vector<RankStepTimes>& ranks = c.per_step.ranks;
+  if (ranks.empty()) return std::nullopt;
+  auto exposed_ms = [](const RankStepTimes& t) { return (t.comm_exposed_s + t.comm_host_s) * 1e3; };
+  size_t least = 0, most = 0;
+  for (size_t r = 1; r < ranks.size(); r++) {
+    if (exposed_ms(ranks[r]) < exposed_ms(ranks[least])) least = r;
+    if (exposed_ms(ranks[r]) > exposed_ms(ranks[most])) most = r;
+  }
+  const double cost = exposed_ms(ranks[least]), step = in.totals.step_ms;
+  if (pct(cost, step) < kMinPayoffPct) return std::nullopt;
+  const RankStepTimes& first = ranks.front();
+  std::string detail = fmt::format(
+      "{} {:.1f} ms of the {:.1f} ms step ({:.1f}%) for communication that the compute does not hide (exposed "
+      "collectives and host gathers{}); rank 0's collectives take {:.1f} ms a step, {:.1f} ms of them exposed, and its "
+      "host gathers {:.1f} ms.",
+      ranks.size() > 1 ? "Every rank waits at least" : "The step waits", cost, step, pct(cost, step),
+      ranks.size() > 1 ? fmt::format(", rank {} the least", least) : "", first.comm_s * 1e3,
+      first.comm_exposed_s * 1e3, first.comm_host_s * 1e3);
+  if (pct(exposed_ms(ranks[most]) - cost, step) >= kMinPayoffPct)
+    detail += fmt::format(" Rank {} waits {:.1f} ms: the difference is time it waits for slower ranks.", most,
+                          exposed_ms(ranks[most]));
+  const int a = in.accumulation_steps, n = c.world_size();
+  if (c.zero_stage <= 1)
+    detail += fmt::format(
+        " The gradients are all-reduced once a step, in the backward of each rank's last micro-batch ({} a step){}: "
+        "more accumulation ({} micro-batches a rank instead of {}: --batch-tokens twice as large) spreads the same "
+        "communication over twice the tokens (a larger global batch changes the recipe: retune --lr).",
+        a, c.zero_stage == 1 ? ", and the updated parameters all-gathered after the optimizer" : "", 2 * a, a);
+  else
+    detail += fmt::format(
+        " The gradients are reduce-scattered in every micro-batch's backward{}: a larger --batch, with fewer "
+        "micro-batches for the same global batch ({} a rank now), moves them fewer times; ZeRO {} moves {} once a step "
+        "instead, where its memory fits (`tokamak plan --gpus {} --zero {}` shows it).",
+        c.zero_stage == 3 ? " and the parameters all-gathered before each use, forward and backward" : "", a,
+        c.zero_stage - 1, c.zero_stage == 3 ? "the parameters" : "the gradients", n, c.zero_stage - 1);
+  detail += c.communicator == "mpi"
+                ? " On the CPU the MPI communicator runs each collective on the thread that computes, so none of it "
+                  "overlaps the compute; NCCL on GPUs overlaps it with the backward."
+                : " What the compute still waits for moves at the interconnect's rate: NVLink within a host, "
+                  "InfiniBand or Ethernet between hosts (NCCL_DEBUG=INFO names the transport NCCL chose).";
+  return Advice{fmt::format("Communication: {:.1f}% of the step waits for collectives", pct(cost, step)),
+                pct(cost, step), detail};
+}
+
+// A rank whose loader is slower than rank 0's: every other rank waits for it at the step's collectives, so its extra
+// wait is in rank 0's step as communication (rank 0's own wait is data_wait's).
+std::optional<Advice> slow_rank_loader(const AdviceInputs& in) {
+  if (!in.communication || in.communication->world_size() < 2) return std::nullopt;
+  const ProfileCommunication& c = *in.communication;
+  const RankPeak slowest = c.slowest_loader();
+  const RankStepTimes& first = c.per_step.ranks.front();
+  const double extra = (slowest.seconds - first.data_wait_s) * 1e3, step = in.totals.step_ms;
+  if (slowest.rank == 0 || pct(extra, step) < kMinPayoffPct) return std::nullopt;
+  const std::string detail = fmt::format(
+      "Rank {} waits {:.1f} ms a step for its next batches, rank 0 {:.1f} ms: the other ranks wait for it at the "
+      "step's collectives, where its wait shows as their communication ({:.1f} ms a step exposed on rank 0, host "
+      "gathers included), {:.1f}% of the step. Its loader's background thread does not keep up: check the read rate "
+      "of {} on rank {}'s host (rank 0 reads it from a {} mount) and what else keeps that host's cores busy.",
+      slowest.rank, slowest.seconds * 1e3, first.data_wait_s * 1e3, (first.comm_exposed_s + first.comm_host_s) * 1e3,
+      pct(extra, step), in.data_dir, slowest.rank, in.mount_type);
+  return Advice{fmt::format("Data: rank {}'s loader is the slowest, {:.1f} ms a step behind rank 0's", slowest.rank,
+                            extra),
+                pct(extra, step), detail};
+}
+
 // What makes an op of each kind smaller, in words, for the op that takes the largest share of the step.
 std::string what_reduces(const OpRow& op, const AdviceInputs& in) {
   const Sum gemms = sum_ops(in.ops, is_gemm);
@@ -279,8 +350,8 @@ int64_t matmul_fill_rows(bool gpu) { return gpu ? 8192 : 1024; }
 
 std::vector<Advice> rank_advice(const AdviceInputs& in) {
   std::vector<Advice> out;
-  for (auto rule : {data_wait, small_micro_batch, memory_bound, host_gaps, optimizer_share, recompute, fp8,
-                    fp8_delayed, fp8_lm_head})
+  for (auto rule : {data_wait, slow_rank_loader, exposed_communication, small_micro_batch, memory_bound, host_gaps,
+                    optimizer_share, recompute, fp8, fp8_delayed, fp8_lm_head})
     if (std::optional<Advice> a = rule(in)) out.push_back(std::move(*a));
   std::stable_sort(out.begin(), out.end(), [](const Advice& a, const Advice& b) {
     if (a.actionable != b.actionable) return a.actionable;

@@ -1,5 +1,5 @@
 // What a profile advises: one rule per cause (data wait, small micro-batch, memory-bound ops, host gaps, optimizer,
-// recompute, FP8), each estimating from the measurements how much of the step its change would save, sorted by that
+// recompute, FP8, and on many ranks exposed communication and a rank's slow loader), each estimating from the measurements how much of the step its change would save, sorted by that
 // payoff; and, apart from them, the op that takes the largest share of the step and what would make it smaller.
 #pragma once
 #include <optional>
@@ -28,6 +28,7 @@ struct AdviceInputs {
   double activation_bytes = 0;    // the planned activations of one micro-batch
   std::string recompute;          // the run's recompute policy ("none" when it keeps everything)
   double recompute_saved_bytes = 0;  // what keeping everything would add to the device memory
+  std::optional<ProfileCommunication> communication;  // with a communicator: every rank's, per step
 };
 
 // The changes by payoff, largest first; only changes expected to save a measurable share of the step.

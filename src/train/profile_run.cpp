@@ -256,6 +256,7 @@ std::optional<ProfileReport> run_profile(const ProfileOptions& o, dist::Communic
     in.recompute = m.options().recompute.describe();
     in.recompute_saved_bytes = all - now;
   }
+  in.communication = rep.communication;
   rep.advice = rank_advice(in);
   rep.largest_share = largest_share(in);
   return rep;

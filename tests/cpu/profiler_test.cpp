@@ -2,7 +2,7 @@
 // matmul FLOPs against docs/design.md's count, the step arithmetic (ops + gaps + data wait + communication +
 // unexplained = step), a tiny CPU profile's profile.json and trace.json read back (and with a communicator of one
 // rank), the advice a slow data reader and a one-row micro-batch get, and a two-rank report's communication section
-// from fixed numbers.
+// and advice from fixed numbers.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -725,6 +725,16 @@ ProfileReport two_rank_report() {
   return r;
 }
 
+AdviceInputs two_rank_inputs(const ProfileReport& r) {
+  AdviceInputs in;
+  in.totals = r.totals;
+  in.communication = r.communication;
+  in.accumulation_steps = r.accumulation_steps;
+  in.data_dir = "/data/brown";
+  in.mount_type = "ext4";
+  return in;
+}
+
 TEST(ProfileCommunicationReport, SaysEachRanksCommunicationAndDataWaitAndWhichStandOut) {
   const ProfileReport r = two_rank_report();
   const std::string text = format_profile(r);
@@ -763,6 +773,63 @@ TEST(ProfileCommunicationReport, SaysEachRanksCommunicationAndDataWaitAndWhichSt
   one.totals.communication_ms = 0;
   EXPECT_FALSE(profile_json(one).contains("communication"));
   EXPECT_EQ(format_profile(one).find("communication"), std::string::npos) << format_profile(one);
+}
+
+// Rank 1's slow loader costs rank 0's step what rank 1 waits beyond rank 0 (19.5 ms); the communication that no rank
+// hides is rank 1's 15 ms (rank 0's other 15 ms is waiting for rank 1); both rank by that time with the host gaps.
+TEST(ProfileAdvice, ExposedCommunicationAndASlowRanksLoaderRankByTheirTime) {
+  const ProfileReport r = two_rank_report();
+  const std::vector<Advice> a = rank_advice(two_rank_inputs(r));
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_EQ(a[0].title, "Data: rank 1's loader is the slowest, 19.5 ms a step behind rank 0's");
+  EXPECT_DOUBLE_EQ(a[0].payoff_pct, 19.5);
+  EXPECT_NE(a[0].detail.find("Rank 1 waits 20.0 ms a step for its next batches, rank 0 0.5 ms"), std::string::npos)
+      << a[0].detail;
+  EXPECT_NE(a[0].detail.find("/data/brown on rank 1's host"), std::string::npos) << a[0].detail;
+  EXPECT_EQ(a[1].title, "Communication: 15.0% of the step waits for collectives");
+  EXPECT_DOUBLE_EQ(a[1].payoff_pct, 15);
+  for (const char* words : {"Every rank waits at least 15.0 ms of the 100.0 ms step", "Rank 0 waits 30.0 ms",
+                            "reduce-scattered in every micro-batch's backward", "(3 a rank now)",
+                            "ZeRO 1 moves the gradients once a step", "`tokamak plan --gpus 2 --zero 1`",
+                            "the MPI communicator runs each collective on the thread that computes"})
+    EXPECT_NE(a[1].detail.find(words), std::string::npos) << words << "\n" << a[1].detail;
+  EXPECT_EQ(a[2].title, "Host and launch gaps: 9.0% of the step runs no op");
+}
+
+// What the communication advice says to change follows the stage and the communicator: under ZeRO 0 more
+// accumulation, under ZeRO 3 the parameters' gathers too, on NCCL the interconnect; a slow loader on rank 0 is the
+// data-wait rule's, and communication under 1% of the step is not advice.
+TEST(ProfileAdvice, CommunicationAdviceFollowsTheStageAndTheCommunicator) {
+  ProfileReport r = two_rank_report();
+  r.communication->zero_stage = 0;
+  r.communication->communicator = "nccl";
+  std::vector<Advice> a = rank_advice(two_rank_inputs(r));
+  const Advice* comm = nullptr;
+  for (const Advice& x : a)
+    if (x.title.starts_with("Communication:")) comm = &x;
+  ASSERT_NE(comm, nullptr);
+  for (const char* words : {"all-reduced once a step, in the backward of each rank's last micro-batch (3 a step):",
+                            "6 micro-batches a rank instead of 3", "NVLink"})
+    EXPECT_NE(comm->detail.find(words), std::string::npos) << words << "\n" << comm->detail;
+
+  r.communication->zero_stage = 3;
+  for (const Advice& x : rank_advice(two_rank_inputs(r)))
+    if (x.title.starts_with("Communication:")) {
+      EXPECT_NE(x.detail.find("parameters all-gathered before each use"), std::string::npos) << x.detail;
+      EXPECT_NE(x.detail.find("ZeRO 2 moves the parameters once a step"), std::string::npos) << x.detail;
+    }
+
+  std::swap(r.communication->per_step.ranks[0].data_wait_s, r.communication->per_step.ranks[1].data_wait_s);
+  r.totals.data_wait_ms = 20;
+  r.communication->per_step.ranks[1].comm_exposed_s = 0.0005;
+  r.communication->per_step.ranks[1].comm_host_s = 0.0004;
+  a = rank_advice(two_rank_inputs(r));
+  for (const Advice& x : a) {
+    EXPECT_EQ(x.title.find("loader is the slowest"), std::string::npos) << x.title;
+    EXPECT_FALSE(x.title.starts_with("Communication:")) << x.title << ": 0.9 ms is under 1% of the step";
+  }
+  ASSERT_FALSE(a.empty());
+  EXPECT_EQ(a[0].title, "Data: the step waits for the loader");
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // `tokamak profile` on many ranks under mpirun (CPU backend, the tiny model): two ranks run train's data-parallel
 // steps and rank 0 alone writes profile.json and prints, with each rank's communication and data wait; a rank whose
-// loader is slowed is named the slowest; one process has no communication section.
+// loader is slowed is named the slowest and advised on; one process has no communication section.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -108,7 +108,7 @@ TEST_F(DataParallelProfile, TwoRanksReportEachRanksCommunicationAndDataWait) {
 }
 
 // Rank 1 reads its batches 100 ms slower (TOKAMAK_LOADER_DELAY_MS on it alone, an MPI launch of two app contexts): it
-// is named the slowest loader.
+// is named the slowest loader, and the advice says so first, with what it costs rank 0's step.
 TEST_F(DataParallelProfile, NamesTheRankWhoseLoaderIsSlowest) {
   const std::vector<std::string> args = profile_args("slow_rank1");
   std::vector<std::string> launcher = {TK_MPIEXEC, "-np", "1", "--oversubscribe", testing::kTokamak};
@@ -119,6 +119,9 @@ TEST_F(DataParallelProfile, NamesTheRankWhoseLoaderIsSlowest) {
   EXPECT_EQ(c["slowest_loader"]["rank"], 1) << c.dump(2);
   EXPECT_GT(c["ranks"][1]["data_wait_ms"].get<double>(), c["ranks"][0]["data_wait_ms"].get<double>());
   EXPECT_GT(c["ranks"][1]["data_wait_ms"].get<double>(), 50.0) << "two reads of 100 ms a step, read ahead";
+  ASSERT_FALSE(p["advice"].empty()) << p.dump(2);
+  EXPECT_EQ(p["advice"][0]["title"].get<std::string>().rfind("Data: rank 1's loader is the slowest", 0), 0u)
+      << p["advice"].dump(2);
 }
 
 TEST_F(DataParallelProfile, OneProcessHasNoCommunicationSection) {
