@@ -182,18 +182,31 @@ std::string shell_word(const std::string& s) {
   return q + "'";
 }
 
-// The `tokamak profile` command that measures this run's step: its own flags where config.json has them.
+// The `tokamak profile` command that measures this run's step: its own flags where config.json has them, what the
+// step computes (shape, recompute, offload, precision, moments) and, for a run of several ranks, as many ranks at its
+// ZeRO stage.
 std::string profile_command(const RunFiles& run) {
   const json& t = child(run.config, "train");
   std::string cmd = "tokamak profile";
-  for (const char* key : {"model", "data", "vocab_size", "batch", "seq", "batch_tokens", "recompute", "offload", "device"}) {
+  auto flag_of = [](std::string key) {
+    std::replace(key.begin(), key.end(), '_', '-');
+    return " --" + key;
+  };
+  const bool fp8 = child(t, "fp8").is_boolean() && child(t, "fp8").get<bool>();  // said by --fp8, not --precision
+  for (const char* key : {"model", "data", "vocab_size", "batch", "seq", "batch_tokens", "recompute", "offload", "device",
+                          "precision", "moments"}) {
     const json& v = child(t, key);
-    if (v.is_null() || (v.is_number() && v.get<double>() == 0) || (v.is_string() && v.get<std::string>() == "none"))
+    if (v.is_null() || (v.is_number() && v.get<double>() == 0) || (v.is_string() && v.get<std::string>() == "none") ||
+        (fp8 && std::string(key) == "precision"))
       continue;
-    std::string flag = key;
-    std::replace(flag.begin(), flag.end(), '_', '-');
-    cmd += " --" + flag + " " + shell_word(v.is_string() ? v.get<std::string>() : v.dump());
+    cmd += flag_of(key) + " " + shell_word(v.is_string() ? v.get<std::string>() : v.dump());
   }
+  for (const char* key : {"fp8", "fp8_lm_head", "doc_mask"})
+    if (child(t, key).is_boolean() && child(t, key).get<bool>()) cmd += flag_of(key);
+  if (text(t, "fp8_scaling", "delayed") != "delayed") cmd += " --fp8-scaling " + shell_word(text(t, "fp8_scaling", ""));
+  const double ranks = number(run.config, "world_size");
+  if (std::isfinite(ranks) && ranks > 1)
+    cmd += fmt::format(" --gpus {:.0f} --zero {:.0f}", ranks, std::max(0.0, number(t, "zero")));
   if (!t.is_object()) cmd += " (the run's train flags)";
   return cmd + " --out " + shell_word(run.dir);
 }

@@ -103,6 +103,20 @@ TEST(Report, RunInProgressIsNotedAndItsProfileCommandQuoted) {
   EXPECT_NE(html.find("tokamak profile --model &#39;my model.json&#39; --batch 4 --out"), std::string::npos);
 }
 
+// The profile command repeats what the step computed: its precision and moments, the FP8 flags, and for a run of
+// several ranks as many ranks at its ZeRO stage.
+TEST(Report, ProfileCommandRepeatsThePrecisionAndTheRanks) {
+  TempDir dir;
+  const std::string html = render(write_run(
+      dir, step_line(1, "5.0") + step_line(2, "4.0"),
+      R"({"world_size": 4, "train": {"model": "llama3.2-1b", "batch": 8, "moments": "bf16", "precision": "auto",)"
+      R"( "fp8": true, "fp8_lm_head": true, "fp8_scaling": "current", "doc_mask": false, "zero": 2}})"));
+  EXPECT_NE(html.find("tokamak profile --model llama3.2-1b --batch 8 --moments bf16 --fp8 --fp8-lm-head "
+                      "--fp8-scaling current --gpus 4 --zero 2 --out"),
+            std::string::npos)
+      << html.substr(html.find("tokamak profile"), 200);
+}
+
 TEST(Report, WallTimeAddsTheSessionsOfAResumedRun) {
   TempDir dir;
   std::string resumed = step_line(4, "3.0") + step_line(5, "2.9");  // elapsed_s restarts: 1 and 2
