@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -184,6 +185,13 @@ std::optional<ProfileReport> run_profile(const ProfileOptions& o, dist::Communic
   const bool reports = comm == nullptr || comm->rank() == 0;
   ProfileReport rep;
   if (reports) rep.ceilings = o.ceilings ? *o.ceilings : find_ceilings(cfg.device, device.name, gpu);
+  if (comm) {
+    // The other ranks wait here while rank 0 measures, so that their set-up (CPU ranks share the host) does not
+    // disturb its ceilings.
+    const char here = 1;
+    std::vector<char> all(size_t(comm->world_size()));
+    comm->host_all_gather(&here, all.data(), 1);
+  }
   StepRunner runner(cfg, o.print_progress, comm);
   for (int i = 1; i <= o.warmup_steps; i++) runner.run(fmt::format("warm-up step {}/{}", i, o.warmup_steps), false);
   for (int i = 1; i <= o.measure_steps; i++)
