@@ -107,18 +107,19 @@ TEST_F(DataParallelProfile, TwoRanksReportEachRanksCommunicationAndDataWait) {
   EXPECT_TRUE(nlohmann::json::parse(testing::read_text(dir_->path("two") + "/trace.json")).contains("traceEvents"));
 }
 
-// Rank 1 reads its batches 100 ms slower (TOKAMAK_LOADER_DELAY_MS on it alone, an MPI launch of two app contexts): it
-// is named the slowest loader, and the advice says so first, with what it costs rank 0's step.
+// Rank 1 reads its batches 300 ms slower (TOKAMAK_LOADER_DELAY_MS on it alone, an MPI launch of two app contexts): it
+// is named the slowest loader, and the advice says so first, with what it costs rank 0's step. (At 100 ms, on two
+// cores busy with other tests, the MPI ranks' own exposed waits outgrew the loader's cost and came first.)
 TEST_F(DataParallelProfile, NamesTheRankWhoseLoaderIsSlowest) {
   const std::vector<std::string> args = profile_args("slow_rank1");
   std::vector<std::string> launcher = {TK_MPIEXEC, "-np", "1", "--oversubscribe", testing::kTokamak};
   launcher.insert(launcher.end(), args.begin(), args.end());
-  launcher.insert(launcher.end(), {":", "-np", "1", "env", "TOKAMAK_LOADER_DELAY_MS=100"});
+  launcher.insert(launcher.end(), {":", "-np", "1", "env", "TOKAMAK_LOADER_DELAY_MS=300"});
   const nlohmann::json p = profile("slow_rank1", launcher);
   const nlohmann::json& c = p["communication"];
   EXPECT_EQ(c["slowest_loader"]["rank"], 1) << c.dump(2);
   EXPECT_GT(c["ranks"][1]["data_wait_ms"].get<double>(), c["ranks"][0]["data_wait_ms"].get<double>());
-  EXPECT_GT(c["ranks"][1]["data_wait_ms"].get<double>(), 50.0) << "two reads of 100 ms a step, read ahead";
+  EXPECT_GT(c["ranks"][1]["data_wait_ms"].get<double>(), 150.0) << "two reads of 300 ms a step, read ahead";
   ASSERT_FALSE(p["advice"].empty()) << p.dump(2);
   EXPECT_EQ(p["advice"][0]["title"].get<std::string>().rfind("Data: rank 1's loader is the slowest", 0), 0u)
       << p["advice"].dump(2);
