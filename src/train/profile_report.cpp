@@ -45,11 +45,11 @@ json communication_json(const ProfileCommunication& c) {
 std::string format_communication(const ProfileCommunication& c, double step_ms) {
   auto pct = [&](double seconds) { return step_ms > 0 ? 100 * seconds * 1e3 / step_ms : 0.0; };
   std::string out = "\ncommunication and data wait, per step (each rank's mean over the measured steps):\n";
-  out += fmt::format("{:>6} {:>11} {:>14} {:>11} {:>15} {:>13}\n", "rank", "collectives", "collectives ms",
-                     "exposed ms", "host gathers ms", "data wait ms");
+  out += fmt::format("{:>6} {:>11} {:>10} {:>11} {:>15} {:>13}\n", "rank", "collectives", "comm ms", "exposed ms",
+                     "host gathers ms", "data wait ms");
   for (size_t i = 0; i < c.per_step.ranks.size(); i++) {
     const RankStepTimes& x = c.per_step.ranks[i];
-    out += fmt::format("{:>6} {:>11} {:>14.3f} {:>11.3f} {:>15.3f} {:>13.3f}\n", i, x.collectives, x.comm_s * 1e3,
+    out += fmt::format("{:>6} {:>11} {:>10.3f} {:>11.3f} {:>15.3f} {:>13.3f}\n", i, x.collectives, x.comm_s * 1e3,
                        x.comm_exposed_s * 1e3, x.comm_host_s * 1e3, x.data_wait_s * 1e3);
   }
   if (c.world_size() < 2) return out;

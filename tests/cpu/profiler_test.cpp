@@ -743,9 +743,9 @@ TEST(ProfileCommunicationReport, SaysEachRanksCommunicationAndDataWaitAndWhichSt
         "data parallel over mpi, ZeRO 2: the op table and the step's totals are rank 0's (its ops alone are timed)",
         "exposed communication and host gathers            30.000   30.0%",
         "communication and data wait, per step (each rank's mean over the measured steps):",
-        "  rank collectives collectives ms  exposed ms host gathers ms  data wait ms",
-        "     0          12         25.000      25.000           5.000         0.500",
-        "     1          12         12.000      12.000           3.000        20.000",
+        "  rank collectives    comm ms  exposed ms host gathers ms  data wait ms",
+        "     0          12     25.000      25.000           5.000         0.500",
+        "     1          12     12.000      12.000           3.000        20.000",
         "the most exposed communication: rank 0, 25.000 ms (25.0% of the step); the slowest loader: rank 1, 20.000 ms "
         "(20.0%)"})
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
