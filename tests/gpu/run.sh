@@ -109,7 +109,7 @@ PY
 fi
 if has dist && [ -f data/brown/meta.json ]; then
   # The data-parallel path at world size 1 (NCCL, one rank: the same calls as many ranks): every ZeRO stage, FP8,
-  # int8 moments and the gradient offload against the plain run of the same settings, 4 micro-batches a step (ZeRO 2 and 3 reduce-scatter each
+  # int8 moments and the gradient offload against the plain run of the same settings, a profile over NCCL, 4 micro-batches a step (ZeRO 2 and 3 reduce-scatter each
   # one's gradients into the rank's slice), the communication fields of each step; then Llama-3.2-1B's speed, plain
   # against --gpus 1 at ZeRO 0 and 2 (within 1%). The GPU tests of the communicator and of the gradient reduction
   # are in the tests step (dist_collectives_gpu_test, dist_grad_reduce_gpu_test).
@@ -133,6 +133,11 @@ if has dist && [ -f data/brown/meta.json ]; then
   python3 tests/gpu/dist_check.py losses "$OUT/dp-int8" "$OUT/dp-int8-z1" 1e-3 | tee -a "$OUT/dist.txt"
   python3 tests/gpu/dist_check.py losses "$OUT/dp-offload" "$OUT/dp-offload-z2" 1e-3 | tee -a "$OUT/dist.txt"
   grep -h "communication over" "$OUT/dp-bf16-z2.log" | tee -a "$OUT/dist.txt"
+  # tokamak profile over NCCL (its ops decorated, the communicator ordering against the backend beneath).
+  $BUILD/tokamak profile --data data/brown --model gpt2-small-llama --batch 8 --seq 512 --batch-tokens 16384 \
+    --device cuda --precision bf16 --gpus 1 --zero 2 --out "$OUT/dp-profile" > "$OUT/dp-profile.log" 2>&1 \
+    || tail -5 "$OUT/dp-profile.log"
+  grep -A3 "communication and data wait, per step" "$OUT/dp-profile.log" | tee -a "$OUT/dist.txt"
   ONE=(train --data data/brown --model llama3.2-1b --vocab-size 128256 --batch 8 --seq 2048 --steps 14 --warmup 2
        --eval-tokens 0 --save-every 0 --device cuda --precision bf16 --overwrite)
   for v in plain z0 z2; do
