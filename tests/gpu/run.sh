@@ -109,8 +109,9 @@ PY
 fi
 if has dist && [ -f data/brown/meta.json ]; then
   # The data-parallel path at world size 1 (NCCL, one rank: the same calls as many ranks): every ZeRO stage, FP8,
-  # int8 moments and the gradient offload against the plain run of the same settings, a profile over NCCL, 4 micro-batches a step (ZeRO 2 and 3 reduce-scatter each
-  # one's gradients into the rank's slice), the communication fields of each step; then Llama-3.2-1B's speed, plain
+  # int8 moments and the gradient offload against the plain run of the same settings, 4 micro-batches a step (ZeRO 2
+  # and 3 reduce-scatter each one's gradients into the rank's slice), the communication fields of each step and a
+  # profile over NCCL; then Llama-3.2-1B's speed, plain
   # against --gpus 1 at ZeRO 0 and 2 (within 1%). The GPU tests of the communicator and of the gradient reduction
   # are in the tests step (dist_collectives_gpu_test, dist_grad_reduce_gpu_test).
   export NCCL_NVLS_ENABLE=0
