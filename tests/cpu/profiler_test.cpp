@@ -318,16 +318,6 @@ TEST(ProfileSummary, OpsGapsDataAndUnexplainedAddUpToTheStep) {
   EXPECT_DOUBLE_EQ(summarize_step({a, b}, 1.5e9, rows).recompute_ms, 2);
 }
 
-RankStepTimes rank_times(double comm_s, double exposed_s, double host_s, double wait_s, int64_t collectives) {
-  RankStepTimes t;
-  t.comm_s = comm_s;
-  t.comm_exposed_s = exposed_s;
-  t.comm_host_s = host_s;
-  t.data_wait_s = wait_s;
-  t.collectives = collectives;
-  return t;
-}
-
 // Communication the step waited for runs between ops: it is its own part of the step, not a gap; every rank's
 // figures are averaged per step.
 TEST(ProfileSummary, ExposedCommunicationIsItsOwnPartOfTheStep) {
@@ -337,12 +327,14 @@ TEST(ProfileSummary, ExposedCommunicationIsItsOwnPartOfTheStep) {
   a.data_wait_ms = 1;
   a.communication_ms = 2;
   a.ops = {span("linear_forward", OpCategory::Matmul, 0, 6, 3e9, 1e6)};
-  a.communication = {{rank_times(0.003, 0.0015, 0.0005, 0.001, 10), rank_times(0.002, 0.001, 0.0004, 0.004, 10)}};
+  // Each rank's comm, exposed, host gathers and data wait in seconds, and its collectives.
+  a.communication = {{RankStepTimes{0.003, 0.0015, 0.0005, 0.001, 10},
+                      RankStepTimes{0.002, 0.001, 0.0004, 0.004, 10}}};
   MeasuredStep b = a;
   b.timeline_ms = 9;  // 0.5 ms of gaps on the timeline, 1 ms more on the host clock
   b.data_wait_ms = 0;
   b.communication_ms = 2.5;
-  b.communication = {{rank_times(0.005, 0.002, 0.0005, 0, 11), rank_times(0.004, 0.001, 0.0004, 0.002, 10)}};
+  b.communication = {{RankStepTimes{0.005, 0.002, 0.0005, 0, 11}, RankStepTimes{0.004, 0.001, 0.0004, 0.002, 10}}};
   const StepTotals t = summarize_step({a, b}, 0, summarize_ops({a, b}, 10, Ceilings{1e12, 1e11, "test"}));
   EXPECT_DOUBLE_EQ(t.communication_ms, 2.25);
   EXPECT_DOUBLE_EQ(t.gaps_ms, (1 + 0.5) / 2);  // 10 - 6 - 1 - 2 and 9 - 6 - 2.5
@@ -720,7 +712,7 @@ ProfileReport two_rank_report() {
   ProfileCommunication c;
   c.communicator = "mpi";
   c.zero_stage = 2;
-  c.per_step.ranks = {rank_times(0.025, 0.025, 0.005, 0.0005, 12), rank_times(0.012, 0.012, 0.003, 0.020, 12)};
+  c.per_step.ranks = {RankStepTimes{0.025, 0.025, 0.005, 0.0005, 12}, RankStepTimes{0.012, 0.012, 0.003, 0.020, 12}};
   r.communication = c;
   return r;
 }

@@ -13,15 +13,8 @@
 namespace tk {
 namespace {
 
-RankStepTimes times(double comm, double exposed, double host, double wait) {
-  RankStepTimes t;
-  t.comm_s = comm;
-  t.comm_exposed_s = exposed;
-  t.comm_host_s = host;
-  t.data_wait_s = wait;
-  t.collectives = 3;
-  return t;
-}
+// One rank's times of a step with 3 collectives (comm, exposed, host gathers, data wait in seconds).
+RankStepTimes times(double comm, double exposed, double host, double wait) { return {comm, exposed, host, wait, 3}; }
 
 TEST(StepCommunication, PeakAndLeastNameTheRankAndTheLowestAmongEquals) {
   const StepCommunication s{{times(0.1, 0.02, 0, 0.5), times(0.3, 0.02, 0, 0.1), times(0.2, 0.01, 0, 0.1)}};
