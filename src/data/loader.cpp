@@ -191,7 +191,7 @@ Split open_split(const LoaderOptions& o) {
   return {TokenStream(std::move(shards)), listing.vocab_size, listing.fingerprint};
 }
 
-// TOKAMAK_LOADER_DELAY_MS (loader.h): milliseconds added to every batch's read; 0 when unset.
+// TOKAMAK_LOADER_DELAY_MS (loader.h): milliseconds added to every call of next(); 0 when unset.
 int read_delay_ms() {
   const char* v = std::getenv("TOKAMAK_LOADER_DELAY_MS");
   if (v == nullptr || *v == '\0') return 0;
@@ -222,6 +222,7 @@ class ShardLoader final : public DataLoader {
 
   const Batch& next() override {
     const auto start = Clock::now();
+    if (delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
     if (opts_.prefetch == 0) {
       fill(*slots_[0], next_batch_++);
       wait_seconds_ += seconds_since(start);
@@ -290,7 +291,6 @@ class ShardLoader final : public DataLoader {
 
   // Row b: the window's first T tokens as inputs, its last T as targets, then positions and segments.
   void fill(Slot& slot, uint64_t batch) const {
-    if (delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
     const uint64_t T = uint64_t(opts_.T);
     const Batch& out = slot.batch;
     for (int b = 0; b < opts_.B; b++) {

@@ -37,8 +37,9 @@ struct LoaderOptions {
 class DataLoader {
  public:
   virtual ~DataLoader() = default;
-  // The environment variable TOKAMAK_LOADER_DELAY_MS, when set, makes every batch's read take that many
-  // milliseconds longer: a slow reader on demand, for tests and for seeing what `tokamak profile` says.
+  // The environment variable TOKAMAK_LOADER_DELAY_MS, when set, makes every call of next() wait that many
+  // milliseconds longer, counted as data wait: a reader slower than any step, whatever the prefetch and however busy
+  // the machine (on demand, for tests and for seeing what `tokamak profile` says).
   static std::unique_ptr<DataLoader> open(const LoaderOptions& opts);
 
   // The next batch; valid until the next call. Never blocks forever: wraps to a new epoch (with a

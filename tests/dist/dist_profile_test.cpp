@@ -107,7 +107,7 @@ TEST_F(DataParallelProfile, TwoRanksReportEachRanksCommunicationAndDataWait) {
   EXPECT_TRUE(nlohmann::json::parse(testing::read_text(dir_->path("two") + "/trace.json")).contains("traceEvents"));
 }
 
-// Rank 1 reads its batches 300 ms slower (TOKAMAK_LOADER_DELAY_MS on it alone, an MPI launch of two app contexts): it
+// Rank 1 waits 300 ms longer for each batch (TOKAMAK_LOADER_DELAY_MS on it alone, an MPI launch of two app contexts): it
 // is named the slowest loader, and the advice says so first, with what it costs rank 0's step. (At 100 ms, on two
 // cores busy with other tests, the MPI ranks' own exposed waits outgrew the loader's cost and came first.)
 TEST_F(DataParallelProfile, NamesTheRankWhoseLoaderIsSlowest) {

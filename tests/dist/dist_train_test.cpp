@@ -335,8 +335,8 @@ TEST_P(DataParallelTraining, LogsTheCommunicationAndEachRanksDataWait) {
       EXPECT_FALSE(j.contains(key)) << key << " in a run of one process: " << j.dump();
 }
 
-// Rank 1 reads its batches 100 ms slower (TOKAMAK_LOADER_DELAY_MS, an MPI launch of two app contexts): its data wait
-// is the largest and named so, in the log and in the run's last lines, and rank 0 spends it waiting in the step's
+// Rank 1 waits 100 ms longer for each batch (TOKAMAK_LOADER_DELAY_MS, an MPI launch of two app contexts): its data
+// wait is the largest and named so, in the log and in the run's last lines, and rank 0 spends it waiting in the step's
 // communication for rank 1.
 TEST_P(DataParallelTraining, NamesTheRankThatWaitsForData) {
   const std::string name = "slow_rank1_z" + std::to_string(zero());
