@@ -331,7 +331,7 @@ TEST_F(LoaderTest, WaitTimeIsMeasured) {
 
   o.prefetch = 2;
   auto ahead = DataLoader::open(o);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // time for the producer to fill the ring
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // time for the producer to fill the ring
   ahead->take_wait_seconds();
   const auto t0 = Clock::now();
   ahead->next();
@@ -339,6 +339,18 @@ TEST_F(LoaderTest, WaitTimeIsMeasured) {
   const double wait = ahead->take_wait_seconds();
   EXPECT_LE(wait, call);
   EXPECT_LT(wait, 0.025) << "a prefetched batch should be ready";
+}
+
+// TOKAMAK_LOADER_DELAY_MS is waited in next() and counted as data wait, even when the prefetch has the batch ready.
+TEST_F(LoaderTest, TheDelayOnDemandIsWaitedEvenWhenTheBatchIsReady) {
+  LoaderOptions o = options(16, 256);
+  o.prefetch = 2;
+  setenv("TOKAMAK_LOADER_DELAY_MS", "60", 1);
+  auto loader = DataLoader::open(o);
+  unsetenv("TOKAMAK_LOADER_DELAY_MS");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the ring is full
+  for (int i = 0; i < 2; i++) loader->next();
+  EXPECT_GE(loader->take_wait_seconds(), 2 * 0.060);
 }
 
 TEST_F(LoaderTest, SlowMountIsReportedOnceWithTheReadRate) {

@@ -119,7 +119,7 @@ TEST_F(DataParallelProfile, NamesTheRankWhoseLoaderIsSlowest) {
   const nlohmann::json& c = p["communication"];
   EXPECT_EQ(c["slowest_loader"]["rank"], 1) << c.dump(2);
   EXPECT_GT(c["ranks"][1]["data_wait_ms"].get<double>(), c["ranks"][0]["data_wait_ms"].get<double>());
-  EXPECT_GT(c["ranks"][1]["data_wait_ms"].get<double>(), 150.0) << "two reads of 300 ms a step, read ahead";
+  EXPECT_GT(c["ranks"][1]["data_wait_ms"].get<double>(), 150.0) << "two batches a step, each waited 300 ms";
   ASSERT_FALSE(p["advice"].empty()) << p.dump(2);
   EXPECT_EQ(p["advice"][0]["title"].get<std::string>().rfind("Data: rank 1's loader is the slowest", 0), 0u)
       << p["advice"].dump(2);
