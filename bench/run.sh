@@ -11,7 +11,8 @@
 # the default, auto, takes FP8 where it pays). TK_BENCH_FLAGS adds flags to
 # every tokamak run (e.g. "--logits-chunk 1024"), CONFIG_FLAGS to one config's only, e.g.
 # CONFIG_FLAGS="qwen2.5-0.5b=--logits-chunk 2048;llama3.2-1b=--moments bf16". NO_PEER=1 skips the peer; STEPS (10)
-# timed steps each. Results in $OUT: table.md, tokamak.jsonl, peer.jsonl, and the logs in bench-logs.tgz (inside
+# timed steps each. PEER_MEMORY_PRECS (e.g. "fp8h"): after the peer, those precisions again within the fastest FP8
+# peer's peak memory of each config (`bench --memory-budget`: the planner's fastest setting that fits it). Results in $OUT: table.md, tokamak.jsonl, peer.jsonl, and the logs in bench-logs.tgz (inside
 # bench/gpu.sh, the logs stay in its folder, which it packs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,24 +32,29 @@ if [ ! -x $BUILD/tokamak ] || [ -n "${REBUILD:-}" ]; then
   ninja -C $BUILD -j16 tokamak > "$LOGS/bench-build.log" 2>&1 || { tail -30 "$LOGS/bench-build.log"; exit 1; }
 fi
 : > "$OUT/tokamak.jsonl"
-for c in ${CONFIGS//,/ }; do
+# One tokamak row: config $1 in precision $2 (bf16; fp8: the linear layers' GEMMs in FP8; fp8c: FP8 with current
+# scaling, --fp8-scaling current; fp8h: the LM head's GEMMs in FP8 too, --fp8-lm-head), with the config's shape and
+# CONFIG_FLAGS, and any further flags after them; a failure leaves an error row.
+run_tokamak() {
+  local c=$1 prec=$2; shift 2
   # Same shapes as the peer's (torch_peer.py's MICRO_BATCH).
-  B=8; T=2048
+  local B=8 T=2048
   [ "$c" = gpt2-small-llama ] && { B=16; T=1024; }
   B=${BATCH:-$B}; T=${SEQ:-$T}
-  cflags=()
+  local cflags=() entries e flags=(--precision bf16)
   IFS=';' read -ra entries <<< "${CONFIG_FLAGS:-}"
   for e in "${entries[@]}"; do [ "${e%%=*}" = "$c" ] && read -ra cflags <<< "${e#*=}"; done
-  # bf16, then (unless NO_FP8 is set) the same with the linear layers' GEMMs in FP8.
-  # fp8c: FP8 with current scaling (--fp8-scaling current); fp8h: the LM head's GEMMs in FP8 too (--fp8-lm-head).
+  [ "$prec" = fp8 ] && flags=(--fp8); [ "$prec" = fp8c ] && flags=(--fp8 --fp8-scaling current)
+  [ "$prec" = fp8h ] && flags=(--fp8 --fp8-lm-head)
+  local log="$LOGS/tokamak-$c-$prec${1:+-budget}.log"
+  $BUILD/tokamak bench --model "$c" --batch $B --seq $T --steps "$STEPS" --json "${flags[@]}" "${cflags[@]}" "$@" \
+    ${TK_BENCH_FLAGS:-} 2> "$log" | tee -a "$OUT/tokamak.jsonl" \
+    || { echo "{\"config\": \"$c\", \"engine\": \"tokamak $prec $*\", \"error\": \"tokamak bench failed\"}" >> "$OUT/tokamak.jsonl"; tail -5 "$log"; }
+}
+for c in ${CONFIGS//,/ }; do
+  # bf16, then (unless NO_FP8 is set) FP8.
   precs=${PRECS:-"bf16 fp8 fp8c"}; [ -n "${NO_FP8:-}" ] && precs=bf16
-  for prec in $precs; do
-    flags=(--precision bf16); [ "$prec" = fp8 ] && flags=(--fp8); [ "$prec" = fp8c ] && flags=(--fp8 --fp8-scaling current)
-    [ "$prec" = fp8h ] && flags=(--fp8 --fp8-lm-head)
-    $BUILD/tokamak bench --model "$c" --batch $B --seq $T --steps "$STEPS" --json "${flags[@]}" "${cflags[@]}" ${TK_BENCH_FLAGS:-} \
-      2> "$LOGS/tokamak-$c-$prec.log" | tee -a "$OUT/tokamak.jsonl" \
-      || { echo "{\"config\": \"$c\", \"engine\": \"tokamak $prec\", \"error\": \"tokamak bench failed\"}" >> "$OUT/tokamak.jsonl"; tail -5 "$LOGS/tokamak-$c-$prec.log"; }
-  done
+  for prec in $precs; do run_tokamak "$c" "$prec"; done
 done
 if [ -z "${NO_PEER:-}" ]; then
   MODES=${2:-compile}
@@ -58,5 +64,11 @@ if [ -z "${NO_PEER:-}" ]; then
   echo "peer: $MODES ($(cat "$LOGS/torchao.log" 2>/dev/null | tail -1))"
   PYTHONUNBUFFERED=1 python3 bench/torch_peer.py --configs "$CONFIGS" --modes "$MODES" --steps "$STEPS" \
     ${BATCH:+--batch $BATCH} ${SEQ:+--seq $SEQ} 2> "$LOGS/peer.err" | tee "$OUT/peer.jsonl"
+  for c in ${CONFIGS//,/ }; do
+    [ -n "${PEER_MEMORY_PRECS:-}" ] || break
+    budget=$(python3 bench/compare.py --fp8-peer-memory "$c" "$OUT/peer.jsonl")
+    [ -n "$budget" ] || { echo "$c: no FP8 peer row, so no run within its memory"; continue; }
+    for prec in $PEER_MEMORY_PRECS; do run_tokamak "$c" "$prec" --memory-budget "${budget}GiB"; done
+  done
 fi
 python3 bench/compare.py "$OUT/peer.jsonl" "$OUT/tokamak.jsonl" | tee "$OUT/table.md"

@@ -23,4 +23,17 @@ std::string HelpFormatter::make_option_name(const CLI::Option* opt, bool positio
   return CLI::detail::join(names);
 }
 
+CLI::Validator parsed_by(std::function<void(const std::string&)> parse) {
+  return CLI::Validator(
+      [parse](std::string& value) {
+        try {
+          parse(value);
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+        return std::string();
+      },
+      "");
+}
+
 }  // namespace tk::cli

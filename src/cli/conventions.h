@@ -3,6 +3,7 @@
 // is the default; enumerated values are checked while parsing, so a misspelt one is a usage error too.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ bool is_flag(const CLI::Option& opt);
 
 // The option's value must be one of `values` (checked while parsing; --help lists them).
 CLI::Option* one_of(CLI::Option* opt, const std::vector<std::string>& values);
+
+// The option's value must be what a function of the library parses without a tk::Error (checked while parsing; the
+// error's text is the option's).
+CLI::Validator parsed_by(std::function<void(const std::string&)> parse);
 
 // How --help shows options: a flag's names without CLI11's {false} marks (which read as its default).
 class HelpFormatter : public CLI::Formatter {

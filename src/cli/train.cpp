@@ -20,20 +20,6 @@
 namespace tk::cli {
 namespace {
 
-// A check of a value that a function of the library parses: its error is the option's.
-CLI::Validator parsed_by(std::function<void(const std::string&)> parse) {
-  return CLI::Validator(
-      [parse](std::string& value) {
-        try {
-          parse(value);
-        } catch (const Error& e) {
-          return std::string(e.what());
-        }
-        return std::string();
-      },
-      "");
-}
-
 // A number no smaller than `least` (--help shows the type alone: the text says what the numbers mean).
 CLI::Validator at_least(double least) {
   return CLI::Validator(

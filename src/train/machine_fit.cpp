@@ -7,6 +7,9 @@
 
 #include "core/error.h"
 #include "core/format.h"
+#include "ops/backend.h"
+#include "ops/device_info.h"
+#include "train/gpu_specs.h"
 #include "train/memory_plan.h"
 #include "train/metrics.h"
 
@@ -73,6 +76,18 @@ void refuse_plan_larger_than(const ModelConfig& c, const MemoryPlan& plan, const
        c.name, format_count(double(c.total_params())), planned, capacity, top->component, format_bytes(top->bytes),
        field_driving(c, *top, plan.recipe.batch, plan.recipe.seq),
        suggest_budget ? " (--memory-budget finds a setting that fits, with offload and recompute)" : "");
+}
+
+PlanTarget running_plan_target(const Backend& be, double peak_tflops) {
+  PlanTarget target;
+  target.own_attention_sms = own_attention_backward_sms(be);
+  const std::optional<GpuInfo> gpu = be.gpu ? current_gpu() : std::nullopt;
+  if (const GpuSpec* card = gpu ? gpu_spec_by_device_name(gpu->name) : nullptr)
+    target.link_bandwidth = interconnect_bandwidth(card->link);
+  target.host_memory_limit = local_host_memory_limit();
+  target.peak_flops = describe_device(be.gpu, peak_tflops * 1e12).peak_flops;
+  if (target.peak_flops <= 0) target.peak_flops = 989e12;
+  return target;
 }
 
 }  // namespace tk

@@ -61,7 +61,6 @@ class TrainingRun {
   void require_resume_source() const;
   std::string find_resume_checkpoint() const;
   void build_parts();
-  PlanTarget plan_target() const;
   void refuse_a_model_larger_than_the_machine() const;
   void open_data();
   void check_tokenizer();

@@ -18,7 +18,7 @@
 #include "core/log.h"
 #include "io/hf.h"
 #include "ops/device_info.h"
-#include "train/gpu_specs.h"
+#include "train/machine_fit.h"
 #include "train/zero_plan.h"
 #include "train/config_file.h"
 #include "train/evaluate.h"
@@ -414,11 +414,8 @@ void TrainingRun::refuse_what_data_parallelism_lacks() const {
 void TrainingRun::apply_memory_budget() {
   TK_CHECK(backend_.gpu, "--memory-budget plans device memory: it needs the CUDA backend (--device cuda)");
   const double budget = parse_bytes(cfg_.memory_budget);
-  PlanTarget target = plan_target();
-  target.host_memory_limit = local_host_memory_limit();
+  PlanTarget target = running_plan_target(backend_, cfg_.peak_tflops);
   target.choose_logits_chunk = cfg_.logits_chunk_mib == 0;
-  target.peak_flops = describe_device(true, cfg_.peak_tflops * 1e12).peak_flops;
-  if (target.peak_flops <= 0) target.peak_flops = 989e12;
   std::string stage;
   MemoryPlan p;
   if (comm_) {
@@ -473,22 +470,11 @@ void TrainingRun::require_the_same_choice() const {
              all[0].recompute);
 }
 
-// The memory plan's view of this run's device (memory_plan.h); what the run computes is the recipe.
-PlanTarget TrainingRun::plan_target() const {
-  PlanTarget target;
-  target.own_attention_sms = own_attention_backward_sms(backend_);
-  // The link between this host's GPUs, as the card's table gives it (NVLink on SXM boards, else PCIe); a card the
-  // table lacks keeps NVLink's.
-  const std::optional<GpuInfo> gpu = backend_.gpu ? current_gpu() : std::nullopt;
-  if (const GpuSpec* card = gpu ? gpu_spec_by_device_name(gpu->name) : nullptr)
-    target.link_bandwidth = interconnect_bandwidth(card->link);
-  return target;
-}
-
 // The run as planned (after --memory-budget's choices, with its offload) against the machine, before the model
 // or the loader allocate anything.
 void TrainingRun::refuse_a_model_larger_than_the_machine() const {
-  refuse_plan_larger_than(source_.config, plan_memory(recipe_, plan_target()), machine_memory(backend_.gpu));
+  refuse_plan_larger_than(source_.config, plan_memory(recipe_, running_plan_target(backend_, cfg_.peak_tflops)),
+                          machine_memory(backend_.gpu));
 }
 
 void TrainingRun::set_up_steps() {
