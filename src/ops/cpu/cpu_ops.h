@@ -4,6 +4,7 @@
 #pragma once
 #include <memory>
 
+#include "ops/cpu/deferred_copies.h"
 #include "ops/ops.h"
 
 namespace tk {
@@ -28,7 +29,16 @@ class CpuOps final : public Ops {
   void download_f32(float* dst, const Tensor& src) override;
   void upload(void* dst, const void* src, size_t bytes) override;
   void download(void* dst, const void* src, size_t bytes) override;
-  void synchronize() override {}
+  void synchronize() override {
+    if (deferred_) deferred_->run_all();
+  }
+  // The copy queues: at once, or as late as their events allow (deferred_copies.h, TOKAMAK_CPU_DEFERRED_COPIES).
+  void copy_async(void* dst, const void* src, size_t bytes, Queue q) override;
+  int record_event(Queue q) override { return deferred_ ? deferred_->record(q) : 0; }
+  void wait_event(Queue waiter, int event) override {
+    if (deferred_) deferred_->wait(waiter, event);
+  }
+  void release_host(void* p) override;
 
   // embedding.cpp
   void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& table) override;
@@ -81,6 +91,7 @@ class CpuOps final : public Ops {
 
  private:
   MemoryLedger ledger_;
+  std::unique_ptr<DeferredCopies> deferred_ = DeferredCopies::requested() ? std::make_unique<DeferredCopies>() : nullptr;
 };
 
 extern template class CpuOps<float>;

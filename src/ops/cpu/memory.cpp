@@ -30,10 +30,27 @@ void* CpuOps<T>::allocate(size_t bytes, const char* label) {
   return p;
 }
 
+// A release waits for every queued copy, as a CUDA free waits for the device.
 template <class T>
 void CpuOps<T>::release(void* p) {
+  synchronize();
   ledger_.remove(p);
   std::free(p);
+}
+
+template <class T>
+void CpuOps<T>::release_host(void* p) {
+  synchronize();
+  Ops::release_host(p);
+}
+
+template <class T>
+void CpuOps<T>::copy_async(void* dst, const void* src, size_t bytes, Queue q) {
+  if (deferred_) {
+    deferred_->copy(dst, src, bytes, q);
+  } else {
+    std::memcpy(dst, src, bytes);
+  }
 }
 
 template <class T>
@@ -84,6 +101,8 @@ void CpuOps<T>::download(void* dst, const void* src, size_t bytes) {
 #define TK_INSTANTIATE_MEMORY(T)                                             \
   template void* CpuOps<T>::allocate(size_t, const char*);                              \
   template void CpuOps<T>::release(void*);                                   \
+  template void CpuOps<T>::release_host(void*);                              \
+  template void CpuOps<T>::copy_async(void*, const void*, size_t, Queue);    \
   template void CpuOps<T>::zero(const Tensor&);                              \
   template void CpuOps<T>::upload_f32(const Tensor&, const float*);          \
   template void CpuOps<T>::download_f32(float*, const Tensor&);              \
