@@ -4,7 +4,7 @@
 # 300 steps on CUDA against the CPU reference, and with --doc-mask), moments (bf16 and int8 AdamW moments against
 # f32: quality), fp8 and fp8head (FP8 linears and the FP8 LM head against bf16: quality, bitwise reruns and resume),
 # report (a GPU run, its profile and its page), offload (offloaded optimizer and gradients: bitwise the on-device
-# run), dist (the data-parallel path over NCCL at world size 1 against the plain runs: tests/gpu/dist_check.py),
+# run; bench --memory-budget within its budget), dist (the data-parallel path over NCCL at world size 1 against the plain runs: tests/gpu/dist_check.py),
 # tuning (tuned GEMM runs bitwise equal). Benchmarks and profiles are bench/gpu.sh's; the Python tokenizer
 # fixtures tests/fixtures/tokenizer/make_fixtures_gpu.sh's.
 # Usage: tests/gpu/run.sh [step,step...] [test-regex]. Logs in $OUT/logs.tgz.
@@ -104,6 +104,15 @@ for b in sys.argv[2:]:
     print(os.path.basename(b), "losses equal:", losses(a) == losses(b), losses(a)[-1], losses(b)[-1])
     da, db = digests(a), digests(b)
     print(os.path.basename(b), "checkpoint files equal:", da == db, da if da != db else "")
+PY
+  # bench --memory-budget: the planner's setting for 5 GiB (9.3 GiB planned as given) runs, within the budget.
+  $BUILD/tokamak bench --model gpt2-small-llama --batch 16 --seq 1024 --steps 4 --precision bf16 --json \
+    --memory-budget 5GiB > "$OUT/bench-budget.json" 2> "$OUT/bench-budget.log" || tail -5 "$OUT/bench-budget.log"
+  python3 - "$OUT/bench-budget.json" <<'PY'
+import json, sys
+r = json.loads(open(sys.argv[1]).read())
+print(f"bench within 5 GiB: {r['engine']}: {r['peak_mem_gib']} GiB (within: {r['peak_mem_gib'] <= 5.0}), "
+      f"{r['micro_batch']} x {r['accumulation']} micro-batches, {r['tokens_per_step']} tokens a step, {r['tok_s']} tok/s")
 PY
   echo "offload: $(( $(date +%s) - start ))s"; pack
 fi
