@@ -1,6 +1,9 @@
 // MpiCommunicator: collectives on host memory built from MPI point-to-point messages, run synchronously (the CPU
 // backend's ops are synchronous too, so a ticket is done when it is returned). Each one's wall time is its
-// communication time, all of it exposed: the thread that computes runs it.
+// communication time, all of it exposed: the thread that computes runs it. Under TOKAMAK_CPU_DEFERRED_QUEUES=1
+// (core/deferred_queues.h) a collective runs only when the compute queue waits for its ticket or at synchronize(),
+// in the order queued (the same on every rank), so that a step which reads a collective's output too early, or
+// writes its input again before it has run, computes wrong numbers in CI.
 //
 // Why not MPI_Allreduce: its summation order is the library's choice (it may change with the message size, the
 // world size or a tuning file). Here every reduction is a reduce-scatter in which rank r receives every rank's
@@ -14,10 +17,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "core/deferred_queues.h"
 #include "core/error.h"
 #include "dist/reduce.h"
 
@@ -140,7 +146,6 @@ class MpiCommunicator final : public Communicator {
   const char* name() const override { return "mpi"; }
 
   Ticket all_reduce(const Tensor& out, const Tensor& in, ReduceOp op) override {
-    const Clock::time_point start = Clock::now();
     check_pair(out, in, "all_reduce");
     TK_CHECK(out.numel() == in.numel(), "all_reduce: out {} and in {} differ in size", out.describe(), in.describe());
     const auto* ib = static_cast<const std::byte*>(in.data);
@@ -152,15 +157,15 @@ class MpiCommunicator final : public Communicator {
     const int64_t n = in.numel();
     std::vector<int64_t> offsets(size_t(W) + 1);
     for (int r = 0; r <= W; r++) offsets[size_t(r)] = n * r / W;  // balanced chunks; a chunk may be empty
-    const size_t es = dtype_size(in.dtype);
-    auto* o = static_cast<std::byte*>(out.data);
-    reduce_my_chunk(o + offsets[size_t(rank())] * es, in, offsets, op, "all_reduce");
-    gather_chunks(o, offsets, es, "all_reduce");
-    return completed(start);
+    return submit([this, out, in, op, offsets] {
+      const size_t es = dtype_size(in.dtype);
+      auto* o = static_cast<std::byte*>(out.data);
+      reduce_my_chunk(o + offsets[size_t(rank())] * es, in, offsets, op, "all_reduce");
+      gather_chunks(o, offsets, es, "all_reduce");
+    });
   }
 
   Ticket reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) override {
-    const Clock::time_point start = Clock::now();
     check_pair(out, in, "reduce_scatter");
     const int W = world_size();
     TK_CHECK(out.numel() * W == in.numel(), "reduce_scatter: in {} must hold {} chunks of out {}", in.describe(), W,
@@ -173,54 +178,52 @@ class MpiCommunicator final : public Communicator {
              "reduce_scatter: out overlaps in other than as chunk {} of it (in place)", rank());
     std::vector<int64_t> offsets(size_t(W) + 1);
     for (int r = 0; r <= W; r++) offsets[size_t(r)] = out.numel() * r;
-    reduce_my_chunk(out.data, in, offsets, op, "reduce_scatter");
-    return completed(start);
+    return submit([this, out, in, op, offsets] { reduce_my_chunk(out.data, in, offsets, op, "reduce_scatter"); });
   }
 
   Ticket all_gather(const Tensor& out, const Tensor& in) override {
-    const Clock::time_point start = Clock::now();
     check_pair(out, in, "all_gather");
     const int W = world_size();
     TK_CHECK(out.numel() == in.numel() * W, "all_gather: out {} must hold {} chunks of in {}", out.describe(), W,
              in.describe());
-    gather_bytes(out.data, in.data, in.nbytes(), "all_gather");
-    return completed(start);
+    return submit([this, out, in] { gather_bytes(out.data, in.data, in.nbytes(), "all_gather"); });
   }
 
   Ticket broadcast(const Tensor& buf, int root) override {
-    const Clock::time_point start = Clock::now();
     TK_CHECK(!buf.empty() || buf.numel() == 0, "broadcast: the buffer is missing");
     TK_CHECK(root >= 0 && root < world_size(), "broadcast: root {} is not a rank of {}", root, world_size());
-    if (world_size() == 1 || buf.nbytes() == 0) return completed(start);
-    Exchange ex(comm_, next_tag(), "broadcast", rank());
-    if (rank() == root) {
-      for (int r = 0; r < world_size(); r++)
-        if (r != root) ex.send(buf.data, buf.nbytes(), r);
-    } else {
-      ex.recv(buf.data, buf.nbytes(), root);
-    }
-    ex.wait(timeout_);
-    return completed(start);
+    return submit([this, buf, root] {
+      if (world_size() == 1 || buf.nbytes() == 0) return;
+      Exchange ex(comm_, next_tag(), "broadcast", rank());
+      if (rank() == root) {
+        for (int r = 0; r < world_size(); r++)
+          if (r != root) ex.send(buf.data, buf.nbytes(), r);
+      } else {
+        ex.recv(buf.data, buf.nbytes(), root);
+      }
+      ex.wait(timeout_);
+    });
   }
 
   Ticket barrier() override {
-    const Clock::time_point start = Clock::now();
-    if (world_size() > 1) {
+    return submit([this] {
+      if (world_size() == 1) return;
       MPI_Request r;
       TK_MPI_CHECK(MPI_Ibarrier(comm_, &r));
       Exchange ex(comm_, 0, "barrier", rank());
       ex.add_request(r);
       ex.wait(timeout_);
-    }
-    return completed(start);
+    });
   }
 
-  // The CPU backend runs its ops and these collectives synchronously: everything queued is already done.
+  // The CPU backend runs its ops synchronously, and these collectives too unless deferred: then a wait runs what
+  // is queued up to its ticket.
   void wait_for_compute(Ops&) override {}
   void compute_waits(Ops&, Ticket t) override {
     TK_CHECK(t >= 0 && t <= issued_, "compute_waits: ticket {} was not issued (last: {})", t, issued_);
+    run_through(t);
   }
-  void synchronize() override {}
+  void synchronize() override { run_through(issued_); }
 
   void host_all_gather(const void* mine, void* all, size_t bytes) override {
     const Clock::time_point start = Clock::now();
@@ -231,13 +234,35 @@ class MpiCommunicator final : public Communicator {
   CommunicationTimes take_times() override { return std::exchange(times_, CommunicationTimes{}); }
 
  private:
-  // A collective that began at `start` is done: its ticket, and its time counted (all of it exposed, see above).
-  Ticket completed(Clock::time_point start) {
+  // A collective's ticket: it runs now, or deferred, when a wait or synchronize() reaches it.
+  Ticket submit(std::function<void()> collective) {
+    ++issued_;
+    if (deferred_) {
+      queued_.push_back(std::move(collective));
+    } else {
+      run_timed(collective);
+      ran_ = issued_;
+    }
+    return issued_;
+  }
+
+  void run_through(Ticket t) {
+    while (ran_ < t) {
+      const std::function<void()> collective = std::move(queued_.front());
+      queued_.pop_front();
+      ran_++;
+      run_timed(collective);
+    }
+  }
+
+  // A collective's time counted (all of it exposed, see above).
+  void run_timed(const std::function<void()>& collective) {
+    const Clock::time_point start = Clock::now();
+    collective();
     const double s = seconds_since(start);
     times_.collective_s += s;
     times_.exposed_s += s;
     times_.collectives++;
-    return ++issued_;
   }
 
   int next_tag() {
@@ -310,7 +335,9 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::chrono::milliseconds timeout_;
   std::vector<std::byte> scratch_;  // other ranks' copies of this rank's chunk; grows to the largest, then stays
-  Ticket issued_ = 0;
+  Ticket issued_ = 0, ran_ = 0;
+  const bool deferred_ = deferred_queues_requested();
+  std::deque<std::function<void()>> queued_;  // deferred: the collectives issued after ticket ran_, in order
   int tag_ = 0;
   CommunicationTimes times_;  // since the last take_times()
 };

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 
+#include "core/deferred_queues.h"
 #include "ops/cpu/deferred_copies.h"
 
 namespace tk {
@@ -85,16 +86,16 @@ TEST(DeferredCopies, AnIdRecordedAgainWaitsForTheNewerRecord) {
   EXPECT_EQ(y, 2);
 }
 
-TEST(DeferredCopies, TheEnvironmentTurnsThemOn) {
-  ::unsetenv("TOKAMAK_CPU_DEFERRED_COPIES");
-  EXPECT_FALSE(DeferredCopies::requested());
-  ::setenv("TOKAMAK_CPU_DEFERRED_COPIES", "0", 1);
-  EXPECT_FALSE(DeferredCopies::requested());
-  ::setenv("TOKAMAK_CPU_DEFERRED_COPIES", "1", 1);
-  EXPECT_TRUE(DeferredCopies::requested());
-  ::setenv("TOKAMAK_CPU_DEFERRED_COPIES", "yes", 1);
-  EXPECT_THROW(DeferredCopies::requested(), Error);
-  ::unsetenv("TOKAMAK_CPU_DEFERRED_COPIES");
+TEST(DeferredQueues, TheEnvironmentTurnsThemOn) {
+  ::unsetenv("TOKAMAK_CPU_DEFERRED_QUEUES");
+  EXPECT_FALSE(deferred_queues_requested());
+  ::setenv("TOKAMAK_CPU_DEFERRED_QUEUES", "0", 1);
+  EXPECT_FALSE(deferred_queues_requested());
+  ::setenv("TOKAMAK_CPU_DEFERRED_QUEUES", "1", 1);
+  EXPECT_TRUE(deferred_queues_requested());
+  ::setenv("TOKAMAK_CPU_DEFERRED_QUEUES", "yes", 1);
+  EXPECT_THROW(deferred_queues_requested(), Error);
+  ::unsetenv("TOKAMAK_CPU_DEFERRED_QUEUES");
 }
 
 }  // namespace

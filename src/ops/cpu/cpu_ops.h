@@ -4,6 +4,7 @@
 #pragma once
 #include <memory>
 
+#include "core/deferred_queues.h"
 #include "ops/cpu/deferred_copies.h"
 #include "ops/ops.h"
 
@@ -32,7 +33,7 @@ class CpuOps final : public Ops {
   void synchronize() override {
     if (deferred_) deferred_->run_all();
   }
-  // The copy queues: at once, or as late as their events allow (deferred_copies.h, TOKAMAK_CPU_DEFERRED_COPIES).
+  // The copy queues: at once, or as late as their events allow (deferred_copies.h, TOKAMAK_CPU_DEFERRED_QUEUES).
   void copy_async(void* dst, const void* src, size_t bytes, Queue q) override;
   int record_event(Queue q) override { return deferred_ ? deferred_->record(q) : 0; }
   void wait_event(Queue waiter, int event) override {
@@ -91,7 +92,7 @@ class CpuOps final : public Ops {
 
  private:
   MemoryLedger ledger_;
-  std::unique_ptr<DeferredCopies> deferred_ = DeferredCopies::requested() ? std::make_unique<DeferredCopies>() : nullptr;
+  std::unique_ptr<DeferredCopies> deferred_ = deferred_queues_requested() ? std::make_unique<DeferredCopies>() : nullptr;
 };
 
 extern template class CpuOps<float>;

@@ -1,20 +1,11 @@
 // The CPU backend's deferred copy queues (deferred_copies.h).
 #include "ops/cpu/deferred_copies.h"
 
-#include <cstdlib>
 #include <cstring>
-#include <string>
 
 #include "core/error.h"
 
 namespace tk {
-
-bool DeferredCopies::requested() {
-  const char* v = std::getenv("TOKAMAK_CPU_DEFERRED_COPIES");
-  if (v == nullptr || *v == '\0' || std::string(v) == "0") return false;
-  TK_CHECK(std::string(v) == "1", "TOKAMAK_CPU_DEFERRED_COPIES must be 1 or 0, not '{}'", v);
-  return true;
-}
 
 void DeferredCopies::copy(void* dst, const void* src, size_t bytes, Ops::Queue q) {
   const int i = int(q);

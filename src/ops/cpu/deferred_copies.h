@@ -6,8 +6,8 @@
 // then shows as wrong numbers on the CPU: a download that reads its buffer after the compute queue has reused it, an
 // upload that the compute queue reads before it has run, an upload of host memory that a download has not yet
 // written. The events are a ring of 64 as the CUDA backend's: a wait on an id recorded again waits for the newer
-// record. Turned on by TOKAMAK_CPU_DEFERRED_COPIES=1 (the tests that run the offload pipelines so); off, a copy runs at
-// its call.
+// record. Turned on by TOKAMAK_CPU_DEFERRED_QUEUES=1 (core/deferred_queues.h; the tests that run the offload pipelines
+// so); off, a copy runs at its call.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -20,9 +20,6 @@ namespace tk {
 
 class DeferredCopies {
  public:
-  // Whether TOKAMAK_CPU_DEFERRED_COPIES asks for deferred copies ("1"; "0" or unset: no; anything else is an error).
-  static bool requested();
-
   void copy(void* dst, const void* src, size_t bytes, Ops::Queue q);
   int record(Ops::Queue q);
   void wait(Ops::Queue waiter, int event);
