@@ -1,12 +1,13 @@
 // The CPU backend's deferred copy queues (ops/cpu/deferred_copies.h): a copy on the upload or download queue runs no
 // sooner than something must see it done, and then in its queue's order and after the waits queued before it; the
 // compute queue's copies run at once; events are a ring of 64. (The offload pipelines run under them in the
-// *_deferred_copies ctest entries.)
+// *_deferred_queues ctest entries.)
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
 #include "core/deferred_queues.h"
+#include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/deferred_copies.h"
 
 namespace tk {
@@ -84,6 +85,28 @@ TEST(DeferredCopies, AnIdRecordedAgainWaitsForTheNewerRecord) {
   EXPECT_EQ(d.record(Q::upload), id) << "a ring of 64";
   d.wait(Q::compute, id);
   EXPECT_EQ(y, 2);
+}
+
+// The CPU backend defers its copy queues when the environment asks at its making, and a release runs what is queued.
+TEST(DeferredQueues, TheCpuBackendDefersItsCopyQueuesWhenAsked) {
+  ::setenv("TOKAMAK_CPU_DEFERRED_QUEUES", "1", 1);
+  const std::unique_ptr<Ops> deferred = make_cpu_ops(DType::F32);
+  ::unsetenv("TOKAMAK_CPU_DEFERRED_QUEUES");
+  const std::unique_ptr<Ops> at_once = make_cpu_ops(DType::F32);
+  for (Ops* ops : {deferred.get(), at_once.get()}) {
+    int host = 3;
+    int* device = static_cast<int*>(ops->allocate(sizeof(int), "test"));
+    *device = 0;
+    ops->copy_async(device, &host, sizeof(int), Q::upload);
+    EXPECT_EQ(*device, ops == at_once.get() ? 3 : 0);
+    ops->wait_event(Q::compute, ops->record_event(Q::upload));
+    EXPECT_EQ(*device, 3);
+    host = 4;
+    ops->copy_async(device, &host, sizeof(int), Q::upload);
+    ops->synchronize();
+    EXPECT_EQ(*device, 4);
+    ops->release(device);
+  }
 }
 
 TEST(DeferredQueues, TheEnvironmentTurnsThemOn) {

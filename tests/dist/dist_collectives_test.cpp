@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/deferred_queues.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "dist/agreement.h"
@@ -300,6 +301,27 @@ TEST(Collectives, BarrierWaitsForEveryRank) {
     first_out = std::min(first_out, all[size_t(2 * r + 1)]);
   }
   EXPECT_GE(first_out, last_in) << "a rank left the barrier before the last one entered it";
+}
+
+// Under TOKAMAK_CPU_DEFERRED_QUEUES=1 (the *_deferred_queues ctest entries) the MPI communicator runs a collective only
+// when the compute queue waits for its ticket: until then its output is as it was, and a wait runs what was queued up
+// to it and no more.
+TEST(Collectives, DeferredCollectivesRunWhenTheirTicketIsWaitedFor) {
+  if (g_nccl || !tk::deferred_queues_requested()) GTEST_SKIP() << "the communicator's queue is not deferred";
+  const int64_t n = 64;
+  Buffer in(DType::F32, n), first(DType::F32, n), second(DType::F32, n);
+  in.upload(rank_values(DType::F32, me(), n, 11));
+  const std::vector<std::byte> untouched(size_t(n) * sizeof(float), std::byte{0x7f});
+  first.upload(untouched);
+  second.upload(untouched);
+  const tk::dist::Ticket t1 = g_comm->all_reduce(first.t, in.t, ReduceOp::Sum);
+  g_comm->all_reduce(second.t, in.t, ReduceOp::Sum);
+  EXPECT_EQ(first.download(), untouched) << "ran before anything waited for it";
+  g_comm->compute_waits(*g_ops, t1);
+  EXPECT_NE(first.download(), untouched);
+  EXPECT_EQ(second.download(), untouched) << "the wait for the first ran the second too";
+  g_comm->synchronize();
+  EXPECT_EQ(second.download(), first.download());
 }
 
 TEST(Collectives, RefusesWhatItCannotDo) {
