@@ -77,7 +77,7 @@ void GradientStaging::begin_microstep() {
 }
 
 // Slices: the buffer is zeroed and the slice copied into its chunk on the compute queue, after whatever the compute
-// queue was given before (with the hook's copy of the buffer's last unit back into its slice: store_reduced). Slices
+// queue was given before (with its wait for the reduction of the buffer's last unit into its slice). Slices
 // in host memory: the rest of the buffer zeroed on the compute queue and the slice brought up into its chunk on the
 // upload queue, both once the buffer's last unit is taken down.
 void GradientStaging::begin_group(size_t k, ModelWeights& g) {
@@ -141,11 +141,8 @@ Tensor GradientStaging::end_group(size_t k) {
 void GradientStaging::store_reduced(size_t k) {
   using Q = Ops::Queue;
   TK_CHECK(home_ != Home::host, "internal error: gradients kept whole have no reduced slice to store");
+  if (home_ == Home::slices) return;  // reduced straight into the slice
   const Tensor chunk = chunk_of(k), slice = slice_of(k);
-  if (home_ == Home::slices) {
-    ops_.copy_async(slice.data, chunk.data, chunk.nbytes(), Q::compute);
-    return;
-  }
   ops_.wait_event(Q::download, ops_.record_event(Q::compute));
   ops_.copy_async(slice.data, chunk.data, chunk.nbytes(), Q::download);
   stage_free_[stage_of(k)] = ops_.record_event(Q::download);

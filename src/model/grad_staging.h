@@ -46,9 +46,12 @@ class GradientStaging {
   // with three buffers, the one of unit k is next begun for unit k - 2, or (unit 0 and the tail sharing one) after
   // every layer.
   Tensor end_group(size_t k);
-  // Slices: this rank's chunk of unit k's staging buffer holds its reduced sum once the work queued so far on the
-  // compute queue is done; it becomes the unit's accumulated slice (copied on the compute queue, or taken down to
-  // host memory on the download queue, the buffer's next begin_group waiting for it).
+  // Slices: where the reduced sum of this rank's chunk of unit k goes: the unit's accumulated slice itself when it
+  // lives on the device, else (in host memory) the chunk of the staging buffer, reduced in place.
+  Tensor reduced_destination(size_t k) const { return home_ == Home::slices ? slice_of(k) : chunk_of(k); }
+  // Slices: reduced_destination(k) holds the reduced sum once the work queued so far on the compute queue is done.
+  // On the device it is the accumulated slice already; in host memory the chunk is taken down into the slice on the
+  // download queue, the buffer's next begin_group waiting for it.
   void store_reduced(size_t k);
   void end_microstep();
   // The accumulated gradients were set to zero (Model::zero_grads): the next micro-step clears its staging instead of

@@ -562,6 +562,11 @@ void Model::zero_grads() {
   if (m.staging) m.staging->accumulated_zeroed();
 }
 
+Tensor Model::reduced_gradients_destination(size_t unit) const {
+  TK_CHECK(impl_->opt.reduced_grads, "internal error: model {} does not reduce its gradients", impl_->cfg.name);
+  return impl_->staging->reduced_destination(unit);
+}
+
 void Model::store_reduced_gradients(size_t unit) {
   TK_CHECK(impl_->opt.reduced_grads, "internal error: model {} does not reduce its gradients", impl_->cfg.name);
   impl_->staging->store_reduced(unit);

@@ -85,10 +85,10 @@ class ParameterSource {
 // order the backward reaches the units (the last unit first, unit 0 last); backward_done() after the last.
 // `staged` is empty, unless the model reduces its gradients (ModelOptions::reduced_grads): then it is the unit's
 // staging buffer (unit_size(k) elements of grad_dtype()), chunk grad_shard of it holding this rank's accumulated
-// slice plus this micro-batch's gradient, the other chunks this micro-batch's gradient alone. The hook must make
-// chunk grad_shard of `staged` the sum over the ranks of their chunk grad_shard, make the compute queue wait for it,
-// and then call Model::store_reduced_gradients(unit), all before its next call returns (unit_done or backward_done),
-// after which the model may write the buffer again.
+// slice plus this micro-batch's gradient, the other chunks this micro-batch's gradient alone. The hook must write the
+// sum over the ranks of their chunk grad_shard into Model::reduced_gradients_destination(unit), make the compute
+// queue wait for it, and then call Model::store_reduced_gradients(unit), all before its next call returns (unit_done
+// or backward_done), after which the model may write the buffer again.
 class GradientHook {
  public:
   virtual ~GradientHook() = default;
@@ -160,8 +160,11 @@ class Model {
 
   // The hook the backward calls at each unit's end (nullptr: none). It must outlive the backwards it sees.
   void set_gradient_hook(GradientHook* hook);
-  // With reduced_grads, the hook's part of GradientHook's contract: this rank's chunk of unit's staging buffer holds
-  // its reduced sum for the work queued next on the compute queue, and becomes the unit's accumulated slice.
+  // With reduced_grads, where the hook writes the reduced sum of this rank's chunk of unit's staging buffer
+  // (GradientHook): the unit's accumulated slice when it lives on the device, else that chunk itself (in place).
+  Tensor reduced_gradients_destination(size_t unit) const;
+  // With reduced_grads, the hook's part of GradientHook's contract: the destination holds the reduced sum for the
+  // work queued next on the compute queue, and becomes the unit's accumulated slice.
   void store_reduced_gradients(size_t unit);
   // Where sharded parameters are gathered (ModelOptions::param_shards > 1): set before the first step.
   void set_parameter_source(ParameterSource* source);

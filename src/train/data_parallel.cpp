@@ -96,9 +96,10 @@ SumAcrossRanks DataParallel::sum_across_ranks() {
   return [this](double mine) { return sum(mine); };
 }
 
-// ZeRO 0, 1: the unit's accumulated gradients all-reduced in place. ZeRO 2, 3: the staging buffer reduce-scattered in
-// place (chunk r of it receives the ranks' sum of their chunk r, this rank's accumulated slice included), then the
-// unit before it put back into its slice.
+// ZeRO 0, 1: the unit's accumulated gradients all-reduced in place. ZeRO 2, 3: the staging buffer reduce-scattered
+// (this rank receives the ranks' sum of their chunk r, its accumulated slice included) into the model's destination:
+// the slice itself on the device, or chunk r of the buffer when the slices live in host memory; then the unit before
+// it stored.
 void DataParallel::unit_done(size_t unit, const Tensor& staged) {
   const int64_t n = model_.layout().unit_size(unit);
   if (n == 0) return;
@@ -110,18 +111,17 @@ void DataParallel::unit_done(size_t unit, const Tensor& staged) {
     last_ = comm_.all_reduce(grads, grads, dist::ReduceOp::Sum);
     return;
   }
-  const int64_t chunk = n / world();
-  const Tensor mine = staged.rows(rank() * chunk, (rank() + 1) * chunk);
   comm_.wait_for_compute(ops);
-  const dist::Ticket reduced = comm_.reduce_scatter(mine, staged, dist::ReduceOp::Sum);
+  const dist::Ticket reduced =
+      comm_.reduce_scatter(model_.reduced_gradients_destination(unit), staged, dist::ReduceOp::Sum);
   put_back_reduced();
   reduced_unit_ = int(unit);
   reduced_ticket_ = reduced;
 }
 
-// The pending unit's reduced chunk into the model's slice (on the device or in host memory), once the compute queue
-// has waited for its reduce-scatter; the model writes the staging buffer again only after this (GradientHook's
-// contract).
+// The pending unit's reduced chunk stored in the model's slice (there already on the device; taken down to host
+// memory), once the compute queue has waited for its reduce-scatter; the model writes the staging buffer again only
+// after this (GradientHook's contract).
 void DataParallel::put_back_reduced() {
   if (reduced_unit_ < 0) return;
   comm_.compute_waits(model_.ops(), reduced_ticket_);
