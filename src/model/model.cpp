@@ -159,7 +159,7 @@ struct Model::Impl {
   ModelWeights w, g;  // views of params and of grads (with a staging: of the staging buffers in use)
   std::unique_ptr<GradientStaging> staging;  // with ModelOptions::offload_grads or reduced_grads
   GradientHook* hook = nullptr;
-  ParameterSource* source = nullptr;  // with sharded parameters
+  ParameterSource* source = nullptr;  // with sharded parameters, or gathered after a sharded update
   // With sharded parameters: an address range the size of the whole layout, reserved and never mapped, that stands
   // for each weight where no buffer holds it for good (weight_identities); a gathered unit is aliased to its place.
   void* identities = nullptr;
@@ -250,11 +250,14 @@ struct Model::Impl {
     const Tensor staged = staging ? staging->end_group(k) : Tensor();
     if (hook) hook->unit_done(k, opt.reduced_grads ? staged : Tensor());
   }
-  // Before unit k's weights are read: with sharded parameters, the unit gathered whole and its views pointed there.
+  // Before unit k's weights are read: the source (if any) makes them current; with sharded parameters, the unit is
+  // gathered whole and its views pointed there.
   void use_unit(size_t k) {
-    if (opt.param_shards == 1) return;
-    TK_CHECK(source, "internal error: model {} has sharded parameters but no source to gather them", cfg.name);
+    TK_CHECK(source || opt.param_shards == 1,
+             "internal error: model {} has sharded parameters but no source to gather them", cfg.name);
+    if (!source) return;
     const Tensor unit = source->gather_unit(k);
+    if (opt.param_shards == 1) return;
     point_unit_views(w, cfg, layout, k, unit.data, act);
     const size_t e = dtype_size(act);
     ops.alias_weights(unit.data, size_t(layout.unit_size(k)) * e,

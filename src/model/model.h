@@ -69,13 +69,15 @@ struct ModelOptions {
   int param_shards = 1, param_shard = 0;
 };
 
-// Where a model with sharded parameters (ModelOptions::param_shards) finds a unit whole: the trainer's data
-// parallelism gathers it from the ranks' slices (the model knows nothing of them).
+// Where a model finds a unit's parameters whole and current, asked before each use of the unit (the forward's, the
+// backward's, a recompute's): the trainer's data parallelism gathers it from the ranks' slices (the model knows
+// nothing of them). Sharded parameters (ModelOptions::param_shards) need one; whole ones may have one, which then
+// finishes, unit by unit, the gathering of the slices a sharded update changed.
 class ParameterSource {
  public:
   virtual ~ParameterSource() = default;
   // Unit k's parameters, unit_size(k) elements of the activation dtype, ready for the work the compute queue is
-  // given next; valid until the next call.
+  // given next; valid until the next call. For whole parameters, the unit in params() itself.
   virtual Tensor gather_unit(size_t unit) = 0;
 };
 
@@ -166,7 +168,8 @@ class Model {
   // With reduced_grads, the hook's part of GradientHook's contract: the destination holds the reduced sum for the
   // work queued next on the compute queue, and becomes the unit's accumulated slice.
   void store_reduced_gradients(size_t unit);
-  // Where sharded parameters are gathered (ModelOptions::param_shards > 1): set before the first step.
+  // Where the units' parameters are made whole (ParameterSource): needed with sharded parameters
+  // (ModelOptions::param_shards > 1), optional otherwise; set before the first step.
   void set_parameter_source(ParameterSource* source);
 
  private:

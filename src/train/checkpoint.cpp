@@ -434,6 +434,9 @@ namespace {
 void write_checkpoint_files(const std::string& tmp, const Model& model, const AdamW& optimizer,
                             const TrainerState& state, DataParallel* dp) {
   const bool leader = dp == nullptr || dp->rank() == 0;
+  // Whole parameters (ZeRO 1, 2) are read below where there are no master weights: the last update's all-gathers
+  // finished first (every rank: they are collectives).
+  if (dp) dp->finish_parameter_gathers();
   // Sharded master weights (or ZeRO 3's sharded parameters) are gathered by every rank (a collective) before rank 0
   // writes them.
   std::vector<float> gathered;

@@ -36,7 +36,12 @@ DataParallel::DataParallel(dist::Communicator& comm, Model& model, int zero_stag
   TK_CHECK((zero_ == 3 && world() > 1) == model.params_sharded(),
            "internal error: ZeRO {} on {} ranks with a model whose parameters are {}", zero_, world(),
            model.params_sharded() ? "sharded" : "whole");
-  if (!model.params_sharded()) return;
+  // A sharded update leaves whole parameters to gather (ZeRO 1, 2; 3 on one rank), unit by unit as the model uses them.
+  if (zero_ > 0) model.set_parameter_source(this);
+  if (!model.params_sharded()) {
+    gathered_.assign(layout.units(), -1);
+    return;
+  }
   int64_t largest = 0;
   for (size_t k = 0; k < layout.units(); k++) largest = std::max(largest, layout.unit_size(k));
   for (Tensor& t : staging_) {
@@ -51,16 +56,15 @@ DataParallel::DataParallel(dist::Communicator& comm, Model& model, int zero_stag
   for (size_t k = 0; k <= tail; k++) schedule_.push_back(k);
   if (lm_head != tail) schedule_.insert(schedule_.end(), {lm_head, tail});
   for (size_t k = tail - 1; k >= 1; k--) schedule_.push_back(k);
-  model.set_parameter_source(this);
 }
 
 DataParallel::~DataParallel() {
   model_.set_gradient_hook(nullptr);
-  if (!model_.params_sharded()) return;
-  model_.set_parameter_source(nullptr);
+  if (zero_ > 0) model_.set_parameter_source(nullptr);
   comm_.synchronize();
   model_.ops().synchronize();
-  for (Tensor& t : staging_) model_.ops().release(t.data);
+  for (Tensor& t : staging_)
+    if (!t.empty()) model_.ops().release(t.data);
 }
 
 Tensor DataParallel::unit_of(const Tensor& flat, size_t unit) const {
@@ -136,20 +140,34 @@ void DataParallel::backward_done() {
   if (last_ >= 0) comm_.compute_waits(model_.ops(), last_);
 }
 
-void DataParallel::gather_parameters() {
+void DataParallel::parameters_updated() {
   if (model_.params_sharded()) {
     holds_[0] = holds_[1] = -1;
     current_ = -1;
     position_ = 0;
     return;
   }
-  if (zero_ == 0) return;
-  Ops& ops = model_.ops();
-  comm_.wait_for_compute(ops);
+  if (zero_ > 0) stale_ = true;
+}
+
+// Every unit's all-gather queued, in unit order, behind the compute queue's work so far (the update of this rank's
+// slices); the compute queue waits for each at the unit's first use (gather_unit), so that the gathering of the
+// layers overlaps the forward of the ones before them.
+void DataParallel::queue_parameter_gathers() {
+  stale_ = false;
+  comm_.wait_for_compute(model_.ops());
   for (size_t k = 0; k < model_.layout().units(); k++)
     if (model_.layout().unit_size(k) > 0)
-      last_ = comm_.all_gather(unit_of(model_.params(), k), unit_slice(model_.params(), k));
-  if (last_ >= 0) comm_.compute_waits(ops, last_);
+      gathered_[k] = comm_.all_gather(unit_of(model_.params(), k), unit_slice(model_.params(), k));
+}
+
+void DataParallel::finish_parameter_gathers() {
+  if (model_.params_sharded()) return;
+  if (stale_) queue_parameter_gathers();
+  const auto last = std::max_element(gathered_.begin(), gathered_.end());
+  if (last == gathered_.end() || *last < 0) return;
+  comm_.compute_waits(model_.ops(), *last);  // covers every collective queued before it
+  std::fill(gathered_.begin(), gathered_.end(), dist::Ticket(-1));
 }
 
 // Queues the all-gather of `unit` into buffer b, once the compute queue's work so far (which may read b) is done.
@@ -171,6 +189,14 @@ void DataParallel::follow_schedule(size_t unit) {
 }
 
 Tensor DataParallel::gather_unit(size_t unit) {
+  if (!model_.params_sharded()) {
+    if (stale_) queue_parameter_gathers();
+    if (gathered_[unit] >= 0) {
+      comm_.compute_waits(model_.ops(), gathered_[unit]);
+      gathered_[unit] = -1;
+    }
+    return unit_of(model_.params(), unit);
+  }
   int b = holds_[0] == int(unit) ? 0 : holds_[1] == int(unit) ? 1 : -1;
   if (b < 0) {
     b = current_ == 0 ? 1 : 0;

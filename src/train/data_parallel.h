@@ -1,6 +1,6 @@
 // Data parallelism over a communicator (docs/distributed.md): the ZeRO stage's gradient reduction hung on the
 // model's backward, each rank's slice of every unit of the layout, the parameter all-gather after a sharded update
-// (ZeRO 1, 2) or before each use of a unit (ZeRO 3), and the sums across ranks (in rank order) of what each rank
+// (ZeRO 1, 2: queued at the next use, waited for unit by unit) or before each use of a unit (ZeRO 3), and the sums across ranks (in rank order) of what each rank
 // measured of the step.
 #pragma once
 #include <cstdint>
@@ -48,9 +48,14 @@ class DataParallel final : public GradientHook, public ParameterSource {
   void unit_done(size_t unit, const Tensor& staged) override;
   void backward_done() override;
 
-  // After a sharded update: each rank's updated slice of the parameters to every rank (ZeRO 1, 2); ZeRO 3 forgets
-  // the units it holds gathered, which the update made stale.
-  void gather_parameters();
+  // After a sharded update. Whole parameters (ZeRO 1, 2; 3 on one rank): each rank's updated slices are to be
+  // all-gathered to every rank; that is queued at the parameters' next use (gather_unit), after whatever the host
+  // does between the steps, and waited for unit by unit. ZeRO 3 forgets the units it holds gathered.
+  void parameters_updated();
+  // Whole parameters: the all-gathers after an update queued (if not yet) and the compute queue made to wait for all of
+  // them, for a reader of params() other than the model's own units (a checkpoint). Nothing under sharded ZeRO 3.
+  void finish_parameter_gathers();
+  // Whole parameters: the unit of params(), once the compute queue has waited for its all-gather after an update.
   // ZeRO 3: unit k gathered whole into one of two buffers; the unit the backward or forward uses next (in the order
   // the model uses them) is gathered ahead into the other, so that on CUDA its all-gather overlaps the compute.
   Tensor gather_unit(size_t unit) override;
@@ -70,6 +75,7 @@ class DataParallel final : public GradientHook, public ParameterSource {
   // This rank's slice of the unit in a buffer of its slices in unit order: the model's sharded parameters (ZeRO 3).
   Tensor held_slice(const Tensor& held, size_t unit) const;
   void put_back_reduced();
+  void queue_parameter_gathers();
   void fill(int buffer, size_t unit);
   void follow_schedule(size_t unit);
 
@@ -83,6 +89,10 @@ class DataParallel final : public GradientHook, public ParameterSource {
   // while the collective queue runs the next (-1: none pending).
   int reduced_unit_ = -1;
   dist::Ticket reduced_ticket_ = -1;
+  // Whole parameters after a sharded update: whether its all-gathers are still to be queued, and each unit's ticket
+  // until the compute queue has waited for it (-1: none pending).
+  bool stale_ = false;
+  std::vector<dist::Ticket> gathered_;
   // ZeRO 3's two gathering buffers: the unit each holds (-1: none), the all-gather filling it (-1: done), which one
   // the compute reads now; the order in which a training step uses the units, and where in it the last use was.
   Tensor staging_[2];

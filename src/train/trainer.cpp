@@ -93,7 +93,7 @@ StepRecord TrainingRun::train_step(int64_t step) {
   if (dp_) loss = dp_->sum(loss);
   r.lr = schedule_.at(step);
   OptimizerStep os = optimizer_->step(r.lr);
-  if (dp_) dp_->gather_parameters();
+  if (dp_) dp_->parameters_updated();
   if (!std::isfinite(os.grad_norm))
     throw DivergedError(fmt::format("training stopped: the gradient norm is {} at step {} (the loss was {:.4f}). The "
                                     "weights have diverged: lower --lr, lengthen --warmup or clip (--grad-clip)",

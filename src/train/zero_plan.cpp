@@ -50,10 +50,10 @@ ZeroCommunication zero_communication(const Recipe& r, double forward_s, double b
         accum * (exposed(seconds(gathers), forward_s, unit * seconds(gathers)) +
                  exposed(seconds(gathers + reduce_scatter), backward_s, unit * seconds(reduce_scatter)));
   }
-  if (r.zero_stage == 1 || r.zero_stage == 2) {
+  if (r.zero_stage == 1 || r.zero_stage == 2) {  // after the update, beside the next step's first forward
     const double all_gather = share * parameters;
     z.bytes += all_gather;
-    z.exposed_seconds += seconds(all_gather);
+    z.exposed_seconds += exposed(seconds(all_gather), forward_s, unit * seconds(all_gather));
   }
   z.seconds = seconds(z.bytes);
   return z;

@@ -40,7 +40,8 @@ double zero_gradient_staging_elements(const ModelConfig& c);
 //      in every backward (no all-gather after the update: each GPU updates its own shard).
 // Overlap: a collective that runs during the forward or the backward hides behind its compute (forward_s and
 // backward_s, one micro-step's); what exceeds that compute is exposed, and so is one unit's share that nothing can
-// hide (the last gradients reduced, the first layer gathered). The all-gather after the update is exposed in full.
+// hide (the last gradients reduced, the first layer gathered). The all-gather after the update (ZeRO 1, 2) runs
+// beside the next step's first forward, unit by unit as it reaches them.
 struct ZeroCommunication {
   double bytes = 0;            // moved by one GPU per optimizer step
   double seconds = 0;          // at the link's bus bandwidth

@@ -444,11 +444,14 @@ TEST(ZeroPlan, CommunicationAtAKnownSize) {
   EXPECT_DOUBLE_EQ(z.exposed_seconds, unit * z.seconds);
   // With no compute to hide behind, all of it is exposed (and the unit once more: it never hides).
   EXPECT_DOUBLE_EQ(zero_communication(r, 0, 0, link).exposed_seconds, (1 + unit) * z.seconds);
-  // 1: and the all-gather of the bf16 parameters after the update, exposed.
+  // 1: and the all-gather of the bf16 parameters after the update, beside the next forward: its first unit exposed,
+  // and all of it with no forward to hide behind.
   r.zero_stage = 1;
   z = zero_communication(r, 1.0, 2.0, link);
   EXPECT_DOUBLE_EQ(z.bytes, 2 * share * 4 * P + share * 2 * P);
-  EXPECT_DOUBLE_EQ(z.exposed_seconds, unit * 2 * share * 4 * P / link + share * 2 * P / link);
+  EXPECT_DOUBLE_EQ(z.exposed_seconds, unit * 2 * share * 4 * P / link + unit * share * 2 * P / link);
+  EXPECT_DOUBLE_EQ(zero_communication(r, 0, 2.0, link).exposed_seconds,
+                   unit * 2 * share * 4 * P / link + (1 + unit) * share * 2 * P / link);
   // 2 with two micro-steps: a reduce-scatter in each backward, one all-gather.
   r.zero_stage = 2;
   r.accumulation = 2;

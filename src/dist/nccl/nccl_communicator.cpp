@@ -8,7 +8,8 @@
 // What communication costs is read from the same events: each collective has one recorded on the stream before it
 // as well as the one after, and each wait of the compute stream for a collective (compute_waits) one on the compute
 // stream before the wait and one after. The elapsed times are read once the later event is done (by the watchdog or
-// take_times), never waited for, and the events go back to a pool.
+// take_times), never waited for, and the events go back to a pool. TOKAMAK_TRACE_COMM=1 logs each one as it is read:
+// which collective, how long it ran, how long the compute stream sat waiting for it.
 #include "dist/nccl/nccl_communicator.h"
 
 #include <cuda_runtime.h>
@@ -22,6 +23,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -60,7 +62,7 @@ std::string seconds_text(std::chrono::milliseconds d) { return fmt::format("{} s
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(const World& world, const ncclUniqueId& id, int device)
-      : Communicator(world), device_(device), timeout_(collective_timeout()) {
+      : Communicator(world), device_(device), timeout_(collective_timeout()), trace_(trace_requested()) {
     TK_CUDA_CHECK(cudaSetDevice(device_));
     TK_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     TK_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming));
@@ -159,9 +161,10 @@ class NcclCommunicator final : public Communicator {
     if (pending_.empty() || t < pending_.front().ticket) return;
     // The compute stream reaches `before` once its work so far is done, and `after` once the collective is done too:
     // the time between them is how long it sat blocked.
-    const ComputeWait w{spare_event(), spare_event()};
+    const Pending& p = pending_[size_t(t - pending_.front().ticket)];
+    const ComputeWait w{spare_event(), spare_event(), t, p.what};
     TK_CUDA_CHECK(cudaEventRecord(w.before, compute));
-    TK_CUDA_CHECK(cudaStreamWaitEvent(compute, pending_[size_t(t - pending_.front().ticket)].done, 0));
+    TK_CUDA_CHECK(cudaStreamWaitEvent(compute, p.done, 0));
     TK_CUDA_CHECK(cudaEventRecord(w.after, compute));
     waits_.push_back(w);
   }
@@ -223,7 +226,14 @@ class NcclCommunicator final : public Communicator {
   // The compute stream waiting for a collective: recorded on it before the wait and after.
   struct ComputeWait {
     cudaEvent_t before, after;
+    Ticket ticket;
+    const char* what;
   };
+
+  static bool trace_requested() {
+    const char* v = std::getenv("TOKAMAK_TRACE_COMM");
+    return v != nullptr && *v != '\0' && std::string(v) != "0";
+  }
 
   static void check_pair(const Tensor& out, const Tensor& in, const char* op) {
     TK_CHECK(out.dtype == in.dtype, "{}: out {} and in {} differ in dtype", op, out.describe(), in.describe());
@@ -292,6 +302,7 @@ class NcclCommunicator final : public Communicator {
     if (p.start != nullptr) {
       float ms = 0;
       e = cudaEventElapsedTime(&ms, p.start, p.done);
+      if (trace_) log::info("comm trace: rank {} {} #{} ran {:.3f} ms", rank(), p.what, p.ticket, ms);
       collective_ms_ += ms;
       timed_collectives_++;
       spare_events_.push_back(p.start);
@@ -317,6 +328,7 @@ class NcclCommunicator final : public Communicator {
       waits_.pop_front();
       float ms = 0;
       const cudaError_t e = cudaEventElapsedTime(&ms, w.before, w.after);
+      if (trace_) log::info("comm trace: rank {} compute waited {:.3f} ms for {} #{}", rank(), ms, w.what, w.ticket);
       exposed_ms_ += ms;
       spare_events_.push_back(w.before);
       spare_events_.push_back(w.after);
@@ -424,6 +436,7 @@ class NcclCommunicator final : public Communicator {
 
   int device_;
   std::chrono::milliseconds timeout_;
+  bool trace_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t compute_done_ = nullptr;
