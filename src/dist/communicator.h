@@ -78,6 +78,10 @@ class Communicator {
   // The work queued on `ops`' compute queue after this call starts once the collective `t` (and every one before
   // it) is done: call it before queueing what reads a collective's output or writes its buffers again.
   virtual void compute_waits(Ops& ops, Ticket t) = 0;
+  // The same for one of `ops`' copy queues (Ops::Queue::upload or download): the copies queued on it after this call
+  // start once the collective `t` is done, e.g. a reduced chunk taken down to host memory as soon as it is reduced.
+  // Not timed: only the compute queue's waits are exposed communication.
+  virtual void copy_queue_waits(Ops& ops, Ops::Queue q, Ticket t) = 0;
   // Returns once every queued collective is done (the host may then read their outputs).
   virtual void synchronize() = 0;
 

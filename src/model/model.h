@@ -88,9 +88,10 @@ class ParameterSource {
 // `staged` is empty, unless the model reduces its gradients (ModelOptions::reduced_grads): then it is the unit's
 // staging buffer (unit_size(k) elements of grad_dtype()), chunk grad_shard of it holding this rank's accumulated
 // slice plus this micro-batch's gradient, the other chunks this micro-batch's gradient alone. The hook must write the
-// sum over the ranks of their chunk grad_shard into Model::reduced_gradients_destination(unit), make the compute
-// queue wait for it, and then call Model::store_reduced_gradients(unit), all before its next call returns (unit_done
-// or backward_done), after which the model may write the buffer again.
+// sum over the ranks of their chunk grad_shard into Model::reduced_gradients_destination(unit), make the queue that
+// reads it next wait for it (the compute queue; with the gradients in host memory, grads_on_host(), the download
+// queue, which takes it down), and then call Model::store_reduced_gradients(unit), all before its next call returns
+// (unit_done or backward_done), after which the model may write the buffer again.
 class GradientHook {
  public:
   virtual ~GradientHook() = default;
@@ -166,7 +167,7 @@ class Model {
   // (GradientHook): the unit's accumulated slice when it lives on the device, else that chunk itself (in place).
   Tensor reduced_gradients_destination(size_t unit) const;
   // With reduced_grads, the hook's part of GradientHook's contract: the destination holds the reduced sum for the
-  // work queued next on the compute queue, and becomes the unit's accumulated slice.
+  // work queued next on the queue the hook made wait for it, and becomes the unit's accumulated slice.
   void store_reduced_gradients(size_t unit);
   // Where the units' parameters are made whole (ParameterSource): needed with sharded parameters
   // (ModelOptions::param_shards > 1), optional otherwise; set before the first step.

@@ -102,8 +102,10 @@ SumAcrossRanks DataParallel::sum_across_ranks() {
 
 // ZeRO 0, 1: the unit's accumulated gradients all-reduced in place. ZeRO 2, 3: the staging buffer reduce-scattered
 // (this rank receives the ranks' sum of their chunk r, its accumulated slice included) into the model's destination:
-// the slice itself on the device, or chunk r of the buffer when the slices live in host memory; then the unit before
-// it stored.
+// the slice itself on the device, whose compute-queue wait comes once the next unit's reduce-scatter is queued
+// (put_back_reduced); or, with the slices in host memory, chunk r of the buffer, taken down at once: the download
+// queue waits for the reduce-scatter, and the buffer's next unit for the download (the model's staging), so that the
+// download overlaps the backward of the unit below.
 void DataParallel::unit_done(size_t unit, const Tensor& staged) {
   const int64_t n = model_.layout().unit_size(unit);
   if (n == 0) return;
@@ -118,6 +120,11 @@ void DataParallel::unit_done(size_t unit, const Tensor& staged) {
   comm_.wait_for_compute(ops);
   const dist::Ticket reduced =
       comm_.reduce_scatter(model_.reduced_gradients_destination(unit), staged, dist::ReduceOp::Sum);
+  if (model_.grads_on_host()) {
+    comm_.copy_queue_waits(ops, Ops::Queue::download, reduced);
+    model_.store_reduced_gradients(unit);
+    return;
+  }
   put_back_reduced();
   reduced_unit_ = int(unit);
   reduced_ticket_ = reduced;

@@ -29,6 +29,7 @@
 namespace {
 
 using tk::DType;
+using tk::Ops;
 using tk::Tensor;
 using tk::dist::ReduceOp;
 
@@ -322,6 +323,27 @@ TEST(Collectives, DeferredCollectivesRunWhenTheirTicketIsWaitedFor) {
   EXPECT_EQ(second.download(), untouched) << "the wait for the first ran the second too";
   g_comm->synchronize();
   EXPECT_EQ(second.download(), first.download());
+}
+
+// A copy queue made to wait for a collective (copy_queue_waits) copies its output, not what was there before: the
+// ZeRO 2/3 slices in host memory are taken down so. Under deferred queues the copy runs only when the compute queue
+// waits for it, and the collective only when something waits for its ticket: without the copy queue's wait, the copy
+// would take the output down before the collective ran.
+TEST(Collectives, ACopyQueueWaitsForItsCollective) {
+  const int64_t n = 4099;
+  Buffer in(DType::F32, n), out(DType::F32, n), reference(DType::F32, n);
+  in.upload(rank_values(DType::F32, me(), n, 5));
+  out.upload(std::vector<std::byte>(size_t(n) * sizeof(float), std::byte{0x7f}));
+  const std::vector<std::byte> want =
+      after(reference, [&] { return g_comm->all_reduce(reference.t, in.t, ReduceOp::Sum); });
+  std::vector<std::byte> host(size_t(n) * sizeof(float));
+  g_comm->wait_for_compute(*g_ops);
+  g_comm->copy_queue_waits(*g_ops, Ops::Queue::download, g_comm->all_reduce(out.t, in.t, ReduceOp::Sum));
+  g_ops->copy_async(host.data(), out.t.data, host.size(), Ops::Queue::download);
+  g_ops->wait_event(Ops::Queue::compute, g_ops->record_event(Ops::Queue::download));
+  g_ops->synchronize();
+  EXPECT_EQ(host, want);
+  g_comm->synchronize();
 }
 
 TEST(Collectives, RefusesWhatItCannotDo) {

@@ -169,6 +169,15 @@ class NcclCommunicator final : public Communicator {
     waits_.push_back(w);
   }
 
+  void copy_queue_waits(Ops& ops, Ops::Queue q, Ticket t) override {
+    TK_CHECK(q != Ops::Queue::compute, "copy_queue_waits: the compute queue waits through compute_waits");
+    const cudaStream_t copies = cuda_ops(ops).stream(q);
+    std::lock_guard<std::mutex> lock(mu_);
+    TK_CHECK(t >= 0 && t <= issued_, "copy_queue_waits: ticket {} was not issued (last: {})", t, issued_);
+    if (pending_.empty() || t < pending_.front().ticket) return;
+    TK_CUDA_CHECK(cudaStreamWaitEvent(copies, pending_[size_t(t - pending_.front().ticket)].done, 0));
+  }
+
   // Polls the stream: the watchdog ends the process if it never completes, and CUDA errors are thrown here.
   void synchronize() override {
     for (int idle = 0;; idle++) {
@@ -239,15 +248,16 @@ class NcclCommunicator final : public Communicator {
     TK_CHECK(out.dtype == in.dtype, "{}: out {} and in {} differ in dtype", op, out.describe(), in.describe());
   }
 
-  // The CUDA backend's stream, also under a decorator (tokamak profile's ProfilingOps: Ops::underlying).
-  cudaStream_t compute_stream(Ops& ops) const {
+  // The CUDA backend, also under a decorator (tokamak profile's ProfilingOps: Ops::underlying).
+  CudaOps& cuda_ops(Ops& ops) const {
     auto* cuda = dynamic_cast<CudaOps*>(&ops.underlying());
     TK_CHECK(cuda != nullptr, "the NCCL communicator orders its collectives against the CUDA backend, not '{}'",
              ops.name());
     TK_CHECK(cuda->device() == device_, "the CUDA backend computes on device {} but rank {}'s communicator is on {}",
              cuda->device(), rank(), device_);
-    return cuda->stream();
+    return *cuda;
   }
+  cudaStream_t compute_stream(Ops& ops) const { return cuda_ops(ops).stream(); }
 
   void check_all_gather(const Tensor& out, const Tensor& in) const {
     check_pair(out, in, "all_gather");

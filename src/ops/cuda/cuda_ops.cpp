@@ -139,6 +139,7 @@ int CudaOps::record_event(Queue q) { return impl_->memory->record_event(q); }
 void CudaOps::wait_event(Queue waiter, int event) { impl_->memory->wait_event(waiter, event); }
 
 cudaStream_t CudaOps::stream() const { return impl_->stream; }
+cudaStream_t CudaOps::stream(Queue q) { return impl_->memory->queue(q); }
 int CudaOps::device() const { return impl_->device; }
 std::vector<MemoryRow> CudaOps::memory_rows() const { return impl_->memory->rows(); }
 void CudaOps::seal_memory() { impl_->memory->seal(); }

@@ -47,6 +47,8 @@ class CudaOps final : public Ops {
   void wait_event(Queue waiter, int event) override;
 
   cudaStream_t stream() const;
+  // The stream of a queue (the compute stream, or a copy queue's, created on its first use).
+  cudaStream_t stream(Queue q);
   int device() const;
   // The budget of lm_head_cross_entropy's bf16 logits chunk (default kLogitsChunkBudgetBytes, 512 MiB:
   // workspace_sizes.h); takes effect at the next call.
