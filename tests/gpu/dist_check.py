@@ -11,6 +11,7 @@ import json
 import math
 import sys
 
+WAIT_LATENCY_S = 50e-6
 COMM_FIELDS = ("comm_s", "comm_exposed_s", "comm_host_s", "comm_collectives", "data_wait_by_rank_s")
 
 
@@ -39,12 +40,16 @@ def check_losses(plain, runs):
               f"(largest relative difference {worst:.2e}; last {got[-1]!r} against {base[-1]!r})")
         missing = [k for k in COMM_FIELDS if any(k not in r for r in rows)]
         bad = [k for k in COMM_FIELDS[:4] if any(not (r.get(k, -1) >= 0 and math.isfinite(r.get(k, -1))) for r in rows)]
-        exposed = all(r["comm_exposed_s"] <= r["comm_s"] + 1e-6 for r in rows if "comm_s" in r and "comm_exposed_s" in r)
+        # A wait's exposed time is the rest of the collectives it waits for plus the wait's own signalling between
+        # the streams (a few microseconds), which at world size 1, where each collective is a copy or nothing, is
+        # most of it: so the exposed time may pass the collectives' by WAIT_LATENCY_S a collective, no more.
+        exposed = all(r["comm_exposed_s"] <= r["comm_s"] + r.get("comm_collectives", 0) * WAIT_LATENCY_S + 1e-6
+                      for r in rows if "comm_s" in r and "comm_exposed_s" in r)
         fields_ok = not missing and not bad and exposed and all(r.get("comm_collectives", 0) > 0 for r in rows)
         last = rows[-1]
         print(f"{'PASS' if fields_ok else 'FAIL'} {run}: communication fields"
               + (f" missing {missing}" if missing else "") + (f" not finite and >= 0: {bad}" if bad else "")
-              + ("" if exposed else " exposed above the collectives' time")
+              + ("" if exposed else f" exposed above the collectives' time and {WAIT_LATENCY_S * 1e6:.0f} us a wait")
               + f" (last step: {last.get('comm_collectives')} collectives, {1e3 * last.get('comm_s', 0):.2f} ms, "
               f"{1e3 * last.get('comm_exposed_s', 0):.2f} exposed, host {1e3 * last.get('comm_host_s', 0):.2f} ms)")
         failed |= not (ok and fields_ok)
