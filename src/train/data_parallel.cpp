@@ -61,10 +61,12 @@ DataParallel::DataParallel(dist::Communicator& comm, Model& model, int zero_stag
 DataParallel::~DataParallel() {
   model_.set_gradient_hook(nullptr);
   if (zero_ > 0) model_.set_parameter_source(nullptr);
+  // Whole parameters: the compute queue has waited for every all-gather it queued (each unit's, at its use), unless
+  // an error cut the step short, when the process ends anyway; ZeRO 3's buffers may still be read by one.
+  if (!model_.params_sharded()) return;
   comm_.synchronize();
   model_.ops().synchronize();
-  for (Tensor& t : staging_)
-    if (!t.empty()) model_.ops().release(t.data);
+  for (Tensor& t : staging_) model_.ops().release(t.data);
 }
 
 Tensor DataParallel::unit_of(const Tensor& flat, size_t unit) const {
