@@ -1,7 +1,7 @@
 // Data parallelism over a communicator (docs/distributed.md): the ZeRO stage's gradient reduction hung on the
 // model's backward, each rank's slice of every unit of the layout, the parameter all-gather after a sharded update
-// (ZeRO 1, 2: queued at the next use, waited for unit by unit) or before each use of a unit (ZeRO 3), and the sums across ranks (in rank order) of what each rank
-// measured of the step.
+// (ZeRO 1, 2: queued at the next use, waited for unit by unit) or before each use of a unit (ZeRO 3), and the sums
+// across ranks (in rank order) of what each rank measured of the step.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -99,8 +99,8 @@ StepTimes compute_times(const Recipe& rc, const PlanTarget& t) {
       cast_bytes += fp8_lm_head_cast_bytes(c, N, precision.delayed) / N;
     }
   }
-  // ZeRO 2, 3: each micro-step zeroes every unit's f32 staging and copies the rank's slice into it (model/grad_staging.h;
-  // the reduce-scatter writes the sum back into the slice itself), 4 P + 8 P / N bytes.
+  // ZeRO 2, 3: each micro-step zeroes every unit's f32 staging and copies the rank's slice into it
+  // (model/grad_staging.h; the reduce-scatter writes the sum back into the slice itself), 4 P + 8 P / N bytes.
   const double staging_bytes = rc.zero_stage >= 2 ? (4 * P + 8 * P / rc.world_size) / N : 0.0;
   StepTimes times;
   times.matmul = matmul_s;

@@ -156,15 +156,13 @@ class NcclCommunicator final : public Communicator {
   void compute_waits(Ops& ops, Ticket t) override {
     const cudaStream_t compute = compute_stream(ops);
     std::lock_guard<std::mutex> lock(mu_);
-    TK_CHECK(t >= 0 && t <= issued_, "compute_waits: ticket {} was not issued (last: {})", t, issued_);
-    // Pending tickets are consecutive, oldest first; one no longer pending is done on the device.
-    if (pending_.empty() || t < pending_.front().ticket) return;
+    const Pending* p = pending_for(t, "compute_waits");
+    if (p == nullptr) return;
     // The compute stream reaches `before` once its work so far is done, and `after` once the collective is done too:
     // the time between them is how long it sat blocked.
-    const Pending& p = pending_[size_t(t - pending_.front().ticket)];
-    const ComputeWait w{spare_event(), spare_event(), t, p.what};
+    const ComputeWait w{spare_event(), spare_event(), t, p->what};
     TK_CUDA_CHECK(cudaEventRecord(w.before, compute));
-    TK_CUDA_CHECK(cudaStreamWaitEvent(compute, p.done, 0));
+    TK_CUDA_CHECK(cudaStreamWaitEvent(compute, p->done, 0));
     TK_CUDA_CHECK(cudaEventRecord(w.after, compute));
     waits_.push_back(w);
   }
@@ -173,9 +171,7 @@ class NcclCommunicator final : public Communicator {
     TK_CHECK(q != Ops::Queue::compute, "copy_queue_waits: the compute queue waits through compute_waits");
     const cudaStream_t copies = cuda_ops(ops).stream(q);
     std::lock_guard<std::mutex> lock(mu_);
-    TK_CHECK(t >= 0 && t <= issued_, "copy_queue_waits: ticket {} was not issued (last: {})", t, issued_);
-    if (pending_.empty() || t < pending_.front().ticket) return;
-    TK_CUDA_CHECK(cudaStreamWaitEvent(copies, pending_[size_t(t - pending_.front().ticket)].done, 0));
+    if (const Pending* p = pending_for(t, "copy_queue_waits")) TK_CUDA_CHECK(cudaStreamWaitEvent(copies, p->done, 0));
   }
 
   // Polls the stream: the watchdog ends the process if it never completes, and CUDA errors are thrown here.
@@ -269,6 +265,14 @@ class NcclCommunicator final : public Communicator {
     if (in.numel() > 0)
       check(ncclAllGather(in.data, out.data, in.nbytes(), ncclUint8, comm_, stream_), "ncclAllGather", __FILE__,
             __LINE__);
+  }
+
+  // Collective t while it is pending, or nullptr once seen done (on the device, nothing to wait for); mu_ held.
+  // Pending tickets are consecutive, oldest first.
+  const Pending* pending_for(Ticket t, const char* call) const {
+    TK_CHECK(t >= 0 && t <= issued_, "{}: ticket {} was not issued (last: {})", call, t, issued_);
+    if (pending_.empty() || t < pending_.front().ticket) return nullptr;
+    return &pending_[size_t(t - pending_.front().ticket)];
   }
 
   // An event from the pool (with timing: the pool serves the collectives' and the compute waits' alike); mu_ held.
