@@ -3,14 +3,17 @@
 # `bench` and then the PyTorch peer (bench/torch_peer.py: the GEMM and copy ceilings, torch.compile, and torchao's
 # float8 training where torchao imports) on the same shapes, and prints the table with each tokamak row's ratio to
 # the compiled bf16 peer and to the fastest FP8 peer (bench/compare.py). bench/NOTES.md has the settings.
-# Usage: bench/run.sh [configs] [peer-modes]. configs: presets, comma-separated, each at micro-batch 8 x 2048
-# (gpt2-small-llama 16 x 1024), or BATCH and SEQ for all. peer-modes: by default compile, and compile-fp8 and
-# compile-fp8-rowwise when `bench/torch_peer.py --check-torchao` passes (TORCHAO_PATH, default .shared/torchao).
-# tokamak runs each config in bf16, with --fp8 (FP8 linears, delayed scaling) and with --fp8 --fp8-scaling current,
-# unless NO_FP8=1 (PRECS picks among bf16, fp8, fp8c and fp8h: --fp8 --fp8-lm-head; bf16 is --precision bf16, since
-# the default, auto, takes FP8 where it pays). TK_BENCH_FLAGS adds flags to
+# Usage: bench/run.sh [configs] [peer-modes]. configs: presets, comma-separated (default qwen2.5-0.5b,llama3.2-1b),
+# each at micro-batch 8 x 2048 (gpt2-small-llama 16 x 1024), or BATCH and SEQ for all. peer-modes: by default compile,
+# and compile-fp8 when `bench/torch_peer.py --check-torchao` passes (TORCHAO_PATH, default .shared/torchao);
+# compile-fp8-rowwise on request (slower than tensorwise on every shape measured, and its compilation alone takes
+# over 2 minutes). tokamak runs each config in bf16, with --fp8 (FP8 linears, delayed scaling) and with --fp8
+# --fp8-lm-head, unless NO_FP8=1 (PRECS picks among bf16, fp8, fp8c: --fp8 --fp8-scaling current, and fp8h; bf16 is
+# --precision bf16, since the default, auto, takes FP8 where it pays). The defaults take about 7 of the GPU machine's
+# 10 minutes a call (the peer's compilation most of it: about 40 s a config in bf16, 80-100 s with torchao);
+# a third config, such as llama3.2-3b, in a call of its own. TK_BENCH_FLAGS adds flags to
 # every tokamak run (e.g. "--logits-chunk 1024"), CONFIG_FLAGS to one config's only, e.g.
-# CONFIG_FLAGS="qwen2.5-0.5b=--logits-chunk 2048;llama3.2-1b=--moments bf16". NO_PEER=1 skips the peer; STEPS (10)
+# CONFIG_FLAGS="qwen2.5-0.5b=--logits-chunk 2048;llama3.2-1b=--moments bf16". NO_PEER=1 skips the peer; STEPS (6)
 # timed steps each. PEER_MEMORY_PRECS (e.g. "fp8h"): after the peer, those precisions again within the fastest FP8
 # peer's peak memory of each config (`bench --memory-budget`: the planner's fastest setting that fits it). Results in $OUT: table.md, tokamak.jsonl, peer.jsonl, and the logs in bench-logs.tgz (inside
 # bench/gpu.sh, the logs stay in its folder, which it packs).
@@ -23,8 +26,8 @@ if [ -z "${TK_GPU_HARNESS:-}" ]; then
   LOGS=$(mktemp -d)
   trap 'tar czf "$OUT/bench-logs.tgz" -C "$LOGS" . && rm -rf "$LOGS"' EXIT
 fi
-CONFIGS=${1:-qwen2.5-0.5b,llama3.2-1b,qwen2.5-1.5b}
-STEPS=${STEPS:-10}
+CONFIGS=${1:-qwen2.5-0.5b,llama3.2-1b}
+STEPS=${STEPS:-6}
 BUILD=build-gpu
 source tests/gpu/env.sh
 if [ ! -x $BUILD/tokamak ] || [ -n "${REBUILD:-}" ]; then
@@ -53,13 +56,13 @@ run_tokamak() {
 }
 for c in ${CONFIGS//,/ }; do
   # bf16, then (unless NO_FP8 is set) FP8.
-  precs=${PRECS:-"bf16 fp8 fp8c"}; [ -n "${NO_FP8:-}" ] && precs=bf16
+  precs=${PRECS:-"bf16 fp8 fp8h"}; [ -n "${NO_FP8:-}" ] && precs=bf16
   for prec in $precs; do run_tokamak "$c" "$prec"; done
 done
 if [ -z "${NO_PEER:-}" ]; then
   MODES=${2:-compile}
   if [ -z "${2:-}" ] && python3 bench/torch_peer.py --check-torchao > "$LOGS/torchao.log" 2>&1; then
-    MODES=compile,compile-fp8,compile-fp8-rowwise
+    MODES=compile,compile-fp8
   fi
   echo "peer: $MODES ($(cat "$LOGS/torchao.log" 2>/dev/null | tail -1))"
   PYTHONUNBUFFERED=1 python3 bench/torch_peer.py --configs "$CONFIGS" --modes "$MODES" --steps "$STEPS" \
