@@ -27,10 +27,12 @@ if has moments; then
   echo "moments: $(( $(date +%s) - start ))s"; pack
 fi
 if has profile && [ -f data/brown/meta.json ]; then
-  # The profile of the benchmark shapes.
+  # The profile of the benchmark shapes, with the models' own vocabularies (as bench/run.sh's rows have them; Brown's
+  # GPT-2 tokens would otherwise give each model their 50,257 and a third to two fifths of its LM head).
   for m in ${PROFILE_MODELS:-qwen2.5-0.5b,llama3.2-1b}; do
     for one in ${m//,/ }; do
-      $BUILD/tokamak profile --data data/brown --model "$one" --batch 8 --seq 2048 --device cuda \
+      vocab=(); case $one in qwen2.5-*) vocab=(--vocab-size 151936) ;; llama3*) vocab=(--vocab-size 128256) ;; esac
+      $BUILD/tokamak profile --data data/brown --model "$one" "${vocab[@]}" --batch 8 --seq 2048 --device cuda \
         ${PROFILE_FLAGS:-} --out "$OUT/profile-$one" > "$OUT/profile-$one.log" 2>&1 || tail -5 "$OUT/profile-$one.log"
       head -60 "$OUT/profile-$one.log" | tail -45
     done
