@@ -237,6 +237,38 @@ std::optional<Advice> fp8_lm_head(const AdviceInputs& in) {
   return Advice{"The LM head in FP8 (--fp8-lm-head)", saved_pct, detail};
 }
 
+// Attention on the GPU below the rate an attention kernel can reach: kAttainableAttentionShare of the measured matmul
+// ceiling. tokamak's own forward runs at 0.39 of it at head dim 64 on the H200 (bench/NOTES.md), and published Hopper
+// kernels run both passes above it at head dim 128; a backward well below it is the kernel's to improve, which the user
+// cannot do (not actionable), but a shorter --seq cuts attention's work per token.
+constexpr double kAttainableAttentionShare = 0.4;
+
+std::optional<Advice> attention(const AdviceInputs& in) {
+  if (!in.gpu || in.ceilings.matmul_flops <= 0) return std::nullopt;
+  const double attainable = kAttainableAttentionShare * in.ceilings.matmul_flops;
+  double saved = 0;
+  std::string passes;
+  for (const OpRow& r : in.ops) {
+    if (r.category != OpCategory::Attention || r.flops <= 0) continue;
+    saved += std::max(0.0, r.ms - r.flops / attainable * 1e3);
+    const double rate = r.flops / (r.ms * 1e-3);
+    passes += fmt::format("{}{} {:.1f} ms at {:.0f} TFLOP/s ({:.0f}% of the ceiling)", passes.empty() ? "" : "; ",
+                          r.name, r.ms, rate / 1e12, pct(rate, in.ceilings.matmul_flops));
+  }
+  if (pct(saved, in.totals.step_ms) < kMinPayoffPct) return std::nullopt;
+  const Sum all = sum_ops(in.ops, [](const OpRow& r) { return r.category == OpCategory::Attention; });
+  std::string detail = fmt::format(
+      "Attention takes {:.1f} ms, {:.1f}% of the step: {}, against the matmul ceiling of {:.0f} TFLOP/s. At {:.0f}% of "
+      "that ceiling, which published attention kernels reach on current GPUs, it would save {:.1f}% of the step. The "
+      "kernel is tokamak's to make faster; meanwhile attention's work per token grows with the sequence, so a shorter "
+      "--seq (now {}) reduces it in proportion.",
+      all.ms, pct(all.ms, in.totals.step_ms), passes, in.ceilings.matmul_flops / 1e12, 100 * kAttainableAttentionShare,
+      pct(saved, in.totals.step_ms), in.seq);
+  return Advice{fmt::format("A faster attention kernel: attention is {:.1f}% of the step at {:.0f}% of the matmul "
+                            "ceiling", pct(all.ms, in.totals.step_ms), pct(all.flops_per_s(), in.ceilings.matmul_flops)),
+                pct(saved, in.totals.step_ms), detail, /*actionable=*/false};
+}
+
 // Communication that no rank hides: the least exposed time of any rank (collectives the compute waited for, and host
 // gathers), per step. The ranks with more also wait for slower ranks (their loader, or more compute), which is not
 // the communication's own cost; a slow loader has its own rule (slow_rank_loader).
@@ -351,7 +383,7 @@ int64_t matmul_fill_rows(bool gpu) { return gpu ? 8192 : 1024; }
 std::vector<Advice> rank_advice(const AdviceInputs& in) {
   std::vector<Advice> out;
   for (auto rule : {data_wait, slow_rank_loader, exposed_communication, small_micro_batch, memory_bound, host_gaps,
-                    optimizer_share, recompute, fp8, fp8_delayed, fp8_lm_head})
+                    optimizer_share, recompute, fp8, fp8_delayed, fp8_lm_head, attention})
     if (std::optional<Advice> a = rule(in)) out.push_back(std::move(*a));
   std::stable_sort(out.begin(), out.end(), [](const Advice& a, const Advice& b) {
     if (a.actionable != b.actionable) return a.actionable;

@@ -1,6 +1,7 @@
 // What a profile advises: one rule per cause (data wait, small micro-batch, memory-bound ops, host gaps, optimizer,
-// recompute, FP8, and on many ranks exposed communication and a rank's slow loader), each estimating from the measurements how much of the step its change would save, sorted by that
-// payoff; and, apart from them, the op that takes the largest share of the step and what would make it smaller.
+// recompute, FP8, attention below what its kernels reach, and on many ranks exposed communication and a rank's slow
+// loader), each estimating from the measurements how much of the step its change would save, sorted by that payoff;
+// and, apart from them, the op that takes the largest share of the step and what would make it smaller.
 #pragma once
 #include <optional>
 #include <string>

@@ -688,6 +688,44 @@ TEST(ProfileAdvice, Fp8LmHeadOnceTheLinearsAreFp8) {
   for (const Advice& x : rank_advice(in)) EXPECT_EQ(x.title.find("LM head"), std::string::npos) << x.title;
 }
 
+// Attention on the GPU against 40% of the matmul ceiling: a backward at 20% of it saves half its time, a forward
+// above 40% nothing; the advice ranks after the ones the user can act on, whatever its payoff; none on the CPU (the
+// reference backend's loops are not the kernel to speed up) nor when the saving is under 1% of the step.
+TEST(ProfileAdvice, AttentionBelowWhatAnAttentionKernelReaches) {
+  AdviceInputs in = one_gemm(100, 40, 3.6e10);  // 90% of the 1e12 FLOP/s ceiling: no micro-batch advice
+  auto attention_row = [](const char* name, double ms, double flops) {
+    OpRow r;
+    r.name = name;
+    r.category = OpCategory::Attention;
+    r.ms = ms;
+    r.flops = flops;
+    r.bytes = 1e6;
+    r.compute_bound = true;
+    return r;
+  };
+  in.ops.push_back(attention_row("attention_backward", 30, 6e9));  // 2e11 FLOP/s: at 4e11 it takes 15 ms
+  in.ops.push_back(attention_row("attention_forward", 5, 2.5e9));  // 5e11 FLOP/s: above 4e11, nothing to save
+  in.gpu = true;
+  in.seq = 2048;
+  in.micro_batch = 8;
+  in.totals.data_wait_ms = 2;
+  std::vector<Advice> a = rank_advice(in);
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].title, "Data: the step waits for the loader");  // 2%, yet first: the user can act on it
+  EXPECT_EQ(a[1].title, "A faster attention kernel: attention is 35.0% of the step at 24% of the matmul ceiling");
+  EXPECT_FALSE(a[1].actionable);
+  EXPECT_NEAR(a[1].payoff_pct, 15, 1e-9);
+  EXPECT_NE(a[1].detail.find("attention_backward 30.0 ms"), std::string::npos) << a[1].detail;
+  EXPECT_NE(a[1].detail.find("(20% of the ceiling)"), std::string::npos) << a[1].detail;
+  EXPECT_NE(a[1].detail.find("--seq (now 2048)"), std::string::npos) << a[1].detail;
+
+  in.ops[1].ms = 15.5;  // 0.5 ms above 40%: under 1% of the step
+  for (const Advice& x : rank_advice(in)) EXPECT_EQ(x.title.find("attention"), std::string::npos) << x.title;
+  in.ops[1].ms = 30;
+  in.gpu = false;
+  for (const Advice& x : rank_advice(in)) EXPECT_EQ(x.title.find("attention"), std::string::npos) << x.title;
+}
+
 // ---- two ranks, from fixed numbers ---------------------------------------------------------------------
 
 // A 100 ms step of rank 0 on two MPI ranks under ZeRO 2: rank 0 waits 30 ms a step in communication (25 ms of
