@@ -30,7 +30,8 @@ struct PlanFlags {
   std::string moments = "f32", precision = tk::kDefaultPrecision, interconnect;  // "": the card's own link
   int batch = 8, seq = 256, gpus = 1, zero = -1;
   int64_t batch_tokens = 0;
-  double efficiency = 0.75, attention_fwd = 0.33, attention_bwd = 0.175, bandwidth_gbs = 0, host_gbs = 45;
+  double efficiency = tk::PlanTarget{}.matmul_efficiency, attention_fwd = tk::PlanTarget{}.attention_forward_efficiency,
+         attention_bwd = tk::PlanTarget{}.attention_backward_efficiency, bandwidth_gbs = 0, host_gbs = 45;
   double link_gbs = 0;
   bool json = false, all = false, doc_mask = false, fp8 = false, fp8_lm_head = false;
   bool gpu_given = false, precision_given = false;
@@ -318,10 +319,12 @@ void add_options(CLI::App& app, PlanFlags& f) {
   app.add_option("--matmul-efficiency", f.efficiency,
                  "Achieved share of the peak on the GEMMs, for the speed prediction (measured on the H200)")
       ->capture_default_str();
-  app.add_option("--attention-efficiency", f.attention_fwd, "Achieved share of the peak in the attention's forward")
+  app.add_option("--attention-efficiency", f.attention_fwd,
+                 "Achieved share of the peak in the attention's forward at sequence 2048 (longer sequences run faster: "
+                 "2 T / (T + 2048) times this)")
       ->capture_default_str();
   app.add_option("--attention-backward-efficiency", f.attention_bwd,
-                 "Achieved share of the peak in the attention's backward")
+                 "Achieved share of the peak in the attention's backward at sequence 2048 (scaled as the forward's)")
       ->capture_default_str();
   app.add_option("--bandwidth", f.bandwidth_gbs,
                  "Memory bandwidth the memory-bound ops reach, GB/s (default: the card's datasheet figure x 0.89, the "

@@ -67,9 +67,10 @@ StepTimes compute_times(const Recipe& rc, const PlanTarget& t) {
   // The causal attention's FLOPs (flops_per_token's 6 L T q: forward 2 L T q, backward twice that, and the
   // forward again when recomputed) at its own rates; the rest at the GEMMs'.
   const double attn_fwd = 2.0 * L * T * c.q_dim(), attn_redo = (r.block || r.attention) ? attn_fwd : 0.0;
+  const double attn_rate = t.peak_flops * attention_sequence_factor(T);
   double matmul_s = (model - 3 * attn_fwd + redo - attn_redo) / (t.peak_flops * eff) +
-                    (attn_fwd + attn_redo) / (t.peak_flops * t.attention_forward_efficiency) +
-                    2 * attn_fwd / (t.peak_flops * t.attention_backward_efficiency);
+                    (attn_fwd + attn_redo) / (attn_rate * t.attention_forward_efficiency) +
+                    2 * attn_fwd / (attn_rate * t.attention_backward_efficiency);
   double cast_bytes = 0;
   if (precision.fp8 && rc.linears_fp8_shapes()) {
     // --fp8: the linears' GEMMs (forward and backward, 6 FLOPs a weight a token) at kFp8GemmSpeedup times the
@@ -435,9 +436,11 @@ std::string format_speed(const MemoryPlan& p, const PlanTarget& t) {
   };
   std::vector<Part> parts = {
       {s.matmul, fmt::format("matmuls: FLOPs at {:.0f}% of {:.1f} TFLOP/s for the GEMMs, {:.1f}% / {:.1f}% for the "
-                             "attention's forward / backward",
-                             100 * t.matmul_efficiency, t.peak_flops / 1e12, 100 * t.attention_forward_efficiency,
-                             100 * t.attention_backward_efficiency)},
+                             "attention's forward / backward at sequence {}",
+                             100 * t.matmul_efficiency, t.peak_flops / 1e12,
+                             100 * t.attention_forward_efficiency * attention_sequence_factor(p.recipe.seq),
+                             100 * t.attention_backward_efficiency * attention_sequence_factor(p.recipe.seq),
+                             p.recipe.seq)},
       {s.memory, fmt::format("memory-bound ops: bytes at {:.0f} GB/s", t.bandwidth / 1e9)},
       {s.optimizer, fmt::format("the optimizer step: bytes at {:.0f} GB/s", t.bandwidth / 1e9)},
       {s.offload, fmt::format("offload transfers: bytes at {:.0f} GB/s each way", t.host_bandwidth / 1e9)},

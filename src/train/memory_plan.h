@@ -51,10 +51,10 @@ struct PlanTarget {
   // Achieved / peak on the GEMMs: 0.75 (times N / (N + 1024) for small micro-batches) fits the H200's bench
   // configs within -3% to +6% with the attention at its own rates below (bench/NOTES.md).
   double matmul_efficiency = 0.75;
-  // Achieved / peak of the causal attention, forward and backward (cuDNN's fused kernels, deterministic backward):
-  // 326-333 and 173-175 TFLOP/s of the H200's 989 at head_dim 64 (bench/NOTES.md, the profiles). Attention runs
-  // far below the GEMMs' rate, so timing its FLOPs as GEMMs made narrow models (where its share is larger) look
-  // faster than they are.
+  // Achieved / peak of the causal attention at sequence 2048, forward and backward (cuDNN's fused kernels,
+  // deterministic backward): 326-333 and 173-175 TFLOP/s of the H200's 989 at head_dim 64 (bench/NOTES.md, the
+  // profiles). Attention runs far below the GEMMs' rate, so timing its FLOPs as GEMMs made narrow models (where its
+  // share is larger) look faster than they are. Other sequences: attention_sequence_factor.
   double attention_forward_efficiency = 0.33;
   double attention_backward_efficiency = 0.175;
   double bandwidth = 4.0e12;       // bytes/s of the memory-bound ops
@@ -78,6 +78,12 @@ struct PlanTarget {
   // Bus bandwidth between the GPUs of a data-parallel run, bytes/s (zero_plan.h: NVLink 4 by default).
   double link_bandwidth = kNvlinkBusBandwidth;
 };
+
+// The causal attention's rate grows with the sequence T (each query tile loops over more keys, and the diagonal's
+// partly masked tiles are a smaller share of the work): PlanTarget's efficiencies at 2048 times 2 T / (T + 2048),
+// 1.6 at 8192. Llama-3.1-8B at 8192 on the H200 measured 1.6 (bench/NOTES.md: 13.8k tok/s where the rates of 2048
+// predicted 11.0k, and 17.9k at 2048 where they predicted 16.7k); sequences other than 2048 and 8192 are not measured.
+inline double attention_sequence_factor(int seq) { return 2.0 * seq / (seq + 2048.0); }
 
 // Seconds per token of one GPU in the predicted step, by what bounds each part: the GEMMs and attention (FLOPs at
 // the efficiencies), the memory-bound ops and the optimizer (bytes at the bandwidth), the offload's transfers (bytes

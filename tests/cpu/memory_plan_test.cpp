@@ -249,6 +249,24 @@ TEST(MemoryPlan, Fp8PredictionGainsOnWideModelsMoreThanOnNarrowOnes) {
   EXPECT_GT(wide - 1, 2 * (narrow - 1));
 }
 
+// The attention's FLOPs at its own rates, which grow with the sequence: 2 T / (T + 2048) times those of 2048 (1.6 at
+// 8192, as Llama-3.1-8B measured): its predicted time a token is what remains once attention is made free.
+TEST(MemoryPlan, AttentionRunsFasterAtLongerSequences) {
+  EXPECT_DOUBLE_EQ(attention_sequence_factor(2048), 1.0);
+  EXPECT_DOUBLE_EQ(attention_sequence_factor(8192), 1.6);
+  const ModelConfig c = preset("llama3.2-1b");
+  PlanTarget gpu, free_attention;
+  free_attention.attention_forward_efficiency = free_attention.attention_backward_efficiency = 1e12;
+  for (int T : {2048, 8192}) {
+    const Recipe r = recipe(c, 16384 / T, T);
+    const double attention_s = plan_memory(r, gpu).time.matmul - plan_memory(r, free_attention).time.matmul;
+    const double forward = 2.0 * c.n_layers * T * c.q_dim();  // FLOPs a token; the backward twice that
+    const double want = (forward / gpu.attention_forward_efficiency + 2 * forward / gpu.attention_backward_efficiency) /
+                        (gpu.peak_flops * attention_sequence_factor(T));
+    EXPECT_NEAR(attention_s, want, 1e-6 * want) << "sequence " << T;
+  }
+}
+
 // Delayed scaling drops the amax passes and casts SwiGLU's output and gradient in its kernels: faster than
 // current scaling by several percent (measured on the H200 with both: 1B 81.8k -> 85.6k tok/s, +4.6%; 0.5B
 // 146.3k -> 158.6k, +8.4%, before the fused forward kept the down projection's x^T). Its fused forwards keep the
