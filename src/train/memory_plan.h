@@ -81,8 +81,9 @@ struct PlanTarget {
 
 // The causal attention's rate grows with the sequence T (each query tile loops over more keys, and the diagonal's
 // partly masked tiles are a smaller share of the work): PlanTarget's efficiencies at 2048 times 2 T / (T + 2048),
-// 1.6 at 8192. Llama-3.1-8B at 8192 on the H200 measured 1.6 (bench/NOTES.md: 13.8k tok/s where the rates of 2048
-// predicted 11.0k, and 17.9k at 2048 where they predicted 16.7k); sequences other than 2048 and 8192 are not measured.
+// 1.6 at 8192. Llama-3.1-8B on the H200 gives 1.6 at 8192 (bench/NOTES.md: 13.8k tok/s where the rates of 2048
+// predicted 11.0k, and 17.9k at 2048 where they predicted 16.7k: the attention's part at 8192 when the rest of the
+// step is off by as much as at 2048); sequences other than 2048 and 8192 are not measured.
 inline double attention_sequence_factor(int seq) { return 2.0 * seq / (seq + 2048.0); }
 
 // Seconds per token of one GPU in the predicted step, by what bounds each part: the GEMMs and attention (FLOPs at

@@ -238,9 +238,10 @@ std::optional<Advice> fp8_lm_head(const AdviceInputs& in) {
 }
 
 // Attention on the GPU below the rate an attention kernel can reach: kAttainableAttentionShare of the measured matmul
-// ceiling. tokamak's own forward runs at 0.39 of it at head dim 64 on the H200 (bench/NOTES.md), and published Hopper
-// kernels run both passes above it at head dim 128; a backward well below it is the kernel's to improve, which the user
-// cannot do (not actionable), but a shorter --seq cuts attention's work per token.
+// ceiling. cuDNN's forward runs at 0.39 of it at head dim 64 on the H200, tokamak's own backward (faster than cuDNN's
+// there) at 0.21 (bench/NOTES.md), and published Hopper kernels run both passes above 0.4 at head dim 128. A pass well
+// below it is a kernel to improve, which the user cannot do (not actionable), but a shorter --seq cuts attention's
+// work per token.
 constexpr double kAttainableAttentionShare = 0.4;
 
 std::optional<Advice> attention(const AdviceInputs& in) {
