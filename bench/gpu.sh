@@ -75,7 +75,8 @@ PY
 fi
 if has eight && [ -f data/brown/meta.json ]; then
   # Llama-3.1-8B on one GPU at sequence 2048 (FP8 with the FP8 LM head, and bf16) and 8192 (FP8), 16,384 tokens a
-  # step, bf16 moments, the plan chosen by --memory-budget; tokens/s and MFU of the steps after the first.
+  # step, bf16 moments, the plan chosen by --memory-budget; tokens/s and MFU of the steps after the first; then the
+  # profile of one of them (about 90 s more).
   EIGHT=(train --data data/brown --model llama3.1-8b --vocab-size 128256 --batch-tokens 16384 --memory-budget 136GiB
          --moments bf16 --steps ${EIGHT_STEPS:-6} --warmup 1 --eval-tokens 0 --save-every -1 --device cuda --overwrite)
   for flags in "--seq 2048 --batch 8 --precision fp8 --fp8-lm-head" "--seq 2048 --batch 8 --precision bf16" \
@@ -93,6 +94,14 @@ peak = max(r["memory_bytes"] for r in rows) / 2**30
 print(f"{sys.argv[1]:<52} {tps:>8.0f} tok/s  MFU {100 * mfu:5.1f}%  device in use {peak:6.2f} GiB")
 PY
   done | tee "$OUT/eight.txt"
+  # The profile of one of them (EIGHT_PROFILE; "" for none): bf16 by default, the setting furthest below its goal.
+  profile=${EIGHT_PROFILE-"--seq 2048 --batch 8 --precision bf16"}
+  if [ -n "$profile" ]; then
+    $BUILD/tokamak profile --data data/brown --model llama3.1-8b --vocab-size 128256 --batch-tokens 16384 \
+      --memory-budget 136GiB --moments bf16 --warmup-steps 1 --measure-steps 2 --device cuda $profile \
+      --out "$OUT/profile-eight" > "$OUT/profile-eight.log" 2>&1 || tail -5 "$OUT/profile-eight.log"
+    grep -A45 "^profile of" "$OUT/profile-eight.log" | head -60
+  fi
   echo "eight: $(( $(date +%s) - start ))s"; pack
 fi
 if has seven && [ -f data/brown/meta.json ]; then
