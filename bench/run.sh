@@ -65,8 +65,16 @@ if [ -z "${NO_PEER:-}" ]; then
     MODES=compile,compile-fp8
   fi
   echo "peer: $MODES ($(cat "$LOGS/torchao.log" 2>/dev/null | tail -1))"
-  PYTHONUNBUFFERED=1 python3 bench/torch_peer.py --configs "$CONFIGS" --modes "$MODES" --steps "$STEPS" \
-    ${BATCH:+--batch $BATCH} ${SEQ:+--seq $SEQ} 2> "$LOGS/peer.err" | tee "$OUT/peer.jsonl"
+  # One peer process a config, the table so far printed after each: a call cut by its time limit still shows the
+  # configs it finished. The first measures the ceilings.
+  : > "$OUT/peer.jsonl"
+  ceilings=()
+  for c in ${CONFIGS//,/ }; do
+    PYTHONUNBUFFERED=1 python3 bench/torch_peer.py --configs "$c" --modes "$MODES" --steps "$STEPS" "${ceilings[@]}" \
+      ${BATCH:+--batch $BATCH} ${SEQ:+--seq $SEQ} 2>> "$LOGS/peer.err" | tee -a "$OUT/peer.jsonl"
+    ceilings=(--no-ceilings)
+    [ "$c" = "${CONFIGS##*,}" ] || python3 bench/compare.py "$OUT/peer.jsonl" "$OUT/tokamak.jsonl"
+  done
   for c in ${CONFIGS//,/ }; do
     [ -n "${PEER_MEMORY_PRECS:-}" ] || break
     budget=$(python3 bench/compare.py --fp8-peer-memory "$c" "$OUT/peer.jsonl")
