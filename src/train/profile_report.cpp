@@ -149,6 +149,20 @@ StepCommunication summarize_communication(const std::vector<MeasuredStep>& steps
   return sum.per_step();
 }
 
+std::string format_clocks(const ClockSummary& c) {
+  if (c.empty()) return "";
+  std::string out = fmt::format("clock: SM {:.0f} MHz on average (lowest {:.0f}), {:.0f}% of its {:.0f} MHz maximum",
+                                c.sm_mhz_mean, c.sm_mhz_min, 100 * c.clock_share(), c.max_sm_mhz);
+  if (c.power_limit_w > 0) out += fmt::format("; power {:.0f} W of its {:.0f} W limit", c.power_w_mean, c.power_limit_w);
+  const std::string by = c.held_back_by();
+  if (!by.empty())
+    out += fmt::format(
+        "; held back by {} in {:.0f}% of the samples: every rate below is at that clock (a kernel timed alone, "
+        "below the limit, runs faster)",
+        by, 100 * std::max(by == "the power limit" ? c.power_capped_share : c.thermal_share, 0.0));
+  return out + "\n";
+}
+
 json profile_json(const ProfileReport& r) {
   json j;
   j["device"] = r.device;
@@ -163,6 +177,19 @@ json profile_json(const ProfileReport& r) {
   j["ceilings"] = {{"matmul_tflops", r.ceilings.matmul_flops / 1e12},
                    {"copy_gbps", r.ceilings.copy_bytes_per_s / 1e9},
                    {"source", r.ceilings.source}};
+  if (!r.clocks.empty()) {
+    const ClockSummary& c = r.clocks;
+    j["clocks"] = {{"samples", c.samples},
+                   {"sm_mhz_mean", c.sm_mhz_mean},
+                   {"sm_mhz_min", c.sm_mhz_min},
+                   {"sm_mhz_max", c.max_sm_mhz},
+                   {"power_w_mean", c.power_w_mean},
+                   {"power_limit_w", c.power_limit_w},
+                   {"power_capped_share", c.power_capped_share},
+                   {"thermal_share", c.thermal_share},
+                   {"temperature_c_max", c.temperature_c_max},
+                   {"held_back_by", c.held_back_by().empty() ? json(nullptr) : json(c.held_back_by())}};
+  }
   json ops = json::array();
   for (const OpRow& o : r.ops)
     ops.push_back({{"name", o.name},
@@ -246,6 +273,7 @@ std::string format_profile(const ProfileReport& r) {
                     : std::string("no MFU (no peak rate known for this device: --peak-tflops gives one)\n");
   const std::string unit = gpu ? "TFLOP/s" : "GFLOP/s";
   const double scale = gpu ? 1.0 : 1e3;  // OpRow::tflops to the unit shown
+  out += format_clocks(r.clocks);
   out += fmt::format("ceilings: matmul {:.2f} {}, copy {:.1f} GB/s ({})\n\n", r.ceilings.matmul_flops / 1e12 * scale,
                      unit, r.ceilings.copy_bytes_per_s / 1e9, r.ceilings.source);
   out += fmt::format("{:<26} {:<10} {:>7} {:>10} {:>7} {:>10} {:>10} {:>9} {:>9} {:>8}  {}\n", "op", "category",

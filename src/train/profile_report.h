@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ops/gpu_clocks.h"
 #include "train/ceilings.h"
 #include "train/profiling_ops.h"
 #include "train/step_communication.h"
@@ -88,6 +89,7 @@ struct ProfileReport {
   int64_t tokens_per_step = 0;
   double tokens_per_s = 0, mfu = -1, hfu = -1, peak_tflops = 0;
   Ceilings ceilings;
+  ClockSummary clocks;     // the GPU's clock and power over the measured steps (empty: not read)
   std::vector<OpRow> ops;  // by time, largest first
   StepTotals totals;
   // With a communicator; the op table and the totals are this rank's (rank 0's), the communication every rank's.
@@ -104,6 +106,8 @@ StepTotals summarize_step(const std::vector<MeasuredStep>& steps, double recompu
 // Each rank's communication and data wait, per step, over steps that carry them (a run with a communicator).
 StepCommunication summarize_communication(const std::vector<MeasuredStep>& steps);
 
+// One line on the GPU's clock and power over the measured steps, and what held the clock back ("" when not read).
+std::string format_clocks(const ClockSummary& c);
 nlohmann::ordered_json profile_json(const ProfileReport& r);     // profile.json, as docs/profile.md gives it
 nlohmann::ordered_json trace_json(const ProfileReport& r);       // Chrome trace / Perfetto, "X" events
 std::string format_profile(const ProfileReport& r);              // the terminal table, totals and advice

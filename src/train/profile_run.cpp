@@ -194,9 +194,13 @@ std::optional<ProfileReport> run_profile(const ProfileOptions& o, dist::Communic
   }
   StepRunner runner(cfg, o.print_progress, comm);
   for (int i = 1; i <= o.warmup_steps; i++) runner.run(fmt::format("warm-up step {}/{}", i, o.warmup_steps), false);
+  // The clock over the measured steps: a GPU at its power or temperature limit runs every kernel slower.
+  std::optional<ClockSampler> clocks;
+  if (gpu && reports) clocks.emplace().start();
   for (int i = 1; i <= o.measure_steps; i++)
     rep.measured.push_back(*runner.run(fmt::format("measured step {}/{}", i, o.measure_steps), true));
   if (!reports) return std::nullopt;
+  if (clocks) rep.clocks = clocks->stop();
 
   const TrainingSteps& steps = runner.steps();
   const TrainConfig& c = steps.config();

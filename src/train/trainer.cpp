@@ -86,6 +86,7 @@ std::string format_throughput(const StepMetrics& m, bool gpu) {
 StepRecord TrainingRun::train_step(int64_t step) {
   // What the communicator measured between the steps (validation, checkpoints, the stop decision) is not the step's.
   if (comm_) comm_->take_times();
+  if (clocks_) clocks_->take();  // the samples since the last step are not this step's
   const Clock::time_point t0 = Clock::now();
   StepRecord r;
   r.step = step;
@@ -111,6 +112,7 @@ StepRecord TrainingRun::train_step(int64_t step) {
   const double data_wait = train_data_->take_wait_seconds();
   r.metrics = throughput_->measure(global_batch_tokens_, r.seconds, data_wait);
   if (comm_) r.communication = gather_step_communication(*comm_, data_wait);
+  if (clocks_) r.clocks = clocks_->take();
   return r;
 }
 
@@ -200,6 +202,7 @@ TrainResult TrainingRun::train_loop() {
   StopSignals signals;
   const int64_t first_step = state_.step + 1;
   progress_.emplace(first_step, cfg_.steps);
+  if (backend_.gpu) clocks_.emplace().start();
   for (int64_t step = first_step; step <= cfg_.steps; step++) {
     StepRecord r;
     try {

@@ -13,6 +13,7 @@
 #include "data/loader.h"
 #include "dist/communicator.h"
 #include "model/model.h"
+#include "ops/gpu_clocks.h"
 #include "train/machine_fit.h"
 #include "train/metrics.h"
 #include "train/precision_choice.h"
@@ -82,6 +83,7 @@ struct StepRecord {
   double seconds = 0;       // wall time of the step
   StepMetrics metrics;
   StepCommunication communication;  // data parallel: each rank's communication and data wait; empty for one process
+  ClockSummary clocks;              // the GPU's clock and power over the step (empty on the CPU, or not read)
 };
 
 struct TrainResult {

@@ -125,6 +125,7 @@ class TrainingRun {
   Clock::time_point started_;
   std::optional<StepProgress> progress_;  // from the loop's start: the step lines' elapsed time and ETA
   CommunicationSummary communication_;    // data parallel: the run's communication and data wait, for its last line
+  std::optional<ClockSampler> clocks_;    // on a GPU, in the training loop: each step's clock and power, for its record
 };
 
 }  // namespace tk

@@ -418,6 +418,7 @@ TEST_F(TinyProfile, WritesProfileAndTraceThatAccountForTheStep) {
   EXPECT_EQ(p["steps"], 3);
   EXPECT_EQ(p["tokens_per_step"], 4 * 32);
   EXPECT_EQ(p["ceilings"]["source"], "measured now");
+  EXPECT_FALSE(p.contains("clocks"));  // read on a GPU only
   EXPECT_GT(p["ceilings"]["matmul_tflops"].get<double>(), 0);
   EXPECT_GT(p["ceilings"]["copy_gbps"].get<double>(), 0);
   const double step = p["step_ms"].get<double>();
@@ -860,6 +861,66 @@ TEST(ProfileAdvice, CommunicationAdviceFollowsTheStageAndTheCommunicator) {
   }
   ASSERT_FALSE(a.empty());
   EXPECT_EQ(a[0].title, "Data: the step waits for the loader");
+}
+
+// ---- the GPU's clock over the measured steps ----------------------------------------------------------------------
+
+TEST(GpuClocks, TheSummaryAveragesTheSamplesAndCountsWhatHeldTheClockBack) {
+  using namespace clock_reason;
+  // Four samples of a GPU at its power limit, one of them also hot: the H200's figures of a bf16 8B step.
+  const std::vector<ClockSample> s = {{1440, 690, kPowerCap, 60}, {1230, 665, kPowerCap, 61},
+                                      {1665, 692, kPowerCap | 0x40, 62}, {1980, 300, 0, 50}};
+  const ClockSummary c = summarize_clocks(s, 1980, 700);
+  EXPECT_EQ(c.samples, 4);
+  EXPECT_DOUBLE_EQ(c.sm_mhz_mean, (1440 + 1230 + 1665 + 1980) / 4.0);
+  EXPECT_DOUBLE_EQ(c.sm_mhz_min, 1230);
+  EXPECT_DOUBLE_EQ(c.power_w_mean, (690 + 665 + 692 + 300) / 4.0);
+  EXPECT_DOUBLE_EQ(c.temperature_c_max, 62);
+  EXPECT_DOUBLE_EQ(c.power_capped_share, 0.75);
+  EXPECT_DOUBLE_EQ(c.thermal_share, 0.25);
+  EXPECT_NEAR(c.clock_share(), 1578.75 / 1980, 1e-12);
+  EXPECT_EQ(c.held_back_by(), "the power limit");
+
+  const std::string line = format_clocks(c);
+  EXPECT_NE(line.find("SM 1579 MHz on average (lowest 1230), 80% of its 1980 MHz maximum"), std::string::npos) << line;
+  EXPECT_NE(line.find("power 587 W of its 700 W limit"), std::string::npos) << line;
+  EXPECT_NE(line.find("held back by the power limit in 75% of the samples"), std::string::npos) << line;
+
+  ProfileReport r;
+  r.clocks = c;
+  const nlohmann::json j = profile_json(r);
+  EXPECT_EQ(j["clocks"]["held_back_by"], "the power limit");
+  EXPECT_EQ(j["clocks"]["samples"], 4);
+  EXPECT_DOUBLE_EQ(j["clocks"]["sm_mhz_max"].get<double>(), 1980);
+}
+
+TEST(GpuClocks, AClockAtItsMaximumOrRarelyHeldBackIsNotCalledBound) {
+  using namespace clock_reason;
+  // At its maximum, whatever the bits say.
+  EXPECT_EQ(summarize_clocks({{1975, 650, kPowerCap, 60}}, 1980, 700).held_back_by(), "");
+  // Below it, but held back in under half of the samples.
+  EXPECT_EQ(summarize_clocks({{1500, 650, kPowerCap, 60}, {1500, 600, 0, 60}, {1500, 600, 0, 60}}, 1980, 700)
+                .held_back_by(),
+            "");
+  // Hot: the temperature limit (software or hardware) or a hardware slowdown.
+  EXPECT_EQ(summarize_clocks({{1200, 300, 0x20, 90}, {1200, 300, kHwSlowdown, 91}}, 2500, 320).held_back_by(),
+            "the temperature limit");
+  const ClockSummary free = summarize_clocks({{1980, 400, 0, 50}}, 1980, 700);
+  EXPECT_EQ(format_clocks(free).find("held back"), std::string::npos);
+}
+
+TEST(GpuClocks, NothingIsReadOrReportedWithoutSamples) {
+  const ClockSummary none = summarize_clocks({}, 1980, 700);
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(none.held_back_by(), "");
+  EXPECT_EQ(format_clocks(none), "");
+  EXPECT_FALSE(profile_json(ProfileReport{}).contains("clocks"));
+  // Where no GPU can be read (this machine in CI), the sampler samples nothing and says so.
+  ClockSampler sampler(std::chrono::milliseconds(1));
+  sampler.start();
+  const ClockSummary got = sampler.stop();
+  if (!sampler.available()) EXPECT_TRUE(got.empty());
+  else EXPECT_GT(got.samples, 0);
 }
 
 }  // namespace

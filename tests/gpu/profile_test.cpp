@@ -1,6 +1,7 @@
 // The profiler on the GPU: CudaOps' timing marks (events on the compute stream) against the host's
 // clock, the event pool's reuse, the ceilings' cache, and a profile of a small model whose shares
-// account for the step (at most 5% unexplained) and whose MFU matches the train log's within 2%.
+// account for the step (at most 5% unexplained), whose MFU matches the train log's within 2%, and that
+// reads the GPU's clock over its steps.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -125,6 +126,13 @@ TEST_F(GpuProfile, SharesAccountForTheStepAndMfuMatchesTraining) {
   for (const OpRow& op : r.ops) shares += op.share;
   EXPECT_NEAR(shares, t.kernels_ms / t.step_ms, 1e-9);
   ASSERT_GE(r.mfu, 0) << "no peak known for " << r.device;
+  // The clock over the measured steps, from NVML (the driver's library: there on a machine with a GPU).
+  ASSERT_TRUE(ClockSampler().available()) << "NVML could not be read";
+  EXPECT_GT(r.clocks.samples, 0);
+  EXPECT_GT(r.clocks.max_sm_mhz, 0);
+  EXPECT_GT(r.clocks.sm_mhz_min, 0);
+  EXPECT_LE(r.clocks.sm_mhz_mean, 1.01 * r.clocks.max_sm_mhz);
+  EXPECT_NE(format_profile(r).find("clock: SM"), std::string::npos);
 
   // The same recipe trained, steps 4 to 8 of its log. The accounting is the same: MFU per token/s (the model
   // FLOPs a token over the peak) equal to rounding. The timing agrees within what the profile's per-op events
@@ -132,9 +140,11 @@ TEST_F(GpuProfile, SharesAccountForTheStepAndMfuMatchesTraining) {
   TrainConfig train = recipe("train");
   train.steps = 8;
   Trainer trainer(train);
-  double tps_sum = 0;
-  int n = 0;
+  double tps_sum = 0, seconds = 0;
+  int n = 0, clock_samples = 0;
   trainer.on_step = [&](const StepRecord& s) {
+    seconds += s.seconds;
+    clock_samples += s.clocks.samples;
     if (s.step > 3) {
       EXPECT_NEAR(s.metrics.mfu / s.metrics.tokens_per_s, r.mfu / r.tokens_per_s, 1e-9 * r.mfu / r.tokens_per_s)
           << "step " << s.step << ": training counts other FLOPs a token than the profile";
@@ -144,6 +154,8 @@ TEST_F(GpuProfile, SharesAccountForTheStepAndMfuMatchesTraining) {
   };
   trainer.run();
   ASSERT_EQ(n, 5);
+  // Each step's record carries the clock over it (sampled every 20 ms).
+  if (seconds > 0.2) EXPECT_GT(clock_samples, 0) << seconds << " s of steps";
   EXPECT_NEAR(r.tokens_per_s, tps_sum / n, 0.05 * r.tokens_per_s)
       << "profile " << r.tokens_per_s << " tokens/s, training " << tps_sum / n;
 
