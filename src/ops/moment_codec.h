@@ -147,15 +147,28 @@ TK_HOST_DEVICE inline float decode_v(const MomentCodeBook& b, uint8_t q, float s
 
 // ---- rounding noise ---------------------------------------------------------------------------------
 
-// A uniform value in [0, 1) (24 bits) from (step, flat element index, which moment): a counter-based
-// hash (SplitMix64's finaliser, as core/hash.h), so the noise does not depend on the order in which
-// elements are visited, on chunking, or on the backend.
-TK_HOST_DEVICE inline float moment_noise(int64_t step, int64_t index, uint32_t which) {
-  uint64_t x = uint64_t(index) * 0x9e3779b97f4a7c15ull + (uint64_t(step) << 2) + which;
+// The noise's source: SplitMix64's finaliser (as core/hash.h) over (step, key, which moment), a counter-based hash,
+// so the noise does not depend on the order in which elements are visited, on chunking, or on the backend.
+TK_HOST_DEVICE inline uint64_t moment_noise_bits(int64_t step, int64_t key, uint32_t which) {
+  uint64_t x = uint64_t(key) * 0x9e3779b97f4a7c15ull + (uint64_t(step) << 2) + which;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return float(uint32_t(x >> 40)) * 0x1.0p-24f;
+  return x ^ (x >> 31);
+}
+
+// The int8 codes' noise: a uniform value in [0, 1) (24 bits) an element, from (step, flat element index, which).
+TK_HOST_DEVICE inline float moment_noise(int64_t step, int64_t index, uint32_t which) {
+  return float(uint32_t(moment_noise_bits(step, index, which) >> 40)) * 0x1.0p-24f;
+}
+
+// bf16 moments' noise: 16 bits an element, the bits rounding to bf16 drops. Elements 4k .. 4k + 3 take the four
+// 16-bit quarters of one hash (key k), so that an update of four elements at a time hashes once a moment: the
+// hash was most of the work of an update with bf16 moments, which then could not keep up with memory.
+TK_HOST_DEVICE inline float bf16_moment_noise_quarter(uint64_t bits, int64_t index) {
+  return float(uint32_t(bits >> (16 * (index & 3))) & 0xffffu) * 0x1.0p-16f;
+}
+TK_HOST_DEVICE inline float bf16_moment_noise(int64_t step, int64_t index, uint32_t which) {
+  return bf16_moment_noise_quarter(moment_noise_bits(step, index >> 2, which), index);
 }
 
 // bf16 with stochastic rounding: x moves to the bf16 above or below it (in magnitude) with probability

@@ -202,7 +202,7 @@ TEST(MomentCodec, StochasticRoundingIsUnbiasedAndKeepsExactValues) {
   }
   for (float x : {1.0001f, 3.14159f, -2.7e-5f}) {
     double sum = 0;
-    for (int k = 0; k < draws; k++) sum += moment_from_bf16(moment_to_bf16_stochastic(x, moment_noise(3, k, 1)));
+    for (int k = 0; k < draws; k++) sum += moment_from_bf16(moment_to_bf16_stochastic(x, bf16_moment_noise(3, k, 1)));
     EXPECT_NEAR(sum / draws, x, 4 * std::abs(x) * std::exp2(-8) / std::sqrt(double(draws))) << x;
     const float exact = moment_from_bf16(moment_to_bf16(x));
     EXPECT_EQ(moment_from_bf16(moment_to_bf16_stochastic(exact, 0.9999f)), exact);
@@ -217,6 +217,37 @@ TEST(MomentCodec, StochasticRoundingIsUnbiasedAndKeepsExactValues) {
   }
   EXPECT_NEAR(mean / draws, 0.5, 0.01);
   EXPECT_NEAR(below / draws, 0.25, 0.01);
+}
+
+// bf16 moments' noise: 16 bits an element, four elements to a hash, each quarter uniform on its own, and the
+// four of a group not the same value (each quarter its own bits).
+TEST(MomentCodec, Bf16NoiseTakesAQuarterOfAHashAnElement) {
+  const int groups = 20000;
+  double mean[4] = {}, below[4] = {};
+  int all_equal = 0, m_is_v = 0;
+  for (int64_t k = 0; k < groups; k++) {
+    const uint64_t bits = moment_noise_bits(5, k, 0);
+    float n[4];
+    for (int q = 0; q < 4; q++) {
+      n[q] = bf16_moment_noise(5, 4 * k + q, 0);
+      ASSERT_EQ(n[q], bf16_moment_noise_quarter(bits, 4 * k + q)) << "the element-wise and the four-at-a-time noise";
+      ASSERT_TRUE(n[q] >= 0.f && n[q] < 1.f);
+      ASSERT_EQ(n[q] * 65536.f, std::floor(n[q] * 65536.f)) << "16 bits";
+      mean[q] += n[q];
+      below[q] += n[q] < 0.25f;
+    }
+    all_equal += n[0] == n[1] && n[1] == n[2] && n[2] == n[3];
+    m_is_v += bf16_moment_noise(5, 4 * k, 0) == bf16_moment_noise(5, 4 * k, 1);
+  }
+  for (int q = 0; q < 4; q++) {
+    EXPECT_NEAR(mean[q] / groups, 0.5, 0.01) << q;
+    EXPECT_NEAR(below[q] / groups, 0.25, 0.01) << q;
+  }
+  EXPECT_EQ(all_equal, 0);
+  EXPECT_LE(m_is_v, 5) << "m's and v's noise are independent: 16-bit values agree 1 time in 65,536";
+  // Another step or moment, other noise.
+  EXPECT_NE(moment_noise_bits(5, 7, 0), moment_noise_bits(6, 7, 0));
+  EXPECT_NE(moment_noise_bits(5, 7, 0), moment_noise_bits(5, 7, 1));
 }
 
 // ---- the update -----------------------------------------------------------------------------------

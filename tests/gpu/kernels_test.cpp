@@ -735,11 +735,6 @@ TEST_F(KernelsTest, AdamWWithBf16AndInt8MomentsMatchesReference) {
     P += sizes[i];
   }
   P += 100;  // a tail no segment covers, in a partial last block
-  AdamWConfig cfg;
-  cfg.lr = 1e-2f, cfg.step = 7, cfg.grad_scale = 0.5f, cfg.weight_decay = 0.1f, cfg.first_index = 4096;
-  const cuda::AdamWStep step{cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.grad_scale,
-                             float(1.0 - std::pow(double(cfg.beta1), double(cfg.step))),
-                             float(1.0 - std::pow(double(cfg.beta2), double(cfg.step))), cfg.step, cfg.first_index};
   std::vector<cuda::AdamWSegment> table;
   for (const ParamSegment& s : segments) table.push_back({s.offset, s.count, s.decay ? 1 : 0, 0});
   const int blocks = cuda::adamw_plan(table.data(), int(table.size()));
@@ -750,9 +745,17 @@ TEST_F(KernelsTest, AdamWWithBf16AndInt8MomentsMatchesReference) {
   const int64_t n_scales = moment_blocks(P);
   const double code_step = std::exp2(1.0 / kMCodesPerOctave) - 1;
 
+  // The noise index of element 0: a multiple of 4 (bf16 moments hash four elements at once) and not (a slice's).
+  for (const int64_t first_index : {int64_t(4096), int64_t(4098)}) {
+  AdamWConfig cfg;
+  cfg.lr = 1e-2f, cfg.step = 7, cfg.grad_scale = 0.5f, cfg.weight_decay = 0.1f, cfg.first_index = first_index;
+  const cuda::AdamWStep step{cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.grad_scale,
+                             float(1.0 - std::pow(double(cfg.beta1), double(cfg.step))),
+                             float(1.0 - std::pow(double(cfg.beta2), double(cfg.step))), cfg.step, cfg.first_index};
   for (bool int8 : {false, true}) {
     for (bool with_master : {true, false}) {
-      SCOPED_TRACE(std::string(int8 ? "int8" : "bf16") + (with_master ? ", master weights" : ", bf16 weights only"));
+      SCOPED_TRACE(std::string(int8 ? "int8" : "bf16") + (with_master ? ", master weights" : ", bf16 weights only") +
+                   ", first index " + std::to_string(first_index));
       // Moments over decades of magnitude (the int8 code book's case), encoded to nearest.
       std::vector<float> m0 = rng.f32_normal(size_t(P), 0.1f), v0(static_cast<size_t>(P));
       std::uniform_real_distribution<float> decades(-4.f, 0.f);
@@ -894,6 +897,7 @@ TEST_F(KernelsTest, AdamWWithBf16AndInt8MomentsMatchesReference) {
         }
       }
     }
+  }
   }
 }
 

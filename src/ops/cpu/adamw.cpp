@@ -100,6 +100,7 @@ void CpuOps<T>::adamw_update(const Tensor& params, const Tensor& master, const T
   // The master copy is the one updated when present; params then receive it (the same precision here).
   T* p = p_master ? p_master : p_act;
   auto noise = [&](int64_t i, uint32_t which) { return moment_noise(c.step, c.first_index + i, which); };
+  auto bf16_noise = [&](int64_t i, uint32_t which) { return bf16_moment_noise(c.step, c.first_index + i, which); };
 
   if (m.dtype == kDType) {
     T *ms = m.as<T>(), *vs = v.as<T>();
@@ -123,8 +124,8 @@ void CpuOps<T>::adamw_update(const Tensor& params, const Tensor& master, const T
       for (int64_t i = seg.offset; i < seg.offset + seg.count; i++) {
         double mi = moment_from_bf16(ms[i]), vi = moment_from_bf16(vs[i]);
         p[i] = T(math(double(p[i]), double(gs[i]), mi, vi, seg.decay));
-        ms[i] = moment_to_bf16_stochastic(float(mi), noise(i, 0));
-        vs[i] = moment_to_bf16_stochastic(float(vi), noise(i, 1));
+        ms[i] = moment_to_bf16_stochastic(float(mi), bf16_noise(i, 0));
+        vs[i] = moment_to_bf16_stochastic(float(vi), bf16_noise(i, 1));
         if (p_master) p_act[i] = p[i];
       }
     }
