@@ -309,6 +309,32 @@ std::string loss_section(const RunFiles& run) {
          figure("Loss vs tokens", render_line_chart(loss_chart(run, true)), note) + "</div></section>";
 }
 
+// A GPU run's SM clock per step, with its power and what held the clock back in the note; "" where not logged.
+std::string clock_figure(const std::vector<StepLine>& steps, const StepColumns& c) {
+  std::vector<double> clock = column(steps, [](const StepLine& s) { return s.sm_clock_mhz; });
+  if (std::none_of(clock.begin(), clock.end(), [](double x) { return std::isfinite(x); })) return "";
+  LineChart chart{"chart-sm-clock", "step", "MHz"};
+  chart.y_from_zero = true;
+  add_step_series(chart, "SM clock", c.step, clock, "#0891b2");
+  double power = 0;
+  int logged = 0, held = 0;
+  std::map<std::string, int> by;
+  for (const StepLine& s : steps) {
+    if (!std::isfinite(s.sm_clock_mhz)) continue;
+    logged++;
+    if (std::isfinite(s.power_w)) power += s.power_w;
+    if (!s.clock_held_back_by.empty()) held++, by[s.clock_held_back_by]++;
+  }
+  std::string note = fmt::format("Power {:.0f} W on average (NVML's reading, itself an average over about a second).",
+                                 power / logged);
+  if (held > 0) {
+    const auto most = std::max_element(by.begin(), by.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+    note += fmt::format(" The clock was held back in {} of {} steps, most by {}: every kernel ran at that clock.", held,
+                        logged, most->first);
+  }
+  return figure("SM clock vs step", render_line_chart(chart), note);
+}
+
 std::string throughput_section(const RunFiles& run) {
   const auto& steps = run.history.steps;
   const StepColumns c = step_columns(steps);
@@ -331,7 +357,7 @@ std::string throughput_section(const RunFiles& run) {
   }
   return "<section id=\"throughput\"><h2>Throughput</h2><div class=\"charts\">" +
          figure("Tokens/s vs step", render_line_chart(tps)) + figure(caption, render_line_chart(util), note) +
-         "</div></section>";
+         clock_figure(steps, c) + "</div></section>";
 }
 
 // ---- a data-parallel run's communication and data wait ----------------------------------------------

@@ -41,6 +41,9 @@ StepLine step_line(const json& j) {
   s.comm_exposed_max_rank = number(j, "comm_exposed_max_rank");
   s.data_wait_max_s = number(j, "data_wait_max_s");
   s.data_wait_max_rank = number(j, "data_wait_max_rank");
+  s.sm_clock_mhz = number(j, "sm_clock_mhz");
+  s.power_w = number(j, "power_w");
+  if (const json& by = child(j, "clock_held_back_by"); by.is_string()) s.clock_held_back_by = by.get<std::string>();
   if (const json& by_rank = child(j, "data_wait_by_rank_s"); by_rank.is_array())
     for (const json& v : by_rank) s.data_wait_by_rank_s.push_back(v.is_number() ? v.get<double>() : kMissing);
   return s;

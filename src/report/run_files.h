@@ -32,6 +32,9 @@ struct StepLine {
          comm_exposed_max_rank = kMissing;
   double data_wait_max_s = kMissing, data_wait_max_rank = kMissing;
   std::vector<double> data_wait_by_rank_s;
+  // On a GPU: the SM clock and power over the step, and what held the clock back ("" when nothing or not logged).
+  double sm_clock_mhz = kMissing, power_w = kMissing;
+  std::string clock_held_back_by;
 };
 
 struct ValLine {

@@ -196,6 +196,25 @@ TEST(Report, CommunicationAndDataWaitOfADataParallelRun) {
   EXPECT_NE(html.find("rank 1, the slowest of 2; the least rank 0, 3.0 ms"), std::string::npos);
 }
 
+// A GPU run logs each step's SM clock and power: drawn per step, with what held the clock back in the note.
+TEST(Report, TheGpuClockOfEachStep) {
+  TempDir dir;
+  auto with_clock = [](int step, const std::string& clock, double power, const std::string& by) {
+    std::string line = step_line(step, "4.0");
+    line.insert(line.find("\"time\""), fmt::format("\"sm_clock_mhz\":{},\"power_w\":{},\"clock_held_back_by\":{},",
+                                                    clock, power, by));
+    return line;
+  };
+  const std::string log = with_clock(1, "1980", 300, "null") + with_clock(2, "1600", 690, "\"the power limit\"") +
+                          with_clock(3, "1440", 700, "\"the power limit\"") + step_line(4, "3.9");
+  const std::string html = render(write_run(dir, log));
+  EXPECT_EQ(path_points(series_path(svg_with_id(html, "chart-sm-clock"), "SM clock")), 3);  // step 4 logged none
+  EXPECT_NE(html.find("Power 563 W on average"), std::string::npos);
+  EXPECT_NE(html.find("held back in 2 of 3 steps, most by the power limit"), std::string::npos);
+  // A run without the fields (the CPU) has no such chart.
+  EXPECT_EQ(render(write_run(dir, step_line(1, "5.0") + step_line(2, "4.0"))).find("chart-sm-clock"), std::string::npos);
+}
+
 TEST(Report, EmptyLogStillMakesAPage) {
   TempDir dir;
   const std::string html = render(write_run(dir, ""));
