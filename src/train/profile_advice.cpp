@@ -270,6 +270,25 @@ std::optional<Advice> attention(const AdviceInputs& in) {
                 pct(saved, in.totals.step_ms), detail, /*actionable=*/false};
 }
 
+// A GPU whose temperature limit held its clock down: every kernel ran slower in proportion, so the step at the
+// maximum clock would be up to that much shorter (less where memory, not the clock, bounds an op). The power limit
+// holds the clock down on most GPUs in training too (docs/profile.md), but that is the card's design, not a change
+// to make; heat is the owner's to fix.
+std::optional<Advice> hot_gpu(const AdviceInputs& in) {
+  const ClockSummary& c = in.clocks;
+  if (c.held_back_by() != "the temperature limit") return std::nullopt;
+  const double saved_pct = 100 * (1 - c.clock_share());
+  if (saved_pct < kMinPayoffPct) return std::nullopt;
+  return Advice{
+      fmt::format("Cooling: the GPU's temperature limit held its clock at {:.0f}% of its maximum", 100 * c.clock_share()),
+      saved_pct,
+      fmt::format("The SM clock averaged {:.0f} MHz of its {:.0f} MHz maximum, held back by the temperature limit (or a "
+                  "hardware slowdown) in {:.0f}% of the samples, at up to {:.0f} C. Every kernel runs in proportion to "
+                  "the clock, so a cooler GPU would take up to {:.1f}% off the step: more airflow through the case, "
+                  "clean fans and heatsink, a cooler room.",
+                  c.sm_mhz_mean, c.max_sm_mhz, 100 * c.thermal_share, c.temperature_c_max, saved_pct)};
+}
+
 // Communication that no rank hides: the least exposed time of any rank (collectives the compute waited for, and host
 // gathers), per step. The ranks with more also wait for slower ranks (their loader, or more compute), which is not
 // the communication's own cost; a slow loader has its own rule (slow_rank_loader).
@@ -384,7 +403,7 @@ int64_t matmul_fill_rows(bool gpu) { return gpu ? 8192 : 1024; }
 std::vector<Advice> rank_advice(const AdviceInputs& in) {
   std::vector<Advice> out;
   for (auto rule : {data_wait, slow_rank_loader, exposed_communication, small_micro_batch, memory_bound, host_gaps,
-                    optimizer_share, recompute, fp8, fp8_delayed, fp8_lm_head, attention})
+                    optimizer_share, recompute, fp8, fp8_delayed, fp8_lm_head, attention, hot_gpu})
     if (std::optional<Advice> a = rule(in)) out.push_back(std::move(*a));
   std::stable_sort(out.begin(), out.end(), [](const Advice& a, const Advice& b) {
     if (a.actionable != b.actionable) return a.actionable;

@@ -1,7 +1,8 @@
 // What a profile advises: one rule per cause (data wait, small micro-batch, memory-bound ops, host gaps, optimizer,
-// recompute, FP8, attention below what its kernels reach, and on many ranks exposed communication and a rank's slow
-// loader), each estimating from the measurements how much of the step its change would save, sorted by that payoff;
-// and, apart from them, the op that takes the largest share of the step and what would make it smaller.
+// recompute, FP8, attention below what its kernels reach, a GPU its temperature slows, and on many ranks exposed
+// communication and a rank's slow loader), each estimating from the measurements how much of the step its change
+// would save, sorted by that payoff; and, apart from them, the op that takes the largest share of the step and what
+// would make it smaller.
 #pragma once
 #include <optional>
 #include <string>
@@ -30,6 +31,7 @@ struct AdviceInputs {
   std::string recompute;          // the run's recompute policy ("none" when it keeps everything)
   double recompute_saved_bytes = 0;  // what keeping everything would add to the device memory
   std::optional<ProfileCommunication> communication;  // with a communicator: every rank's, per step
+  ClockSummary clocks;            // the GPU's clock over the measured steps (empty: not read)
 };
 
 // The changes by payoff, largest first; only changes expected to save a measurable share of the step.

@@ -269,6 +269,7 @@ std::optional<ProfileReport> run_profile(const ProfileOptions& o, dist::Communic
     in.recompute_saved_bytes = all - now;
   }
   in.communication = rep.communication;
+  in.clocks = rep.clocks;
   rep.advice = rank_advice(in);
   rep.largest_share = largest_share(in);
   return rep;

@@ -727,6 +727,28 @@ TEST(ProfileAdvice, AttentionBelowWhatAnAttentionKernelReaches) {
   for (const Advice& x : rank_advice(in)) EXPECT_EQ(x.title.find("attention"), std::string::npos) << x.title;
 }
 
+// A GPU its temperature slows: cooling is advised, with the share the maximum clock would save; the power limit,
+// the card's own design, is reported (format_clocks) but not advised on.
+TEST(ProfileAdvice, CoolingWhereTheTemperatureLimitHeldTheClock) {
+  AdviceInputs in = one_gemm(100, 40, 3.6e10);  // 90% of the 1e12 FLOP/s ceiling: nothing else to advise
+  in.gpu = true;
+  in.clocks = summarize_clocks({{1500, 280, 0x40, 88}, {1500, 290, 0x40, 90}}, 2500, 320);  // an RTX card, hot
+  std::vector<Advice> a = rank_advice(in);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].title, "Cooling: the GPU's temperature limit held its clock at 60% of its maximum");
+  EXPECT_TRUE(a[0].actionable);
+  EXPECT_NEAR(a[0].payoff_pct, 40, 1e-9);
+  EXPECT_NE(a[0].detail.find("1500 MHz of its 2500 MHz maximum"), std::string::npos) << a[0].detail;
+  EXPECT_NE(a[0].detail.find("at up to 90 C"), std::string::npos) << a[0].detail;
+
+  in.clocks = summarize_clocks({{1500, 700, 0x4, 60}}, 1980, 700);  // the power limit
+  EXPECT_TRUE(rank_advice(in).empty());
+  in.clocks = summarize_clocks({{2490, 300, 0x40, 90}}, 2500, 320);  // hot, but at its maximum
+  EXPECT_TRUE(rank_advice(in).empty());
+  in.clocks = ClockSummary{};  // not read
+  EXPECT_TRUE(rank_advice(in).empty());
+}
+
 // ---- two ranks, from fixed numbers ---------------------------------------------------------------------
 
 // A 100 ms step of rank 0 on two MPI ranks under ZeRO 2: rank 0 waits 30 ms a step in communication (25 ms of
