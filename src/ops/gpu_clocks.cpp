@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #ifdef TK_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -41,6 +43,36 @@ ClockSummary summarize_clocks(const std::vector<ClockSample>& samples, double ma
   s.power_capped_share = capped / n;
   s.thermal_share = thermal / n;
   return s;
+}
+
+ClockSummary merge_clocks(const ClockSummary& a, const ClockSummary& b) {
+  if (a.empty()) return b;
+  if (b.empty()) return a;
+  const double na = a.samples, nb = b.samples, n = na + nb;
+  auto mean = [&](double x, double y) { return (x * na + y * nb) / n; };
+  ClockSummary s;
+  s.samples = a.samples + b.samples;
+  s.max_sm_mhz = std::max(a.max_sm_mhz, b.max_sm_mhz);
+  s.power_limit_w = std::max(a.power_limit_w, b.power_limit_w);
+  s.sm_mhz_mean = mean(a.sm_mhz_mean, b.sm_mhz_mean);
+  s.sm_mhz_min = std::min(a.sm_mhz_min, b.sm_mhz_min);
+  s.power_w_mean = mean(a.power_w_mean, b.power_w_mean);
+  s.temperature_c_max = std::max(a.temperature_c_max, b.temperature_c_max);
+  s.power_capped_share = mean(a.power_capped_share, b.power_capped_share);
+  s.thermal_share = mean(a.thermal_share, b.thermal_share);
+  return s;
+}
+
+std::string describe_clocks(const ClockSummary& c) {
+  if (c.empty()) return "";
+  std::string out = fmt::format("SM {:.0f} MHz on average (lowest {:.0f}), {:.0f}% of its {:.0f} MHz maximum",
+                                c.sm_mhz_mean, c.sm_mhz_min, 100 * c.clock_share(), c.max_sm_mhz);
+  if (c.power_limit_w > 0) out += fmt::format("; power {:.0f} W of its {:.0f} W limit", c.power_w_mean, c.power_limit_w);
+  const std::string by = c.held_back_by();
+  if (!by.empty())
+    out += fmt::format("; held back by {} in {:.0f}% of the samples", by,
+                       100 * (by == "the power limit" ? c.power_capped_share : c.thermal_share));
+  return out;
 }
 
 // ---- NVML, opened at run time ------------------------------------------------------------------------------------

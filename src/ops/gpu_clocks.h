@@ -49,6 +49,11 @@ struct ClockSummary {
 
 // The summary of samples taken at a steady period (pure arithmetic).
 ClockSummary summarize_clocks(const std::vector<ClockSample>& samples, double max_sm_mhz, double power_limit_w);
+// The summary of both summaries' samples together (a run's steps, one at a time).
+ClockSummary merge_clocks(const ClockSummary& a, const ClockSummary& b);
+// "SM 1611 MHz on average (lowest 1470), 81% of its 1980 MHz maximum; power 693 W of its 700 W limit; held back by
+// the power limit in 100% of the samples" ("" when empty).
+std::string describe_clocks(const ClockSummary& c);
 
 // Samples the current CUDA device every `period` between start() and stop() on a thread of its own. available() is
 // false (and stop() returns an empty summary) where NVML or the device cannot be read.

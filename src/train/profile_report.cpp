@@ -151,15 +151,8 @@ StepCommunication summarize_communication(const std::vector<MeasuredStep>& steps
 
 std::string format_clocks(const ClockSummary& c) {
   if (c.empty()) return "";
-  std::string out = fmt::format("clock: SM {:.0f} MHz on average (lowest {:.0f}), {:.0f}% of its {:.0f} MHz maximum",
-                                c.sm_mhz_mean, c.sm_mhz_min, 100 * c.clock_share(), c.max_sm_mhz);
-  if (c.power_limit_w > 0) out += fmt::format("; power {:.0f} W of its {:.0f} W limit", c.power_w_mean, c.power_limit_w);
-  const std::string by = c.held_back_by();
-  if (!by.empty())
-    out += fmt::format(
-        "; held back by {} in {:.0f}% of the samples: every rate below is at that clock (a kernel timed alone, "
-        "below the limit, runs faster)",
-        by, 100 * std::max(by == "the power limit" ? c.power_capped_share : c.thermal_share, 0.0));
+  std::string out = "clock: " + describe_clocks(c);
+  if (!c.held_back_by().empty()) out += ": every rate below is at that clock (a kernel timed alone, below the limit, runs faster)";
   return out + "\n";
 }
 

@@ -120,6 +120,13 @@ StepRecord TrainingRun::train_step(int64_t step) {
 // after the first step, the caller's hook, and a validation when one is due.
 void TrainingRun::record_step(const StepRecord& r, bool first) {
   if (!r.communication.empty()) communication_.add(r.communication, r.seconds);
+  run_clocks_ = merge_clocks(run_clocks_, r.clocks);
+  if (!hot_noted_ && r.clocks.held_back_by() == "the temperature limit") {
+    // Once a run: heat is the one clock limit its owner can act on (docs/profile.md).
+    log::warn("the GPU's temperature limit is holding its clock back ({}): every kernel runs that much slower; more "
+              "airflow or cooling keeps the clock up", describe_clocks(r.clocks));
+    hot_noted_ = true;
+  }
   log_step(r);
   if (first) report_memory();
   if (on_step_) on_step_(r);
@@ -229,14 +236,14 @@ TrainResult TrainingRun::train_loop() {
     if (due(cfg_.save_every, step)) save();
     if (int sig = agreed_stop_signal(signals.received())) {
       if (saved_step_ != step) save();
-      print_communication_summary();
+      print_run_summaries();
       fmt::print("stopped by {} after step {}; continue with: tokamak train --resume {}\n", StopSignals::name(sig),
                  step, dir_->path());
       result_.exit_code = 128 + sig;
       return result_;
     }
   }
-  print_communication_summary();
+  print_run_summaries();
   fmt::print("done: {} steps, loss {:.4f}{} (unigram entropy {:.4f}); wall time {}; run directory {}\n", result_.step,
              result_.loss, result_.val_loss >= 0 ? fmt::format(", val loss {:.4f}", result_.val_loss) : "",
              unigram_nats_, format_duration(std::chrono::duration<double>(Clock::now() - started_).count()),
@@ -244,9 +251,10 @@ TrainResult TrainingRun::train_loop() {
   return result_;
 }
 
-void TrainingRun::print_communication_summary() const {
-  if (communication_.empty()) return;
-  fmt::print("{}\n", communication_.line());
+// The lines a run ends with: its communication (data parallel) and its GPU's clock over the steps.
+void TrainingRun::print_run_summaries() const {
+  if (!communication_.empty()) fmt::print("{}\n", communication_.line());
+  if (!run_clocks_.empty()) fmt::print("GPU clock over the steps: {}\n", describe_clocks(run_clocks_));
   std::fflush(stdout);
 }
 

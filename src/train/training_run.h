@@ -75,7 +75,7 @@ class TrainingRun {
   void write_run_config() const;
   void record_step(const StepRecord& r, bool first);
   void log_step(const StepRecord& r);
-  void print_communication_summary() const;
+  void print_run_summaries() const;
   void report_memory() const;
   void validate(int64_t step);
   void write_checkpoint();
@@ -126,6 +126,8 @@ class TrainingRun {
   std::optional<StepProgress> progress_;  // from the loop's start: the step lines' elapsed time and ETA
   CommunicationSummary communication_;    // data parallel: the run's communication and data wait, for its last line
   std::optional<ClockSampler> clocks_;    // on a GPU, in the training loop: each step's clock and power, for its record
+  ClockSummary run_clocks_;               // ... over the steps so far, for the run's last lines
+  bool hot_noted_ = false;                // the temperature limit's warning was given
 };
 
 }  // namespace tk

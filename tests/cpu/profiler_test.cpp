@@ -931,6 +931,28 @@ TEST(GpuClocks, AClockAtItsMaximumOrRarelyHeldBackIsNotCalledBound) {
   EXPECT_EQ(format_clocks(free).find("held back"), std::string::npos);
 }
 
+// A run's summary merges its steps': the same as summarizing every sample at once.
+TEST(GpuClocks, MergingStepsIsSummarizingTheirSamplesTogether) {
+  using namespace clock_reason;
+  const std::vector<ClockSample> a = {{1440, 690, kPowerCap, 60}, {1230, 665, kPowerCap, 61}};
+  const std::vector<ClockSample> b = {{1980, 300, 0, 50}, {1665, 692, kPowerCap | 0x40, 63}, {1500, 680, kPowerCap, 59}};
+  std::vector<ClockSample> all = a;
+  all.insert(all.end(), b.begin(), b.end());
+  const ClockSummary merged = merge_clocks(summarize_clocks(a, 1980, 700), summarize_clocks(b, 1980, 700));
+  const ClockSummary whole = summarize_clocks(all, 1980, 700);
+  EXPECT_EQ(merged.samples, whole.samples);
+  EXPECT_NEAR(merged.sm_mhz_mean, whole.sm_mhz_mean, 1e-9);
+  EXPECT_DOUBLE_EQ(merged.sm_mhz_min, whole.sm_mhz_min);
+  EXPECT_NEAR(merged.power_w_mean, whole.power_w_mean, 1e-9);
+  EXPECT_NEAR(merged.power_capped_share, whole.power_capped_share, 1e-12);
+  EXPECT_NEAR(merged.thermal_share, whole.thermal_share, 1e-12);
+  EXPECT_DOUBLE_EQ(merged.temperature_c_max, 63);
+  EXPECT_EQ(describe_clocks(merged), describe_clocks(whole));
+  // An empty side (a step too short for a sample) changes nothing.
+  EXPECT_EQ(describe_clocks(merge_clocks(ClockSummary{}, whole)), describe_clocks(whole));
+  EXPECT_EQ(describe_clocks(merge_clocks(whole, ClockSummary{})), describe_clocks(whole));
+}
+
 TEST(GpuClocks, NothingIsReadOrReportedWithoutSamples) {
   const ClockSummary none = summarize_clocks({}, 1980, 700);
   EXPECT_TRUE(none.empty());
