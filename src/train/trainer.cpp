@@ -209,7 +209,7 @@ TrainResult TrainingRun::train_loop() {
   StopSignals signals;
   const int64_t first_step = state_.step + 1;
   progress_.emplace(first_step, cfg_.steps);
-  if (backend_.gpu) clocks_.emplace().start();
+  if (backend_.gpu) clocks_.emplace(std::chrono::milliseconds(50)).start();  // a long run: a lighter touch than 20 ms
   for (int64_t step = first_step; step <= cfg_.steps; step++) {
     StepRecord r;
     try {

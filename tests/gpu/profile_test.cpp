@@ -154,7 +154,7 @@ TEST_F(GpuProfile, SharesAccountForTheStepAndMfuMatchesTraining) {
   };
   trainer.run();
   ASSERT_EQ(n, 5);
-  // Each step's record carries the clock over it (sampled every 20 ms).
+  // Each step's record carries the clock over it (sampled every 50 ms in training).
   if (seconds > 0.2) EXPECT_GT(clock_samples, 0) << seconds << " s of steps";
   EXPECT_NEAR(r.tokens_per_s, tps_sum / n, 0.05 * r.tokens_per_s)
       << "profile " << r.tokens_per_s << " tokens/s, training " << tps_sum / n;
