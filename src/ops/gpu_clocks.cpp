@@ -14,10 +14,19 @@
 
 namespace tk {
 
+ClockLimit ClockSummary::limit() const {
+  if (empty() || clock_share() >= 0.97) return ClockLimit::None;
+  if (power_capped_share >= 0.5) return ClockLimit::Power;
+  if (thermal_share >= 0.5) return ClockLimit::Temperature;
+  return ClockLimit::None;
+}
+
 std::string ClockSummary::held_back_by() const {
-  if (empty() || clock_share() >= 0.97) return "";
-  if (power_capped_share >= 0.5) return "the power limit";
-  if (thermal_share >= 0.5) return "the temperature limit";
+  switch (limit()) {
+    case ClockLimit::Power: return "the power limit";
+    case ClockLimit::Temperature: return "the temperature limit";
+    case ClockLimit::None: break;
+  }
   return "";
 }
 
@@ -68,10 +77,9 @@ std::string describe_clocks(const ClockSummary& c) {
   std::string out = fmt::format("SM {:.0f} MHz on average (lowest {:.0f}), {:.0f}% of its {:.0f} MHz maximum",
                                 c.sm_mhz_mean, c.sm_mhz_min, 100 * c.clock_share(), c.max_sm_mhz);
   if (c.power_limit_w > 0) out += fmt::format("; power {:.0f} W of its {:.0f} W limit", c.power_w_mean, c.power_limit_w);
-  const std::string by = c.held_back_by();
-  if (!by.empty())
-    out += fmt::format("; held back by {} in {:.0f}% of the samples", by,
-                       100 * (by == "the power limit" ? c.power_capped_share : c.thermal_share));
+  if (c.limit() != ClockLimit::None)
+    out += fmt::format("; held back by {} in {:.0f}% of the samples", c.held_back_by(),
+                       100 * (c.limit() == ClockLimit::Power ? c.power_capped_share : c.thermal_share));
   return out;
 }
 

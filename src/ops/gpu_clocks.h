@@ -31,6 +31,9 @@ struct ClockSample {
   double temperature_c = 0;
 };
 
+// What held the clock back over a summary's samples.
+enum class ClockLimit { None, Power, Temperature };
+
 struct ClockSummary {
   int samples = 0;
   double max_sm_mhz = 0;       // the highest SM clock the GPU runs at (its boost clock)
@@ -42,8 +45,10 @@ struct ClockSummary {
 
   bool empty() const { return samples == 0; }
   double clock_share() const { return max_sm_mhz > 0 ? sm_mhz_mean / max_sm_mhz : 0; }
-  // "the power limit", "the temperature limit", or "" when the clock ran free (at least 97% of its maximum, or held
-  // back in under half of the samples).
+  // Power or Temperature when the clock ran under 97% of its maximum and that limit held it back in at least half of
+  // the samples; None otherwise.
+  ClockLimit limit() const;
+  // limit() in words: "the power limit", "the temperature limit", or "".
   std::string held_back_by() const;
 };
 

@@ -276,7 +276,7 @@ std::optional<Advice> attention(const AdviceInputs& in) {
 // to make; heat is the owner's to fix.
 std::optional<Advice> hot_gpu(const AdviceInputs& in) {
   const ClockSummary& c = in.clocks;
-  if (c.held_back_by() != "the temperature limit") return std::nullopt;
+  if (c.limit() != ClockLimit::Temperature) return std::nullopt;
   const double saved_pct = 100 * (1 - c.clock_share());
   if (saved_pct < kMinPayoffPct) return std::nullopt;
   return Advice{

@@ -152,7 +152,8 @@ StepCommunication summarize_communication(const std::vector<MeasuredStep>& steps
 std::string format_clocks(const ClockSummary& c) {
   if (c.empty()) return "";
   std::string out = "clock: " + describe_clocks(c);
-  if (!c.held_back_by().empty()) out += ": every rate below is at that clock (a kernel timed alone, below the limit, runs faster)";
+  if (c.limit() != ClockLimit::None)
+    out += ": every rate below is at that clock (a kernel timed alone, below the limit, runs faster)";
   return out + "\n";
 }
 

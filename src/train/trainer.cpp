@@ -121,7 +121,7 @@ StepRecord TrainingRun::train_step(int64_t step) {
 void TrainingRun::record_step(const StepRecord& r, bool first) {
   if (!r.communication.empty()) communication_.add(r.communication, r.seconds);
   run_clocks_ = merge_clocks(run_clocks_, r.clocks);
-  if (!hot_noted_ && r.clocks.held_back_by() == "the temperature limit") {
+  if (!hot_noted_ && r.clocks.limit() == ClockLimit::Temperature) {
     // Once a run: heat is the one clock limit its owner can act on (docs/profile.md).
     log::warn("the GPU's temperature limit is holding its clock back ({}): every kernel runs that much slower; more "
               "airflow or cooling keeps the clock up", describe_clocks(r.clocks));

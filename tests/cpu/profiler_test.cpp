@@ -901,6 +901,7 @@ TEST(GpuClocks, TheSummaryAveragesTheSamplesAndCountsWhatHeldTheClockBack) {
   EXPECT_DOUBLE_EQ(c.power_capped_share, 0.75);
   EXPECT_DOUBLE_EQ(c.thermal_share, 0.25);
   EXPECT_NEAR(c.clock_share(), 1578.75 / 1980, 1e-12);
+  EXPECT_EQ(c.limit(), ClockLimit::Power);
   EXPECT_EQ(c.held_back_by(), "the power limit");
 
   const std::string line = format_clocks(c);
