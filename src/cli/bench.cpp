@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -16,6 +17,7 @@
 #include "core/log.h"
 #include "model/model.h"
 #include "ops/backend.h"
+#include "ops/gpu_clocks.h"
 #include "train/machine_fit.h"
 #include "train/memory_plan.h"
 #include "train/metrics.h"
@@ -152,10 +154,13 @@ int run_bench(const BenchOptions& o) {
   if (const std::string tuning = tk::gemm_tuning_summary(*be.ops); !tuning.empty()) fmt::print(stderr, "{}\n", tuning);
   size_t mem_peak = tk::memory_in_use_bytes(be.gpu);
   const int64_t recasts_before = fp8 ? tk::fp8_recasts(*be.ops) : -1;
+  std::optional<tk::ClockSampler> clocks;  // the GPU's clock over the timed steps (the power limit lowers it)
+  if (be.gpu) clocks.emplace().start();
   t0 = clock::now();
   for (int i = 0; i < o.steps; i++) step(i);
   be.ops->synchronize();
   const double secs = std::chrono::duration<double>(clock::now() - t0).count();
+  const tk::ClockSummary clock_summary = clocks ? clocks->stop() : tk::ClockSummary{};
   mem_peak = std::max(mem_peak, tk::memory_in_use_bytes(be.gpu));
   // The timed steps' recasts: delayed scaling's guards casting a saturated operand again (each step's are counted
   // by the commit at its optimizer step).
@@ -187,6 +192,12 @@ int run_bench(const BenchOptions& o) {
   if (be.gpu) row["logits_chunk_mib"] = recipe.logits_chunk_bytes() >> 20;
   if (!o.memory_budget.empty()) row["memory_budget_gib"] = std::round(tk::parse_bytes(o.memory_budget) / double(1ull << 30) * 10) / 10;
   row["hfu"] = m.hfu < 0 ? nlohmann::json() : nlohmann::json(std::round(m.hfu * 1000) / 1000);
+  if (!clock_summary.empty()) {
+    row["sm_clock_mhz"] = std::round(clock_summary.sm_mhz_mean);
+    row["power_w"] = std::round(clock_summary.power_w_mean);
+    const std::string by = clock_summary.held_back_by();
+    row["clock_held_back_by"] = by.empty() ? nlohmann::json() : nlohmann::json(by);
+  }
   if (o.json) {
     fmt::print("{}\n", row.dump());
   } else {
@@ -197,6 +208,7 @@ int run_bench(const BenchOptions& o) {
                loss);
     if (row.contains("fp8_recasts"))
       fmt::print("FP8 casts done again by their guards (saturated): {} over {} timed steps\n", recasts, o.steps);
+    if (!clock_summary.empty()) fmt::print("GPU clock over the timed steps: {}\n", tk::describe_clocks(clock_summary));
   }
   return 0;
 }
