@@ -620,6 +620,22 @@ TEST_F(KernelsTest, GradNormMatchesReferenceDeterministically) {
   }
 }
 
+// bf16 weights updated without master weights: the elements of `got` that are not the reference's `want` rounded,
+// that is farther from it than half a bf16 spacing plus the fp32 rounding of the update itself, which is relative
+// to the INPUT weight `in`: where p - lr*u cancels to nearly zero, one ulp of p (FMA contraction on the GPU) exceeds
+// the tiny result's bf16 spacing.
+size_t not_rounded_count(const std::vector<float>& got, const std::vector<float>& want, const std::vector<float>& in) {
+  size_t n = 0;
+  for (size_t i = 0; i < got.size(); i++) {
+    int e = 0, e_in = 0;
+    std::frexp(want[i], &e);
+    std::frexp(in[i], &e_in);
+    const double half_spacing = std::ldexp(1.0, e - 9) * (1 + 1e-3) + 4 * std::ldexp(1.0, e_in - 24);
+    n += !(std::abs(double(got[i]) - want[i]) <= half_spacing);
+  }
+  return n;
+}
+
 TEST_F(KernelsTest, AdamWUpdatesEverySegmentInOneLaunch) {
   SCOPED_TRACE(seed());
   // Segments at odd offsets and sizes, with a gap no segment covers (it must stay untouched).
@@ -675,19 +691,7 @@ TEST_F(KernelsTest, AdamWUpdatesEverySegmentInOneLaunch) {
       }
       EXPECT_EQ(unrounded, 0u) << "params must be the master weights rounded to bf16:" << first;
     } else {
-      // The bf16 result is the reference's result rounded: within half a bf16 spacing of it, plus the
-      // fp32 rounding of the update itself, which is relative to the INPUT weight: where p - lr*u
-      // cancels to nearly zero, one ulp of p (FMA contraction on the GPU) exceeds the tiny result's
-      // bf16 spacing.
-      size_t not_rounded = 0;
-      for (int64_t i = 0; i < P; i++) {
-        int e = 0, e_in = 0;
-        std::frexp(params[i], &e);
-        std::frexp(master0[i], &e_in);
-        const double half_spacing = std::ldexp(1.0, e - 9) * (1 + 1e-3) + 4 * std::ldexp(1.0, e_in - 24);
-        not_rounded += !(std::abs(double(got_params[i]) - params[i]) <= half_spacing);
-      }
-      EXPECT_EQ(not_rounded, 0u) << worst(got_params, params);
+      EXPECT_EQ(not_rounded_count(got_params, params, master0), 0u) << worst(got_params, params);
     }
     EXPECT_EQ(got_params[size_t(segments[3].offset - 1)], master0[size_t(segments[3].offset - 1)])
         << "the gap between segments changed";
@@ -835,15 +839,7 @@ TEST_F(KernelsTest, AdamWWithBf16AndInt8MomentsMatchesReference) {
           for (int64_t i = 0; i < P; i++) unrounded += got_params[0][i] != round_bf16(got_master[0][i]);
           EXPECT_EQ(unrounded, 0u) << "params must be the master weights rounded to bf16";
         } else {
-          size_t not_rounded = 0;
-          for (int64_t i = 0; i < P; i++) {
-            int e = 0, e_in = 0;
-            std::frexp(params[i], &e);
-            std::frexp(master0[i], &e_in);
-            const double half_spacing = std::ldexp(1.0, e - 9) * (1 + 1e-3) + 4 * std::ldexp(1.0, e_in - 24);
-            not_rounded += !(std::abs(double(got_params[0][i]) - params[i]) <= half_spacing);
-          }
-          EXPECT_EQ(not_rounded, 0u) << worst(got_params[0], params);
+          EXPECT_EQ(not_rounded_count(got_params[0], params, master0), 0u) << worst(got_params[0], params);
         }
 
         // Moments: the same codes but for rare threshold cases, each then one step away.
