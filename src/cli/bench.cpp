@@ -24,6 +24,7 @@
 #include "train/optimizer.h"
 #include "train/precision_choice.h"
 #include "train/recipe.h"
+#include "train/run_log.h"
 
 namespace {
 
@@ -192,12 +193,7 @@ int run_bench(const BenchOptions& o) {
   if (be.gpu) row["logits_chunk_mib"] = recipe.logits_chunk_bytes() >> 20;
   if (!o.memory_budget.empty()) row["memory_budget_gib"] = std::round(tk::parse_bytes(o.memory_budget) / double(1ull << 30) * 10) / 10;
   row["hfu"] = m.hfu < 0 ? nlohmann::json() : nlohmann::json(std::round(m.hfu * 1000) / 1000);
-  if (!clock_summary.empty()) {
-    row["sm_clock_mhz"] = std::round(clock_summary.sm_mhz_mean);
-    row["power_w"] = std::round(clock_summary.power_w_mean);
-    const std::string by = clock_summary.held_back_by();
-    row["clock_held_back_by"] = by.empty() ? nlohmann::json() : nlohmann::json(by);
-  }
+  tk::add_clock_fields(row, clock_summary);
   if (o.json) {
     fmt::print("{}\n", row.dump());
   } else {

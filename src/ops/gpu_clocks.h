@@ -17,7 +17,6 @@ namespace tk {
 
 // Why the clock is below its maximum: NVML's clock event reasons (a bit set; the values are NVML's).
 namespace clock_reason {
-constexpr uint64_t kIdle = 0x1;
 constexpr uint64_t kPowerCap = 0x4;           // the board's power limit (software)
 constexpr uint64_t kHwSlowdown = 0x8;         // a hardware slowdown: temperature or power brake
 constexpr uint64_t kThermal = 0x20 | 0x40;    // the temperature limit (software and hardware)

@@ -317,20 +317,21 @@ std::string clock_figure(const std::vector<StepLine>& steps, const StepColumns& 
   chart.y_from_zero = true;
   add_step_series(chart, "SM clock", c.step, clock, "#0891b2");
   double power = 0;
-  int logged = 0, held = 0;
+  int logged = 0, powered = 0, held = 0;
   std::map<std::string, int> by;
   for (const StepLine& s : steps) {
     if (!std::isfinite(s.sm_clock_mhz)) continue;
     logged++;
-    if (std::isfinite(s.power_w)) power += s.power_w;
+    if (std::isfinite(s.power_w)) power += s.power_w, powered++;
     if (!s.clock_held_back_by.empty()) held++, by[s.clock_held_back_by]++;
   }
-  std::string note = fmt::format("Power {:.0f} W on average (NVML's reading, itself an average over about a second).",
-                                 power / logged);
+  std::string note = powered == 0 ? std::string()
+                                  : fmt::format("Power {:.0f} W on average (NVML's reading, itself an average over "
+                                                "about a second).", power / powered);
   if (held > 0) {
     const auto most = std::max_element(by.begin(), by.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
-    note += fmt::format(" The clock was held back in {} of {} steps, most by {}: every kernel ran at that clock.", held,
-                        logged, most->first);
+    note += fmt::format("{}The clock was held back in {} of {} steps, most by {}: every kernel ran at that clock.",
+                        note.empty() ? "" : " ", held, logged, most->first);
   }
   return figure("SM clock vs step", render_line_chart(chart), note);
 }

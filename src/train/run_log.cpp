@@ -83,12 +83,7 @@ void RunLog::step(const StepRecord& r, double elapsed_s) {
   j["data_wait_s"] = m.data_wait_s;
   if (!r.communication.empty()) add_communication(j, r.communication);
   j["memory_bytes"] = m.memory_bytes;
-  if (!r.clocks.empty()) {
-    j["sm_clock_mhz"] = r.clocks.sm_mhz_mean;
-    j["power_w"] = r.clocks.power_w_mean;
-    const std::string by = r.clocks.held_back_by();
-    j["clock_held_back_by"] = by.empty() ? json(nullptr) : json(by);
-  }
+  add_clock_fields(j, r.clocks);
   j["time"] = unix_time();
   j["elapsed_s"] = elapsed_s;
   write(j);

@@ -44,4 +44,14 @@ class RunLog {
 // Drops the records of steps after `step`: what a run resumed from that step will log again.
 void truncate_run_log(const std::string& path, int64_t step);
 
+// A step's GPU clock in a log record (`log.jsonl`, `tokamak bench --json`): sm_clock_mhz, power_w and
+// clock_held_back_by (null when nothing held it back); nothing when the clock was not read.
+template <class Json>
+void add_clock_fields(Json& j, const ClockSummary& c) {
+  if (c.empty()) return;
+  j["sm_clock_mhz"] = c.sm_mhz_mean;
+  j["power_w"] = c.power_w_mean;
+  j["clock_held_back_by"] = c.limit() == ClockLimit::None ? Json(nullptr) : Json(c.held_back_by());
+}
+
 }  // namespace tk

@@ -23,6 +23,7 @@
 #include "train/profile_report.h"
 #include "train/profile_run.h"
 #include "train/profiling_ops.h"
+#include "train/run_log.h"
 
 namespace tk {
 namespace {
@@ -915,6 +916,19 @@ TEST(GpuClocks, TheSummaryAveragesTheSamplesAndCountsWhatHeldTheClockBack) {
   EXPECT_EQ(j["clocks"]["held_back_by"], "the power limit");
   EXPECT_EQ(j["clocks"]["samples"], 4);
   EXPECT_DOUBLE_EQ(j["clocks"]["sm_mhz_max"].get<double>(), 1980);
+
+  // A step's record (log.jsonl, tokamak bench --json): the mean clock and power, and the limit's words or null.
+  nlohmann::json record;
+  add_clock_fields(record, c);
+  EXPECT_DOUBLE_EQ(record["sm_clock_mhz"].get<double>(), c.sm_mhz_mean);
+  EXPECT_DOUBLE_EQ(record["power_w"].get<double>(), c.power_w_mean);
+  EXPECT_EQ(record["clock_held_back_by"], "the power limit");
+  nlohmann::json free_record;
+  add_clock_fields(free_record, summarize_clocks({{1980, 400, 0, 50}}, 1980, 700));
+  EXPECT_TRUE(free_record["clock_held_back_by"].is_null());
+  nlohmann::json unread;
+  add_clock_fields(unread, ClockSummary{});
+  EXPECT_TRUE(unread.empty());
 }
 
 TEST(GpuClocks, AClockAtItsMaximumOrRarelyHeldBackIsNotCalledBound) {

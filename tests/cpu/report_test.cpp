@@ -211,6 +211,12 @@ TEST(Report, TheGpuClockOfEachStep) {
   EXPECT_EQ(path_points(series_path(svg_with_id(html, "chart-sm-clock"), "SM clock")), 3);  // step 4 logged none
   EXPECT_NE(html.find("Power 563 W on average"), std::string::npos);
   EXPECT_NE(html.find("held back in 2 of 3 steps, most by the power limit"), std::string::npos);
+  // A log without power readings has no power in the note.
+  std::string no_power = with_clock(1, "1500", 0, "\"the temperature limit\"");
+  no_power.replace(no_power.find("\"power_w\":0"), 11, "\"power_w\":null");
+  const std::string hot = render(write_run(dir, no_power));
+  EXPECT_EQ(hot.find("Power "), std::string::npos);
+  EXPECT_NE(hot.find("The clock was held back in 1 of 1 steps, most by the temperature limit"), std::string::npos);
   // A run without the fields (the CPU) has no such chart.
   EXPECT_EQ(render(write_run(dir, step_line(1, "5.0") + step_line(2, "4.0"))).find("chart-sm-clock"), std::string::npos);
 }
