@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstring>
 #include <numbers>
-#include <random>
 #include <thread>
 
 #include <sys/mman.h>
@@ -126,13 +125,16 @@ Buffers plan_buffers(BufferCarver& c, BufferCarver& s, const ModelConfig& cfg, c
 
 // normal(0, std) from a 64-bit Mersenne twister via Box-Muller, both written out here so that the
 // same seed gives the same weights with any standard library.
-void fill_normal(std::vector<float>& out, uint64_t seed, double std_dev) {
-  std::mt19937_64 rng(seed);
-  auto uniform = [&] { return double(rng() >> 11) * 0x1.0p-53; };  // [0, 1)
-  for (size_t i = 0; i < out.size(); i += 2) {
-    const double radius = std::sqrt(-2.0 * std::log(1.0 - uniform())), angle = 2.0 * std::numbers::pi * uniform();
-    out[i] = float(std_dev * radius * std::cos(angle));
-    if (i + 1 < out.size()) out[i + 1] = float(std_dev * radius * std::sin(angle));
+// Elements [begin, end) of a tensor of N(0, std_dev^2) values drawn from its seed, begin even: element pair k by
+// Box-Muller from the 2k-th and (2k+1)-th outputs of SplitMix64 seeded with `seed`. Each pair depends only on k,
+// so any range can be drawn on its own (a large tensor by many threads) and gives the same values.
+void fill_normal(float* out, int64_t begin, int64_t end, uint64_t seed, double std_dev) {
+  constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ull;  // SplitMix64's increment (splitmix64 adds it once more)
+  auto uniform = [&](int64_t i) { return double(splitmix64(seed + uint64_t(i) * kGamma) >> 11) * 0x1.0p-53; };
+  for (int64_t i = begin; i < end; i += 2) {
+    const double radius = std::sqrt(-2.0 * std::log(1.0 - uniform(i))), angle = 2.0 * std::numbers::pi * uniform(i + 1);
+    out[i - begin] = float(std_dev * radius * std::cos(angle));
+    if (i + 1 < end) out[i + 1 - begin] = float(std_dev * radius * std::sin(angle));
   }
 }
 
@@ -485,28 +487,38 @@ void Model::init_params(uint64_t seed) {
   m.ops.zero(m.params);  // alignment padding included
   const std::vector<ParamInfo>& params = m.layout.params;
   const unsigned threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
-  constexpr int64_t kBatchFloats = int64_t(1) << 28;
+  constexpr int64_t kBatchFloats = int64_t(1) << 28;  // host memory a batch of parameters takes (one larger alone)
+  constexpr int64_t kPiece = int64_t(1) << 20;        // elements a thread draws at a time (even)
   std::vector<std::vector<float>> host;
   for (size_t first = 0; first < params.size();) {
     size_t last = first;  // the batch is [first, last)
     for (int64_t floats = 0; last < params.size() && (last == first || floats + params[last].numel <= kBatchFloats);)
       floats += params[last++].numel;
+    // The batch's work: every piece of every matrix (drawn), and the vectors (norm weights 1, biases 0).
+    struct Piece {
+      size_t param;
+      int64_t begin, end;
+    };
+    std::vector<Piece> pieces;
     host.assign(last - first, {});
-    std::atomic<size_t> next{first};
+    for (size_t i = first; i < last; i++) {
+      const ParamInfo& p = params[i];
+      const bool norm_weight = p.shape.size() != 2 && !ends_with(p.name, ".bias");
+      host[i - first].assign(size_t(p.numel), norm_weight ? 1.0f : 0.0f);
+      if (p.shape.size() == 2)
+        for (int64_t b = 0; b < p.numel; b += kPiece) pieces.push_back({i, b, std::min(p.numel, b + kPiece)});
+    }
+    std::atomic<size_t> next{0};
     auto draw = [&] {
-      for (size_t i; (i = next++) < last;) {
-        const ParamInfo& p = params[i];
-        std::vector<float>& h = host[i - first];
-        h.assign(size_t(p.numel), 0.0f);
-        if (p.shape.size() == 2) {
-          fill_normal(h, splitmix64(seed ^ fnv1a64(p.name.data(), p.name.size())), m.cfg.init_std);
-        } else if (!ends_with(p.name, ".bias")) {
-          h.assign(size_t(p.numel), 1.0f);  // norm weights
-        }
+      for (size_t k; (k = next++) < pieces.size();) {
+        const Piece& piece = pieces[k];
+        const ParamInfo& p = params[piece.param];
+        fill_normal(host[piece.param - first].data() + piece.begin, piece.begin, piece.end,
+                    splitmix64(seed ^ fnv1a64(p.name.data(), p.name.size())), m.cfg.init_std);
       }
     };
     std::vector<std::thread> pool;
-    for (unsigned t = 1; t < std::min<size_t>(threads, last - first); t++) pool.emplace_back(draw);
+    for (unsigned t = 1; t < std::min<size_t>(threads, pieces.size()); t++) pool.emplace_back(draw);
     draw();
     for (std::thread& t : pool) t.join();
     for (size_t i = first; i < last; i++) set_params_f32(params[i].offset, params[i].numel, host[i - first].data());
