@@ -118,8 +118,17 @@ std::string setting_suffix(const tk::Recipe& r, const BenchOptions& o) {
 }
 
 int run_bench(const BenchOptions& o) {
+  using clock = std::chrono::steady_clock;
+  // With -v, how long each part of the setting up took (a row's wall time beyond its steps).
+  clock::time_point phase_start = clock::now();
+  auto phase_done = [&](const char* what) {
+    const clock::time_point now = clock::now();
+    tk::log::debug("bench: {} in {:.2f} s", what, std::chrono::duration<double>(now - phase_start).count());
+    phase_start = now;
+  };
   tk::ModelConfig cfg = tk::ModelConfig::resolve(o.model);
   tk::Backend be = tk::make_backend(o.device);
+  phase_done("the backend made");
   tk::Recipe recipe = bench_recipe(o, cfg, be.gpu);
   if (!o.memory_budget.empty()) recipe = fit_memory_budget(recipe, o, be);
   if (!recipe.precision_note.empty()) fmt::print(stderr, "{}\n", recipe.precision_note);
@@ -127,7 +136,10 @@ int run_bench(const BenchOptions& o) {
   const size_t mem_before = tk::memory_in_use_bytes(be.gpu);
   tk::configure_backend(*be.ops, recipe.backend);
   const std::unique_ptr<tk::Model> model = tk::make_model(recipe, *be.ops);
+  phase_done("the model made");
   model->init_params(o.seed);
+  be.ops->synchronize();
+  phase_done("its parameters drawn");
   tk::AdamW opt(*model, recipe.adamw_options());
   const int accumulation = recipe.accumulation;
   const std::vector<tk::OwnedBatch> batches =
@@ -147,7 +159,7 @@ int run_bench(const BenchOptions& o) {
     loss = sum.mean();
     opt.step(1e-4);
   };
-  using clock = std::chrono::steady_clock;
+  phase_done("the optimizer and the batches made");
   auto t0 = clock::now();
   for (int i = 0; i < o.warmup; i++) step(i);
   be.ops->synchronize();
