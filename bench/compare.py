@@ -30,6 +30,8 @@ def ratio(mine, peer):
 
 def peer_name(p):
     name = f"torch {p['mode']}"
+    if p.get("compile_scope") == "block":
+        name += " per block"
     if p.get("gpus", 1) > 1:
         name += f", {p['gpus']} GPUs {p.get('dist', '')}".rstrip()
     if p.get("attention"):

@@ -5,7 +5,7 @@
 # the compiled bf16 peer and to the fastest FP8 peer (bench/compare.py). bench/NOTES.md has the settings.
 # Usage: bench/run.sh [configs] [peer-modes]. configs: presets, comma-separated (default qwen2.5-0.5b,llama3.2-1b),
 # each at micro-batch 8 x 2048 (gpt2-small-llama 16 x 1024), or BATCH and SEQ for all. peer-modes: by default compile,
-# and compile-fp8 when `bench/torch_peer.py --check-torchao` passes (TORCHAO_PATH, default .shared/torchao);
+# and compile-fp8 where torchao's sources are found (TORCHAO_PATH, default .shared/torchao, or an installed torchao);
 # compile-fp8-rowwise on request (slower than tensorwise on every shape measured, and its compilation alone takes
 # over 2 minutes). tokamak runs each config in bf16, with --fp8 (FP8 linears, delayed scaling) and with --fp8
 # --fp8-lm-head, unless NO_FP8=1 (PRECS picks among bf16, fp8, fp8c: --fp8 --fp8-scaling current, and fp8h; bf16 is
@@ -14,7 +14,9 @@
 # a third config, such as llama3.2-3b, in a call of its own. TK_BENCH_FLAGS adds flags to
 # every tokamak run (e.g. "--logits-chunk 1024"), CONFIG_FLAGS to one config's only, e.g.
 # CONFIG_FLAGS="qwen2.5-0.5b=--logits-chunk 2048;llama3.2-1b=--moments bf16". NO_PEER=1 skips the peer; STEPS (6)
-# timed steps each. PEER_MEMORY_PRECS (e.g. "fp8h"): after the peer, those precisions again within the fastest FP8
+# timed steps each. PEER_COMPILE_SCOPE=block compiles the peer's blocks apart, as torchtitan does: seconds instead of
+# a minute or two a row, but 1.6-2.5% slower steps (0.5B, one H100), so the table's peer is compiled whole (model).
+# PEER_MEMORY_PRECS (e.g. "fp8h"): after the peer, those precisions again within the fastest FP8
 # peer's peak memory of each config (`bench --memory-budget`: the planner's fastest setting that fits it). Results in $OUT: table.md, tokamak.jsonl, peer.jsonl, and the logs in bench-logs.tgz (inside
 # bench/gpu.sh, the logs stay in its folder, which it packs).
 set -uo pipefail
@@ -49,10 +51,11 @@ run_tokamak() {
   for e in "${entries[@]}"; do [ "${e%%=*}" = "$c" ] && read -ra cflags <<< "${e#*=}"; done
   [ "$prec" = fp8 ] && flags=(--fp8); [ "$prec" = fp8c ] && flags=(--fp8 --fp8-scaling current)
   [ "$prec" = fp8h ] && flags=(--fp8 --fp8-lm-head)
-  local log="$LOGS/tokamak-$c-$prec${1:+-budget}.log"
+  local log="$LOGS/tokamak-$c-$prec${1:+-budget}.log" began=$SECONDS
   $BUILD/tokamak bench --model "$c" --batch $B --seq $T --steps "$STEPS" --json "${flags[@]}" "${cflags[@]}" "$@" \
     ${TK_BENCH_FLAGS:-} 2> "$log" | tee -a "$OUT/tokamak.jsonl" \
     || { echo "{\"config\": \"$c\", \"engine\": \"tokamak $prec $*\", \"error\": \"tokamak bench failed\"}" >> "$OUT/tokamak.jsonl"; tail -5 "$log"; }
+  echo "($c $prec: $((SECONDS - began)) s in all)"
 }
 for c in ${CONFIGS//,/ }; do
   # bf16, then (unless NO_FP8 is set) FP8.
@@ -60,18 +63,23 @@ for c in ${CONFIGS//,/ }; do
   for prec in $precs; do run_tokamak "$c" "$prec"; done
 done
 if [ -z "${NO_PEER:-}" ]; then
+  # torchao's FP8 where its sources are found (a look, not an import: that would take a Python start with torch,
+  # ~10 s); if they then fail to import, the peer's FP8 rows say so.
   MODES=${2:-compile}
-  if [ -z "${2:-}" ] && python3 bench/torch_peer.py --check-torchao > "$LOGS/torchao.log" 2>&1; then
+  torchao_dir=${TORCHAO_PATH:-.shared/torchao}
+  if [ -z "${2:-}" ] && { [ -d "$torchao_dir/torchao/float8" ] ||
+    python3 -c "import importlib.util as u, sys; sys.exit(u.find_spec('torchao') is None)" 2> /dev/null; }; then
     MODES=compile,compile-fp8
   fi
-  echo "peer: $MODES ($(cat "$LOGS/torchao.log" 2>/dev/null | tail -1))"
+  echo "peer: $MODES"
   # One peer process a config, the table so far printed after each: a call cut by its time limit still shows the
   # configs it finished. The first measures the ceilings.
   : > "$OUT/peer.jsonl"
   ceilings=()
   for c in ${CONFIGS//,/ }; do
     PYTHONUNBUFFERED=1 python3 bench/torch_peer.py --configs "$c" --modes "$MODES" --steps "$STEPS" "${ceilings[@]}" \
-      ${BATCH:+--batch $BATCH} ${SEQ:+--seq $SEQ} 2>> "$LOGS/peer.err" | tee -a "$OUT/peer.jsonl"
+      --compile-scope "${PEER_COMPILE_SCOPE:-model}" ${BATCH:+--batch $BATCH} ${SEQ:+--seq $SEQ} 2>> "$LOGS/peer.err" \
+      | tee -a "$OUT/peer.jsonl"
     ceilings=(--no-ceilings)
     [ "$c" = "${CONFIGS##*,}" ] || python3 bench/compare.py "$OUT/peer.jsonl" "$OUT/tokamak.jsonl"
   done
