@@ -17,7 +17,8 @@ Modes (--modes, comma-separated):
   compile-fp8-rowwise  the same with one scale per row ("rowwise"; inductor's emulate_precision_casts on)
   hf, hf-compile       the transformers model of the same architecture, with its SDPA attention
 What one torch.compile takes (--compile-scope): the whole model (default), or each block and the tail (final norm,
-LM head, loss) apart, as torchtitan compiles: the blocks share one graph, so compiling takes a fraction of the time.
+LM head, loss) apart, as torchtitan compiles: the blocks share one graph, so compiling takes a fraction of the time
+(8 s against 32-75 s at 0.5B), but the steps ran 1.6-2.5% slower there (bench/NOTES.md).
 The FP8 modes need torchao: its Python sources are enough (no compiled ops). TORCHAO_PATH, default .shared/torchao
 under the repository root, is put on sys.path; --check-torchao says whether it imports (exit status 0 or 1).
 
