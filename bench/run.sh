@@ -75,17 +75,16 @@ if [ -z "${NO_PEER:-}" ]; then
     MODES=compile,compile-fp8
   fi
   echo "peer: $MODES"
-  # One peer process a config, the table so far printed after each: a call cut by its time limit still shows the
-  # configs it finished. The first measures the ceilings.
+  # One peer process for every config (a Python start with torch takes ~10 s), the table so far printed after each
+  # config's last mode: a call cut by its time limit still shows the configs it finished.
   : > "$OUT/peer.jsonl"
-  ceilings=()
-  for c in ${CONFIGS//,/ }; do
-    PYTHONUNBUFFERED=1 python3 bench/torch_peer.py --configs "$c" --modes "$MODES" --steps "$STEPS" "${ceilings[@]}" \
-      --compile-scope "${PEER_COMPILE_SCOPE:-model}" ${BATCH:+--batch $BATCH} ${SEQ:+--seq $SEQ} 2>> "$LOGS/peer.err" \
-      | tee -a "$OUT/peer.jsonl"
-    ceilings=(--no-ceilings)
-    [ "$c" = "${CONFIGS##*,}" ] || python3 bench/compare.py "$OUT/peer.jsonl" "$OUT/tokamak.jsonl"
-  done
+  PYTHONUNBUFFERED=1 python3 bench/torch_peer.py --configs "$CONFIGS" --modes "$MODES" --steps "$STEPS" \
+    --compile-scope "${PEER_COMPILE_SCOPE:-model}" ${BATCH:+--batch $BATCH} ${SEQ:+--seq $SEQ} 2>> "$LOGS/peer.err" |
+    while IFS= read -r row; do
+      echo "$row" | tee -a "$OUT/peer.jsonl"
+      [[ "$row" == *"\"mode\": \"${MODES##*,}\""* && "$row" != *"\"config\": \"${CONFIGS##*,}\""* ]] &&
+        python3 bench/compare.py "$OUT/peer.jsonl" "$OUT/tokamak.jsonl"
+    done
   for c in ${CONFIGS//,/ }; do
     [ -n "${PEER_MEMORY_PRECS:-}" ] || break
     budget=$(python3 bench/compare.py --fp8-peer-memory "$c" "$OUT/peer.jsonl")
