@@ -95,6 +95,9 @@ class Ops {
   // Host float32 <-> tensor of any float dtype (converting; rounds to nearest even for bf16).
   virtual void upload_f32(const Tensor& dst, const float* src) = 0;
   virtual void download_f32(float* dst, const Tensor& src) = 0;
+  // dst = src on the device, converted between float dtypes (the same element count; rounding to nearest even where
+  // dst is narrower): the optimizer's fp32 master weights from the bf16 parameters, with no trip through the host.
+  virtual void convert(const Tensor& dst, const Tensor& src) = 0;
   // Raw bytes host <-> device (same dtype both sides), e.g. token ids. An upload from memory of allocate_host may
   // still be reading it when the call returns: keep it unchanged until the compute queue has passed the upload (a
   // download or synchronize() waits for that).

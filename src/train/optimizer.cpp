@@ -120,10 +120,9 @@ AdamW::AdamW(Model& model, const AdamWOptions& opt, std::vector<ParamRange> owne
   v_ = allocate_moment(v_dtype, "AdamW second moments", "AdamW int8 block scales", P, false);
   if (master) {
     master_ = allocate(DType::F32, "fp32 master weights", P);
-    std::vector<float> host(static_cast<size_t>(P));
     for (size_t i = 0; i < owned_.size(); i++)
-      ops_.download_f32(host.data() + owned_state_[i], param_rows(owned_[i].offset, owned_state_[i], owned_[i].count));
-    upload(master_, host, "weights");
+      ops_.convert(master_.rows(owned_state_[i], owned_state_[i] + owned_[i].count),
+                   param_rows(owned_[i].offset, owned_state_[i], owned_[i].count));
   }
 }
 

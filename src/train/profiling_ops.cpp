@@ -105,6 +105,10 @@ void ProfilingOps::upload_f32(const Tensor& dst, const float* src) {
   timed("upload_f32", OpCategory::Memory, c, Tensor(), dst, [&] { inner_->upload_f32(dst, src); });
 }
 
+void ProfilingOps::convert(const Tensor& dst, const Tensor& src) {
+  timed("convert", OpCategory::Memory, {0, bytes_of(src) + bytes_of(dst)}, src, dst, [&] { inner_->convert(dst, src); });
+}
+
 void ProfilingOps::download_f32(float* dst, const Tensor& src) {
   const OpCost c{0, bytes_of(src) + 4.0 * double(src.numel())};
   timed("download_f32", OpCategory::Memory, c, src, Tensor(), [&] { inner_->download_f32(dst, src); });

@@ -223,5 +223,27 @@ TEST(CpuOpsFloat, SameBitsWithOneOrSeveralOpenMpThreads) {
   expect_same_bits(one, several);
 }
 
+// convert: between f64, f32 and bf16 on the device (the optimizer's master weights from the parameters), rounding to
+// nearest even where the destination is narrower, exact where it is wider.
+TEST(CpuOpsFloat, ConvertBetweenFloatDtypes) {
+  CpuOps<float> ops;
+  std::vector<double> wide = {1.0 + 0x1.0p-30, -3.25, 1.0 + 0x1.0p-8, 1.0 + 0x1.8p-8};
+  std::vector<float> narrow(wide.size());
+  std::vector<uint16_t> bits(wide.size());
+  std::vector<float> back(wide.size());
+  const int64_t n = int64_t(wide.size());
+  const Tensor f64(wide.data(), DType::F64, {n}), f32(narrow.data(), DType::F32, {n});
+  const Tensor bf16(bits.data(), DType::BF16, {n}), f32_back(back.data(), DType::F32, {n});
+  ops.convert(f32, f64);
+  for (size_t i = 0; i < wide.size(); i++) EXPECT_EQ(narrow[i], float(wide[i])) << i;
+  ops.convert(bf16, f32);
+  ops.convert(f32_back, bf16);
+  // 1 + 2^-8 lies halfway between two bf16 values and rounds to the even one, 1; 1 + 1.5 x 2^-8 rounds up.
+  const std::vector<float> expected = {1.0f, -3.25f, 1.0f, 1.0f + 0x1.0p-7f};
+  EXPECT_EQ(back, expected);
+  std::vector<float> short_buffer(2);
+  EXPECT_THROW(ops.convert(Tensor(short_buffer.data(), DType::F32, {2}), f64), std::exception);
+}
+
 }  // namespace
 }  // namespace tk

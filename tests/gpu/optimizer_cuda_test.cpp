@@ -4,6 +4,7 @@
 // holds; and narrow moments stay near the f32 moments' weights.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -75,6 +76,19 @@ State train(Ops& ops, MomentPrecision moments, bool offload, int from, int to, c
   s.m = opt.exp_avg_f32();
   s.v = opt.exp_avg_sq_f32();
   return s;
+}
+
+// The fp32 master weights start as the bf16 parameters, converted on the device (Ops::convert), bit for bit.
+TEST(OptimizerCuda, MasterWeightsStartAsTheParameters) {
+  if (gpu_count() == 0) GTEST_SKIP() << "no CUDA device";
+  auto gpu = make_cuda_ops();
+  Model model(small_config(), *gpu, {kB, kT, false});
+  model.init_params(11);
+  AdamW opt(model, AdamWOptions{});
+  ASSERT_TRUE(opt.has_master_weights());
+  const std::vector<float> params = model.params_f32(), master = opt.weights_f32();
+  EXPECT_EQ(master, params);
+  EXPECT_GT(std::count_if(params.begin(), params.end(), [](float x) { return x != 0 && x != 1; }), 1000);
 }
 
 TEST(OptimizerCuda, MomentsOnDeviceOffloadedAndRestoredGiveTheSameBits) {

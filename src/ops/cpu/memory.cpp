@@ -89,6 +89,27 @@ void CpuOps<T>::download_f32(float* dst, const Tensor& src) {
 }
 
 template <class T>
+void CpuOps<T>::convert(const Tensor& dst, const Tensor& src) {
+  check_float_tensor(dst, "convert");
+  check_float_tensor(src, "convert");
+  TK_CHECK(dst.numel() == src.numel(), "convert: {} and {} differ in size", dst.describe(), src.describe());
+  if (dst.dtype == src.dtype) {
+    std::memmove(dst.data, src.data, src.nbytes());
+    return;
+  }
+  auto read = [&](int64_t i) {
+    return src.dtype == DType::F64   ? src.as<double>()[i]
+           : src.dtype == DType::F32 ? double(src.as<float>()[i])
+                                     : double(bf16_to_float(src.as<uint16_t>()[i]));
+  };
+  for (int64_t i = 0; i < src.numel(); i++) {
+    if (dst.dtype == DType::F64) dst.as<double>()[i] = read(i);
+    else if (dst.dtype == DType::F32) dst.as<float>()[i] = float(read(i));
+    else dst.as<uint16_t>()[i] = float_to_bf16(float(read(i)));  // f64 -> bf16 through f32, as upload_f32 rounds
+  }
+}
+
+template <class T>
 void CpuOps<T>::upload(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);
 }
@@ -106,6 +127,7 @@ void CpuOps<T>::download(void* dst, const void* src, size_t bytes) {
   template void CpuOps<T>::zero(const Tensor&);                              \
   template void CpuOps<T>::upload_f32(const Tensor&, const float*);          \
   template void CpuOps<T>::download_f32(float*, const Tensor&);              \
+  template void CpuOps<T>::convert(const Tensor&, const Tensor&);            \
   template void CpuOps<T>::upload(void*, const void*, size_t);               \
   template void CpuOps<T>::download(void*, const void*, size_t);
 TK_INSTANTIATE_MEMORY(float)

@@ -101,6 +101,20 @@ void CudaOps::upload_f32(const Tensor& dst, const float* src) {
   synchronize();
 }
 
+void CudaOps::convert(const Tensor& dst, const Tensor& src) {
+  auto f32_or_bf16 = [](const Tensor& t) { return t.dtype == DType::F32 || t.dtype == DType::BF16; };
+  TK_CHECK(!dst.empty() && f32_or_bf16(dst) && f32_or_bf16(src) && dst.numel() == src.numel(),
+           "convert: {} from {}: f32 or bf16 tensors of one size", dst.describe(), src.describe());
+  cudaStream_t s = impl_->stream;
+  if (dst.dtype == src.dtype) {
+    TK_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice, s));
+  } else if (dst.dtype == DType::F32) {
+    cuda::bf16_to_f32(ptr<float>(dst), ptr<bf16>(src), src.numel(), s);
+  } else {
+    cuda::f32_to_bf16(ptr<bf16>(dst), ptr<float>(src), src.numel(), s);
+  }
+}
+
 void CudaOps::download_f32(float* dst, const Tensor& src) {
   TK_CHECK(!src.empty() && (src.dtype == DType::F32 || src.dtype == DType::BF16),
            "download_f32: {} is not an f32 or bf16 tensor", src.describe());

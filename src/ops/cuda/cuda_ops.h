@@ -38,6 +38,7 @@ class CudaOps final : public Ops {
   void release_host(void* p) override;
   void zero(const Tensor& t) override;
   void upload_f32(const Tensor& dst, const float* src) override;
+  void convert(const Tensor& dst, const Tensor& src) override;
   void download_f32(float* dst, const Tensor& src) override;
   void upload(void* dst, const void* src, size_t bytes) override;
   void download(void* dst, const void* src, size_t bytes) override;
