@@ -123,11 +123,10 @@ Buffers plan_buffers(BufferCarver& c, BufferCarver& s, const ModelConfig& cfg, c
   return b;
 }
 
-// normal(0, std) from a 64-bit Mersenne twister via Box-Muller, both written out here so that the
-// same seed gives the same weights with any standard library.
 // Elements [begin, end) of a tensor of N(0, std_dev^2) values drawn from its seed, begin even: element pair k by
 // Box-Muller from the 2k-th and (2k+1)-th outputs of SplitMix64 seeded with `seed`. Each pair depends only on k,
-// so any range can be drawn on its own (a large tensor by many threads) and gives the same values.
+// so any range can be drawn on its own (a large tensor by many threads) and gives the same values. Both are written
+// out here, so that the same seed gives the same weights with any standard library.
 void fill_normal(float* out, int64_t begin, int64_t end, uint64_t seed, double std_dev) {
   constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ull;  // SplitMix64's increment (splitmix64 adds it once more)
   auto uniform = [&](int64_t i) { return double(splitmix64(seed + uint64_t(i) * kGamma) >> 11) * 0x1.0p-53; };
