@@ -488,7 +488,8 @@ void Model::init_params(uint64_t seed) {
   const unsigned threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
   constexpr int64_t kBatchFloats = int64_t(1) << 28;  // host memory a batch of parameters takes (one larger alone)
   constexpr int64_t kPiece = int64_t(1) << 20;        // elements a thread draws at a time (even)
-  std::vector<std::vector<float>> host;
+  // Left uninitialised until drawn: the threads' first writes fault the pages in, in parallel.
+  std::vector<std::unique_ptr<float[]>> host;
   for (size_t first = 0; first < params.size();) {
     size_t last = first;  // the batch is [first, last)
     for (int64_t floats = 0; last < params.size() && (last == first || floats + params[last].numel <= kBatchFloats);)
@@ -499,20 +500,23 @@ void Model::init_params(uint64_t seed) {
       int64_t begin, end;
     };
     std::vector<Piece> pieces;
-    host.assign(last - first, {});
+    host.clear();
     for (size_t i = first; i < last; i++) {
       const ParamInfo& p = params[i];
-      const bool norm_weight = p.shape.size() != 2 && !ends_with(p.name, ".bias");
-      host[i - first].assign(size_t(p.numel), norm_weight ? 1.0f : 0.0f);
-      if (p.shape.size() == 2)
+      host.emplace_back(new float[size_t(p.numel)]);
+      if (p.shape.size() == 2) {
         for (int64_t b = 0; b < p.numel; b += kPiece) pieces.push_back({i, b, std::min(p.numel, b + kPiece)});
+      } else {
+        const bool norm_weight = !ends_with(p.name, ".bias");
+        std::fill_n(host.back().get(), p.numel, norm_weight ? 1.0f : 0.0f);
+      }
     }
     std::atomic<size_t> next{0};
     auto draw = [&] {
       for (size_t k; (k = next++) < pieces.size();) {
         const Piece& piece = pieces[k];
         const ParamInfo& p = params[piece.param];
-        fill_normal(host[piece.param - first].data() + piece.begin, piece.begin, piece.end,
+        fill_normal(host[piece.param - first].get() + piece.begin, piece.begin, piece.end,
                     splitmix64(seed ^ fnv1a64(p.name.data(), p.name.size())), m.cfg.init_std);
       }
     };
@@ -520,7 +524,7 @@ void Model::init_params(uint64_t seed) {
     for (unsigned t = 1; t < std::min<size_t>(threads, pieces.size()); t++) pool.emplace_back(draw);
     draw();
     for (std::thread& t : pool) t.join();
-    for (size_t i = first; i < last; i++) set_params_f32(params[i].offset, params[i].numel, host[i - first].data());
+    for (size_t i = first; i < last; i++) set_params_f32(params[i].offset, params[i].numel, host[i - first].get());
     first = last;
   }
 }
