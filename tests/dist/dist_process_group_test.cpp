@@ -111,8 +111,11 @@ TEST_F(ProcessGroupTest, ARankKilledBySigkillIsNamedAndTheOthersStopWithinSecond
 }
 
 TEST_F(ProcessGroupTest, ARankThatIgnoresSigtermIsKilledAfterTheGrace) {
-  // The shell ignores SIGTERM, and so does the sleep it starts (an ignored signal stays ignored across exec).
-  ProcessGroupResult r = run({"trap '' TERM; sleep 60", "exit 1"}, std::chrono::milliseconds(500));
+  // The shell ignores SIGTERM, and so does the sleep it starts (an ignored signal stays ignored across exec). Rank 1
+  // fails only once rank 0 says it ignores the signal: else the group's SIGTERM may reach rank 0 before its trap.
+  ProcessGroupResult r = run({"trap '' TERM; touch \"$DIR/ignoring\"; sleep 60",
+                              "until [ -e \"$DIR/ignoring\" ]; do sleep 0.01; done; exit 1"},
+                             std::chrono::milliseconds(500));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.failed_rank, 1);
   EXPECT_LT(seconds_, 10.0);
