@@ -11,8 +11,8 @@
 # --fp8-lm-head, unless NO_FP8=1 (PRECS picks among bf16, fp8, fp8c: --fp8 --fp8-scaling current, and fp8h; bf16 is
 # --precision bf16, since the default, auto, takes FP8 where it pays). The defaults took 331 s of the GPU machine's
 # 10 minutes a call on an H100, build included (the peer's compilation most of it: 20-45 s a config in bf16, 60-85 s
-# with torchao); llama3.2-3b (an H200: 90-95 GiB) adds about three minutes, less where the compile cache is warm. TK_BENCH_FLAGS adds flags to
-# every tokamak run (e.g. "--logits-chunk 1024"), CONFIG_FLAGS to one config's only, e.g.
+# with torchao); llama3.2-3b (an H200: 90-95 GiB) adds about three minutes (estimated). TK_BENCH_FLAGS adds flags
+# to every tokamak run (e.g. "--logits-chunk 1024"), CONFIG_FLAGS to one config's only, e.g.
 # CONFIG_FLAGS="qwen2.5-0.5b=--logits-chunk 2048;llama3.2-1b=--moments bf16". NO_PEER=1 skips the peer; STEPS (6)
 # timed steps each. PEER_COMPILE_SCOPE=block compiles the peer's blocks apart, as torchtitan does: seconds instead of
 # a minute or two a row, but 1.6-2.5% slower steps (0.5B, one H100), so the table's peer is compiled whole (model).
@@ -33,7 +33,7 @@ STEPS=${STEPS:-6}
 BUILD=build-gpu
 source tests/gpu/env.sh
 # The peer's compiled graphs and kernels kept in the repository's ignored cache, so that a later call on the same
-# machine compiles in a fraction of the time (the timed steps are the same either way).
+# machine need not compile them again (the timed steps are the same either way).
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$PWD/.cache/torchinductor}
 if [ ! -x $BUILD/tokamak ] || [ -n "${REBUILD:-}" ]; then
   cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release $TK_CMAKE_ARGS > "$LOGS/bench-cmake.log" 2>&1
