@@ -123,16 +123,16 @@ Buffers plan_buffers(BufferCarver& c, BufferCarver& s, const ModelConfig& cfg, c
   return b;
 }
 
-// Elements [begin, end) of a tensor of N(0, std_dev^2) values drawn from its seed, begin even: element pair k by
-// Box-Muller from the 2k-th and (2k+1)-th outputs of SplitMix64 seeded with `seed`. Each pair depends only on k,
-// so any range can be drawn on its own (a large tensor by many threads) and gives the same values. Both are written
-// out here, so that the same seed gives the same weights with any standard library.
+// Elements [begin, end) of a tensor of N(0, std_dev^2) values drawn from its seed: element pair k (elements 2k and
+// 2k+1) by Box-Muller from the 2k-th and (2k+1)-th outputs of SplitMix64 seeded with `seed`. Each pair depends only
+// on k, so any range can be drawn on its own (a large tensor by many threads, in batches) and gives the same values.
+// Both are written out here, so that the same seed gives the same weights with any standard library.
 void fill_normal(float* out, int64_t begin, int64_t end, uint64_t seed, double std_dev) {
   constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ull;  // SplitMix64's increment (splitmix64 adds it once more)
   auto uniform = [&](int64_t i) { return double(splitmix64(seed + uint64_t(i) * kGamma) >> 11) * 0x1.0p-53; };
-  for (int64_t i = begin; i < end; i += 2) {
+  for (int64_t i = begin & ~int64_t(1); i < end; i += 2) {
     const double radius = std::sqrt(-2.0 * std::log(1.0 - uniform(i))), angle = 2.0 * std::numbers::pi * uniform(i + 1);
-    out[i - begin] = float(std_dev * radius * std::cos(angle));
+    if (i >= begin) out[i - begin] = float(std_dev * radius * std::cos(angle));
     if (i + 1 < end) out[i + 1 - begin] = float(std_dev * radius * std::sin(angle));
   }
 }
@@ -477,46 +477,50 @@ size_t Model::activation_bytes() const { return impl_->buffer_bytes; }
 void Model::set_gradient_hook(GradientHook* hook) { impl_->hook = hook; }
 void Model::set_parameter_source(ParameterSource* source) { impl_->source = source; }
 
-// Each tensor draws from its own stream, seeded by the run's seed and the tensor's name, so a tensor's
-// initial values do not depend on which other tensors the model has, nor on how many threads draw them:
-// the tensors of a batch (at most ~1 GiB of floats) are drawn by several threads at once, then uploaded
-// in layout order (a 7B model's 7.6 billion draws take minutes on one thread).
-void Model::init_params(uint64_t seed) {
+// Each tensor draws from its own stream, seeded by the run's seed and the tensor's name, so a tensor's initial values
+// do not depend on which other tensors the model has, nor on how many threads draw them, nor on the batches. The
+// parameters go in layout order, in batches (a large tensor split across them): several threads draw a batch into one
+// page-locked host buffer, which is then uploaded (a 7B model's 7.6 billion draws take minutes on one thread, and a
+// pageable upload of its 30 GB of floats seconds more).
+void Model::init_params(uint64_t seed, int64_t batch_values) {
+  TK_CHECK(batch_values > 0, "init_params: a batch of {} values", batch_values);
   Impl& m = *impl_;
   m.ops.zero(m.params);  // alignment padding included
   const std::vector<ParamInfo>& params = m.layout.params;
   const unsigned threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
-  constexpr int64_t kBatchFloats = int64_t(1) << 28;  // host memory a batch of parameters takes (one larger alone)
-  constexpr int64_t kPiece = int64_t(1) << 20;        // elements a thread draws at a time (even)
-  // Left uninitialised until drawn: the threads' first writes fault the pages in, in parallel.
-  std::vector<std::unique_ptr<float[]>> host;
-  for (size_t first = 0; first < params.size();) {
-    size_t last = first;  // the batch is [first, last)
-    for (int64_t floats = 0; last < params.size() && (last == first || floats + params[last].numel <= kBatchFloats);)
-      floats += params[last++].numel;
-    // The batch's work: every piece of every matrix (drawn), and the vectors (norm weights 1, biases 0).
-    struct Piece {
-      size_t param;
-      int64_t begin, end;
-    };
-    std::vector<Piece> pieces;
-    host.clear();
-    for (size_t i = first; i < last; i++) {
-      const ParamInfo& p = params[i];
-      host.emplace_back(new float[size_t(p.numel)]);
+  constexpr int64_t kPiece = int64_t(1) << 20;  // values a thread draws at a time
+  // A batch's part of one tensor: its elements [begin, end), at `at` in the buffer.
+  struct Part {
+    size_t param;
+    int64_t begin, end, at;
+  };
+  int64_t largest = 0;
+  for (const ParamInfo& p : params) largest = std::max(largest, p.numel);
+  const int64_t capacity = std::min(batch_values, largest);
+  struct HostBuffer {
+    Ops& ops;
+    float* values;
+    ~HostBuffer() { ops.release_host(values); }
+  } buffer{m.ops, static_cast<float*>(m.ops.allocate_host(size_t(capacity) * sizeof(float), "initial parameters"))};
+  std::vector<Part> batch;
+  auto draw_and_upload = [&] {
+    // The matrices' parts cut into pieces for the threads; the vectors' filled here (norm weights 1, biases 0).
+    std::vector<Part> pieces;
+    for (const Part& part : batch) {
+      const ParamInfo& p = params[part.param];
       if (p.shape.size() == 2) {
-        for (int64_t b = 0; b < p.numel; b += kPiece) pieces.push_back({i, b, std::min(p.numel, b + kPiece)});
+        for (int64_t b = part.begin; b < part.end; b += kPiece)
+          pieces.push_back({part.param, b, std::min(part.end, b + kPiece), part.at + (b - part.begin)});
       } else {
-        const bool norm_weight = !ends_with(p.name, ".bias");
-        std::fill_n(host.back().get(), p.numel, norm_weight ? 1.0f : 0.0f);
+        std::fill_n(buffer.values + part.at, part.end - part.begin, ends_with(p.name, ".bias") ? 0.0f : 1.0f);
       }
     }
     std::atomic<size_t> next{0};
     auto draw = [&] {
       for (size_t k; (k = next++) < pieces.size();) {
-        const Piece& piece = pieces[k];
+        const Part& piece = pieces[k];
         const ParamInfo& p = params[piece.param];
-        fill_normal(host[piece.param - first].get() + piece.begin, piece.begin, piece.end,
+        fill_normal(buffer.values + piece.at, piece.begin, piece.end,
                     splitmix64(seed ^ fnv1a64(p.name.data(), p.name.size())), m.cfg.init_std);
       }
     };
@@ -524,9 +528,21 @@ void Model::init_params(uint64_t seed) {
     for (unsigned t = 1; t < std::min<size_t>(threads, pieces.size()); t++) pool.emplace_back(draw);
     draw();
     for (std::thread& t : pool) t.join();
-    for (size_t i = first; i < last; i++) set_params_f32(params[i].offset, params[i].numel, host[i - first].get());
-    first = last;
+    for (const Part& part : batch)
+      set_params_f32(params[part.param].offset + part.begin, part.end - part.begin, buffer.values + part.at);
+    batch.clear();
+  };
+  int64_t filled = 0;
+  for (size_t i = 0; i < params.size(); i++) {
+    for (int64_t begin = 0; begin < params[i].numel;) {
+      if (filled == capacity) draw_and_upload(), filled = 0;
+      const int64_t end = std::min(params[i].numel, begin + (capacity - filled));
+      batch.push_back({i, begin, end, filled});
+      filled += end - begin;
+      begin = end;
+    }
   }
+  if (!batch.empty()) draw_and_upload();
 }
 
 void Model::set_params_f32(const std::vector<float>& host) {

@@ -162,6 +162,9 @@ TEST(Model, InitialisationIsDeterministicAndHuggingFaceLike) {
   EXPECT_EQ(pa, b.params_f32());
   b.init_params(100);
   EXPECT_NE(pa, b.params_f32());
+  // Batches of 7 values: tensors split across batches, parts starting at odd elements (mid Box-Muller pair).
+  b.init_params(99, 7);
+  EXPECT_EQ(pa, b.params_f32());
 
   std::vector<bool> covered(pa.size(), false);
   for (const ParamInfo& t : a.layout().params) {
