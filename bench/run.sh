@@ -10,8 +10,9 @@
 # over 2 minutes). tokamak runs each config in bf16, with --fp8 (FP8 linears, delayed scaling) and with --fp8
 # --fp8-lm-head, unless NO_FP8=1 (PRECS picks among bf16, fp8, fp8c: --fp8 --fp8-scaling current, and fp8h; bf16 is
 # --precision bf16, since the default, auto, takes FP8 where it pays). The defaults took 331 s of the GPU machine's
-# 10 minutes a call on an H100, build included (the peer's compilation most of it: 20-45 s a config in bf16, 60-85 s
-# with torchao); llama3.2-3b (an H200: 90-95 GiB) adds about three minutes (estimated). TK_BENCH_FLAGS adds flags
+# 10 minutes a call on an H100, build included (the peer's compilation most of it: 20-55 s a config in bf16, 60-125 s
+# with torchao). With llama3.2-3b too (an H200: 90-95 GiB) about 540 s on a fresh machine, build not included, and
+# 229 s once the peer's compile cache is filled (a call before it on the same machine). TK_BENCH_FLAGS adds flags
 # to every tokamak run (e.g. "--logits-chunk 1024"), CONFIG_FLAGS to one config's only, e.g.
 # CONFIG_FLAGS="qwen2.5-0.5b=--logits-chunk 2048;llama3.2-1b=--moments bf16". NO_PEER=1 skips the peer; STEPS (6)
 # timed steps each. PEER_COMPILE_SCOPE=block compiles the peer's blocks apart, as torchtitan does: seconds instead of
