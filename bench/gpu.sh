@@ -7,8 +7,9 @@
 # first choice against its fastest), tuning (the speed of --gemm-tuning), margin (FP8 delayed scaling's margin), ncu
 # (every kernel of a step, Nsight Compute), attention (our attention backward against cuDNN's; ATTN_PROFILE=1: its
 # stall sampling), kprof (Nsight Compute on the kernels under the kernel bar), bench (tokamak against the PyTorch
-# peer: bench/run.sh). Correctness is tests/gpu/run.sh's. Usage: bench/gpu.sh [step,step...]. Logs in
-# $OUT/bench-logs.tgz.
+# peer: bench/run.sh). Not in the default: peercache (each of bench's peer rows run once, filling the peer's compile
+# cache for a bench step in a later call on the same machine). Correctness is tests/gpu/run.sh's. Usage: bench/gpu.sh
+# [step,step...]. Logs in $OUT/bench-logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${1:-kernels,moments,profile,needless,plan,budget,seven,eight,docmask,chunks,gemms,tuning,margin,ncu,attention,kprof,bench}
@@ -225,6 +226,15 @@ if has kprof && command -v ncu >/dev/null && [ -x $BUILD/bench/kernels_bench ]; 
     grep -iE "stall|bottleneck|est\. speedup" "$OUT/kprof-$k.txt" | head -6
   done
   echo "kprof: $(( $(date +%s) - start ))s"; pack
+fi
+if has peercache; then
+  # Each of bench's peer rows run once (2 steps), to fill the peer's compile cache: a bench step on the same machine
+  # then compiles the peer in about a quarter of the time (the three configs of the README's table: 123 s against
+  # 434 s on an H200), which lets that table fit one 10-minute call after this one.
+  PYTHONUNBUFFERED=1 python3 bench/torch_peer.py --configs "${BENCH_CONFIGS:-qwen2.5-0.5b,llama3.2-1b}" \
+    --modes compile,compile-fp8 --steps 2 --warm 1 --no-ceilings 2> "$OUT/peercache.err" | tee "$OUT/peercache.jsonl" |
+    cut -c1-160
+  echo "peercache: $(( $(date +%s) - start ))s"; pack
 fi
 if has bench; then
   bash bench/run.sh "${BENCH_CONFIGS:-qwen2.5-0.5b,llama3.2-1b}"

@@ -12,7 +12,8 @@
 # --precision bf16, since the default, auto, takes FP8 where it pays). The defaults took 331 s of the GPU machine's
 # 10 minutes a call on an H100, build included (the peer's compilation most of it: 20-55 s a config in bf16, 60-125 s
 # with torchao). With llama3.2-3b too (an H200: 90-95 GiB) about 540 s on a fresh machine, build not included, and
-# 229 s once the peer's compile cache is filled (a call before it on the same machine). TK_BENCH_FLAGS adds flags
+# 229 s once the peer's compile cache is filled (`bench/gpu.sh peercache` in a call before it on the same machine; the
+# cache's folder is tests/gpu/env.sh's TORCHINDUCTOR_CACHE_DIR). TK_BENCH_FLAGS adds flags
 # to every tokamak run (e.g. "--logits-chunk 1024"), CONFIG_FLAGS to one config's only, e.g.
 # CONFIG_FLAGS="qwen2.5-0.5b=--logits-chunk 2048;llama3.2-1b=--moments bf16". NO_PEER=1 skips the peer; STEPS (6)
 # timed steps each. PEER_COMPILE_SCOPE=block compiles the peer's blocks apart, as torchtitan does: seconds instead of
@@ -33,9 +34,6 @@ CONFIGS=${1:-qwen2.5-0.5b,llama3.2-1b}
 STEPS=${STEPS:-6}
 BUILD=build-gpu
 source tests/gpu/env.sh
-# The peer's compiled graphs and kernels kept in the repository's ignored cache, so that a later call on the same
-# machine need not compile them again (the timed steps are the same either way).
-export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$PWD/.cache/torchinductor}
 if [ ! -x $BUILD/tokamak ] || [ -n "${REBUILD:-}" ]; then
   cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release $TK_CMAKE_ARGS > "$LOGS/bench-cmake.log" 2>&1
   ninja -C $BUILD -j16 tokamak > "$LOGS/bench-build.log" 2>&1 || { tail -30 "$LOGS/bench-build.log"; exit 1; }
