@@ -144,7 +144,8 @@ class Model {
 
   // Initialisation as Hugging Face does for these architectures: normal(0, init_std) for matrices
   // and the embedding, ones for norm weights, zeros for biases; deterministic from the seed. The values are drawn
-  // and uploaded in batches of batch_values (the host memory it takes, page-locked); any batch size gives the same.
+  // and uploaded in batches of batch_values (the host memory it takes, from Ops::allocate_host: page-locked on CUDA);
+  // any batch size gives the same values.
   void init_params(uint64_t seed, int64_t batch_values = int64_t(1) << 26);
   void set_params_f32(const std::vector<float>& host);   // layout order, size P
   // The run [offset, offset + n) of the layout from host values: with sharded parameters, what of it this rank holds.
