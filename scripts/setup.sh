@@ -8,7 +8,7 @@ ROOT=$(pwd)
 
 # TOKAMAK_EXTRA_APT: more packages for one caller (scripts/test.sh adds chromium for the report's render test,
 # tests/fuzz/run.sh clang and its libFuzzer).
-APT_PACKAGES="build-essential cmake ninja-build pkg-config perl nodejs npm \
+APT_PACKAGES="build-essential cmake ninja-build pkg-config perl python3 nodejs npm \
   libpcre2-dev nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev libzstd-dev zlib1g-dev libicu-dev libgtest-dev libxxhash-dev \
   libtomlplusplus-dev \
   libopenmpi-dev openmpi-bin \

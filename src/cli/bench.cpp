@@ -11,42 +11,34 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "backend/backend.h"
 #include "cli/command.h"
 #include "cli/conventions.h"
+#include "cli/step_options.h"
 #include "core/format.h"
 #include "core/log.h"
 #include "model/model.h"
-#include "ops/backend.h"
 #include "ops/gpu_clocks.h"
-#include "train/machine_fit.h"
-#include "train/memory_plan.h"
-#include "train/metrics.h"
-#include "train/optimizer.h"
-#include "train/precision_choice.h"
-#include "train/recipe.h"
+#include "optim/optimizer.h"
+#include "plan/machine_fit.h"
+#include "plan/memory_plan.h"
+#include "plan/metrics.h"
+#include "plan/precision_choice.h"
+#include "plan/recipe.h"
+#include "plan/step_options.h"
 #include "train/run_log.h"
 
 namespace {
 
-// The model, device and shape default to train's (the tiny preset, 8 x 256); the speed table's rows and the PyTorch
-// peer's are measured at 8 x 2048 (bench/run.sh passes it).
-struct BenchOptions {
-  std::string model = "tiny";
-  std::string device = "auto";
-  std::string moments = "f32";
-  int batch = 8, seq = 256, steps = 10, warmup = 3;
-  int64_t batch_tokens = 0;  // 0: one micro-batch a step
-  std::string recompute = "none";
-  std::string offload = "none";
-  std::string memory_budget;  // "": the setting as given
-  int logits_chunk_mib = 0;  // 0: the backend's default
-  bool gemm_tuning = true;
-  std::string precision = tk::kDefaultPrecision;
-  bool fp8 = false;
-  std::string fp8_scaling = "delayed";
-  int fp8_margin = 1;  // as train's default
-  bool fp8_lm_head = false;
-  uint64_t seed = 1;
+// The step's options are train's (cli/step_options.h), with its defaults but for the seed; the speed table's rows and
+// the PyTorch peer's are measured at 8 x 2048 (bench/run.sh passes it).
+struct BenchArgs {
+  tk::StepOptions step = [] {
+    tk::StepOptions o;
+    o.seed = 1;
+    return o;
+  }();
+  int steps = 10, warmup = 3;
   bool json = false;
 };
 
@@ -65,48 +57,8 @@ std::vector<tk::OwnedBatch> random_batches(int B, int T, int accumulation, int v
   return batches;
 }
 
-// The recipe of the flags: train's (micro-batch, accumulation, precision, recompute, offload, logits chunk), with
-// no document mask.
-tk::Recipe bench_recipe(const BenchOptions& o, const tk::ModelConfig& cfg, bool gpu) {
-  tk::Recipe r;
-  r.model = cfg;
-  r.gpu = gpu;
-  r.batch = o.batch;
-  r.seq = o.seq;
-  const int64_t micro_tokens = int64_t(o.batch) * o.seq, batch_tokens = o.batch_tokens > 0 ? o.batch_tokens : micro_tokens;
-  TK_CHECK(batch_tokens % micro_tokens == 0,
-           "--batch-tokens {} is not a multiple of the micro-batch's {} tokens (--batch {} x --seq {})", batch_tokens,
-           micro_tokens, o.batch, o.seq);
-  r.accumulation = int(batch_tokens / micro_tokens);
-  r.recompute = tk::Recompute::parse(o.recompute);
-  r.optimizer.moments = tk::parse_moments(o.moments);
-  r.set_offload(o.offload);
-  r.backend.precision = tk::resolve_precision(o.precision, o.fp8, o.fp8_scaling, o.fp8_margin, o.fp8_lm_head,
-                                             gpu ? tk::current_gpu() : std::nullopt, cfg, o.batch, o.seq,
-                                             r.precision_note);
-  r.backend.gemm_tuning = o.gemm_tuning;
-  if (o.logits_chunk_mib > 0) r.backend.logits_chunk_bytes = size_t(o.logits_chunk_mib) << 20;
-  return r;
-}
-
-// --memory-budget: train's search on this device (memory_plan.h choose_plan) for the same tokens a step: the fastest
-// micro-batch (at most --batch) with its accumulation, recompute policy, offload and logits chunk (unless
-// --logits-chunk fixes it) whose planned memory fits.
-tk::Recipe fit_memory_budget(const tk::Recipe& base, const BenchOptions& o, const tk::Backend& be) {
-  TK_CHECK(be.gpu, "--memory-budget plans device memory: it needs the CUDA backend (--device cuda)");
-  const double budget = tk::parse_bytes(o.memory_budget);
-  tk::PlanTarget target = tk::running_plan_target(be);
-  target.choose_logits_chunk = o.logits_chunk_mib == 0;
-  const tk::MemoryPlan p = tk::choose_plan(base, base.micro_tokens() * base.accumulation, budget, target);
-  fmt::print(stderr, "memory budget {}: micro-batch {} x {} with {} accumulation step(s), recompute {}, offload {}, "
-             "logits chunk {}; planned {}\n", tk::format_bytes(budget), p.recipe.batch, p.recipe.seq,
-             p.recipe.accumulation, p.recipe.recompute.describe(), p.recipe.offload_name(),
-             tk::format_bytes(double(p.recipe.logits_chunk_bytes())), tk::format_bytes(p.total_bytes));
-  return p.recipe;
-}
-
 // What the row's engine name adds to the precision for a setting other than bench's plain one.
-std::string setting_suffix(const tk::Recipe& r, const BenchOptions& o) {
+std::string setting_suffix(const tk::Recipe& r, const tk::StepOptions& o) {
   std::string s;
   if (!o.memory_budget.empty()) s += fmt::format(", within {}", tk::format_bytes(tk::parse_bytes(o.memory_budget)));
   if (r.accumulation > 1) s += fmt::format(", {} x {} rows", r.accumulation, r.batch);
@@ -117,7 +69,8 @@ std::string setting_suffix(const tk::Recipe& r, const BenchOptions& o) {
   return s;
 }
 
-int run_bench(const BenchOptions& o) {
+int run_bench(const BenchArgs& b) {
+  const tk::StepOptions& o = b.step;
   using clock = std::chrono::steady_clock;
   // With -v, how long each part of the setting up took (a row's wall time beyond its steps).
   clock::time_point phase_start = clock::now();
@@ -127,11 +80,19 @@ int run_bench(const BenchOptions& o) {
     phase_start = now;
   };
   tk::ModelConfig cfg = tk::ModelConfig::resolve(o.model);
+  if (o.vocab_size > 0) cfg.vocab_size = o.vocab_size;
   tk::Backend be = tk::make_backend(o.device);
   phase_done("the backend made");
-  tk::Recipe recipe = bench_recipe(o, cfg, be.gpu);
-  if (!o.memory_budget.empty()) recipe = fit_memory_budget(recipe, o, be);
+  tk::Recipe recipe = tk::make_recipe(o, cfg, be.gpu, be.gpu ? tk::current_gpu() : std::nullopt);
   if (!recipe.precision_note.empty()) fmt::print(stderr, "{}\n", recipe.precision_note);
+  const tk::PlanTarget target = tk::running_plan_target(be, o.peak_tflops);
+  if (!o.memory_budget.empty()) {
+    std::string line;
+    recipe = tk::fit_memory_budget(recipe, o, target, line).recipe;
+    fmt::print(stderr, "{}\n", line);
+  }
+  // As train does: a setting larger than the machine is refused before anything is allocated.
+  tk::refuse_plan_larger_than(cfg, tk::plan_memory(recipe, target), tk::machine_memory(be.gpu));
   const bool fp8 = recipe.backend.precision.fp8, fp8_lm_head = recipe.backend.precision.fp8_lm_head();
   const size_t mem_before = tk::memory_in_use_bytes(be.gpu);
   tk::configure_backend(*be.ops, recipe.backend);
@@ -161,7 +122,7 @@ int run_bench(const BenchOptions& o) {
   };
   phase_done("the optimizer and the batches made");
   auto t0 = clock::now();
-  for (int i = 0; i < o.warmup; i++) step(i);
+  for (int i = 0; i < b.warmup; i++) step(i);
   be.ops->synchronize();
   const double warm_s = std::chrono::duration<double>(clock::now() - t0).count();
   if (const std::string tuning = tk::gemm_tuning_summary(*be.ops); !tuning.empty()) fmt::print(stderr, "{}\n", tuning);
@@ -170,7 +131,7 @@ int run_bench(const BenchOptions& o) {
   std::optional<tk::ClockSampler> clocks;  // the GPU's clock over the timed steps (the power limit lowers it)
   if (be.gpu) clocks.emplace().start();
   t0 = clock::now();
-  for (int i = 0; i < o.steps; i++) step(i);
+  for (int i = 0; i < b.steps; i++) step(i);
   be.ops->synchronize();
   const double secs = std::chrono::duration<double>(clock::now() - t0).count();
   const tk::ClockSummary clock_summary = clocks ? clocks->stop() : tk::ClockSummary{};
@@ -179,15 +140,15 @@ int run_bench(const BenchOptions& o) {
   // by the commit at its optimizer step).
   const int64_t recasts = recasts_before >= 0 ? tk::fp8_recasts(*be.ops) - recasts_before : -1;
 
-  tk::ThroughputModel tm(cfg, o.seq, tk::describe_device(be.gpu, 0), recipe.recompute.flops_per_token(cfg, o.seq));
-  tk::StepMetrics m = tm.measure(tokens * o.steps, secs, 0);
+  tk::ThroughputModel tm(cfg, o.seq, tk::describe_device(be.gpu, o.peak_tflops * 1e12), recipe.recompute.flops_per_token(cfg, o.seq));
+  tk::StepMetrics m = tm.measure(tokens * b.steps, secs, 0);
   const double mem_gib = double(be.gpu ? mem_peak - mem_before : mem_peak) / double(1ull << 30);
   nlohmann::json row = {{"config", o.model},
                         {"engine", !fp8 ? "tokamak" : o.fp8_scaling == "current" ? "tokamak fp8 current" : "tokamak fp8"},
                         {"device", tm.device().name},
                         {"params", cfg.total_params()},
                         {"tokens_per_step", tokens},
-                        {"step_ms", std::round(secs / o.steps * 1e5) / 100},
+                        {"step_ms", std::round(secs / b.steps * 1e5) / 100},
                         {"tok_s", std::llround(m.tokens_per_s)},
                         {"tflops", std::round(m.achieved_flops / 1e11) / 10},
                         {"gflops", std::round(m.achieved_flops / 1e7) / 100},  // a CPU's rate, which TFLOP/s rounds to 0
@@ -206,69 +167,42 @@ int run_bench(const BenchOptions& o) {
   if (!o.memory_budget.empty()) row["memory_budget_gib"] = std::round(tk::parse_bytes(o.memory_budget) / double(1ull << 30) * 10) / 10;
   row["hfu"] = m.hfu < 0 ? nlohmann::json() : nlohmann::json(std::round(m.hfu * 1000) / 1000);
   tk::add_clock_fields(row, clock_summary);
-  if (o.json) {
+  if (b.json) {
     fmt::print("{}\n", row.dump());
   } else {
     fmt::print("{}{}{} on {}: {:.1f} ms/step, {:.0f} tok/s, {}, MFU {}, memory {:.1f} GiB, loss {:.3f}\n",
                o.model, !fp8 ? "" : fp8_lm_head ? " (FP8 linears and LM head)" : " (FP8 linears)",
-               setting_suffix(recipe, o), tm.device().name, secs / o.steps * 1e3, m.tokens_per_s, tk::format_flop_rate(m.achieved_flops),
+               setting_suffix(recipe, o), tm.device().name, secs / b.steps * 1e3, m.tokens_per_s, tk::format_flop_rate(m.achieved_flops),
                m.mfu < 0 ? std::string("n/a (") + tm.peak_description() + ")" : fmt::format("{:.1f}%", m.mfu * 100), mem_gib,
                loss);
     if (row.contains("fp8_recasts"))
-      fmt::print("FP8 casts done again by their guards (saturated): {} over {} timed steps\n", recasts, o.steps);
+      fmt::print("FP8 casts done again by their guards (saturated): {} over {} timed steps\n", recasts, b.steps);
     if (!clock_summary.empty()) fmt::print("GPU clock over the timed steps: {}\n", tk::describe_clocks(clock_summary));
   }
   return 0;
 }
 
-void add_options(CLI::App& app, BenchOptions& o) {
-  app.add_option("--model", o.model, "Preset, config.json or HF model directory (as train's)")->capture_default_str();
-  tk::cli::one_of(app.add_option("--device", o.device, "Where to run (auto: a CUDA GPU when one is visible, else the CPU)"),
-                  {"auto", "cpu", "cuda"})
-      ->capture_default_str();
-  app.add_option("--batch", o.batch, "Micro-batch rows")->capture_default_str();
-  app.add_option("--seq", o.seq, "Sequence length (the speed table and bench/run.sh: 2048)")->capture_default_str();
-  app.add_option("--steps", o.steps, "Timed steps")->capture_default_str();
-  app.add_option("--warmup", o.warmup, "Untimed steps first")->capture_default_str();
-  app.add_option("--seed", o.seed, "Seed of weights and tokens")->capture_default_str();
-  tk::cli::one_of(app.add_option("--moments", o.moments, "AdamW's m and v (as train's)"), {"f32", "bf16", "int8"})
-      ->capture_default_str();
-  app.add_option("--batch-tokens", o.batch_tokens,
-                 "Tokens a step, a multiple of B*T: accumulation makes up the rest (default: B*T, as train's)")
-      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
-  app.add_option("--recompute", o.recompute, "What the backward recomputes instead of keeping (as train's)")
-      ->check(tk::cli::parsed_by([](const std::string& v) { tk::Recompute::parse(v); }))
-      ->capture_default_str();
-  tk::cli::one_of(app.add_option("--offload", o.offload, "State in host memory (as train's)"),
-                  {"none", "optimizer", "optimizer,gradients"})
-      ->capture_default_str();
-  app.add_option("--memory-budget", o.memory_budget,
-                 "Device memory to fit, e.g. 34GiB: the fastest micro-batch (at most --batch), accumulation, "
-                 "recompute, offload and logits chunk the planner finds for the same tokens a step (as train's)");
-  app.add_option("--logits-chunk", o.logits_chunk_mib, "MiB of the LM head's logits chunk (CUDA; default 512)")
-      ->check(CLI::Range(1, 65536));
-  tk::cli::add_on_off_flag(app, "gemm-tuning", o.gemm_tuning,
-                           "GEMM algorithms chosen by timing, kept in the cache (as train's)");
-  CLI::Option* precision = tk::cli::one_of(app.add_option("--precision", o.precision,
-                                                          "auto, bf16 or fp8: the matmuls' precision (as train's)"),
-                                           {"auto", "bf16", "fp8"})
-                               ->capture_default_str();
-  app.add_flag("--fp8", o.fp8, "The linear layers' GEMMs in FP8 (as train's): --precision fp8")->excludes(precision);
-  app.add_flag("--fp8-lm-head", o.fp8_lm_head, "The LM head's GEMMs in FP8 too (as train's)");
-  app.add_option("--fp8-margin", o.fp8_margin, "Delayed scaling's headroom (as train's)")
-      ->check(CLI::Range(0, 8))
-      ->capture_default_str();
-  app.add_option("--fp8-scaling", o.fp8_scaling, "delayed or current (as train's)")
-      ->check(CLI::IsMember({"current", "delayed"}))
-      ->capture_default_str();
-  app.add_flag("--json", o.json, "Print one JSON row (the peer benchmark's fields)");
+void add_options(CLI::App& app, BenchArgs& b) {
+  tk::cli::add_step_options(app, b.step);
+  tk::cli::refuse_step_options(app, {"--data", "--tokenizer", "--zero"}, "bench",
+                               "it times one process's steps on random tokens");
+  const std::string group = "Timing";
+  app.add_option("--steps", b.steps, "Timed steps")->check(CLI::PositiveNumber)->capture_default_str()->group(group);
+  app.add_option("--warmup", b.warmup, "Untimed steps first")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->group(group);
+  app.add_flag("--json", b.json, "Print one JSON row (the peer benchmark's fields)")->group(group);
 }
 
 tk::cli::Command bench_cmd("bench", "Time full training steps of a model shape on random tokens (no data loading)",
                            [](CLI::App& app) -> tk::cli::Runner {
-                             auto o = std::make_shared<BenchOptions>();
+                             auto o = std::make_shared<BenchArgs>();
                              add_options(app, *o);
-                             return [o] { return run_bench(*o); };
+                             return [o] {
+                               tk::cli::require_valid(o->step);
+                               return run_bench(*o);
+                             };
                            });
 
 }  // namespace

@@ -6,12 +6,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "backend/backend.h"
 #include "cli/command.h"
 #include "cli/conventions.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "io/hf.h"
-#include "ops/backend.h"
 #include "train/checkpoint.h"
 #include "train/dataset.h"
 #include "train/evaluate.h"

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "model/generate.h"
+#include "backend/backend.h"
 #include "cli/command.h"
 #include "cli/conventions.h"
 #include "core/error.h"
@@ -13,8 +15,6 @@
 #include "data/generated_text.h"
 #include "data/tokenizer.h"
 #include "io/hf.h"
-#include "model/generate.h"
-#include "ops/backend.h"
 #include "train/model_source.h"
 
 namespace {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "backend/backend.h"
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/fs.h"
@@ -14,7 +15,6 @@
 #include "io/safetensors.h"
 #include "model/generate.h"
 #include "model/model.h"
-#include "ops/backend.h"
 
 namespace {
 

@@ -14,16 +14,16 @@
 #include <memory>
 #include <string>
 
+#include "backend/backend.h"
 #include "cli/command.h"
 #include "cli/conventions.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/agreement.h"
-#include "dist/cpu_binding.h"
 #include "dist/communicator.h"
+#include "dist/cpu_binding.h"
 #include "dist/launch.h"
 #include "dist/session.h"
-#include "ops/backend.h"
 #include "ops/cpu/openblas_core.h"
 
 namespace tk::cli {

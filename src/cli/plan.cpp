@@ -11,32 +11,36 @@
 
 #include "cli/command.h"
 #include "cli/conventions.h"
+#include "cli/step_options.h"
 #include "core/format.h"
-#include "train/memory_plan.h"
-#include "train/gpu_specs.h"
-#include "train/metrics.h"
+#include "plan/gpu_specs.h"
+#include "plan/memory_plan.h"
+#include "plan/metrics.h"
+#include "plan/precision_choice.h"
+#include "plan/recipe.h"
+#include "plan/step_options.h"
+#include "plan/zero_plan.h"
 #include "train/model_source.h"
-#include "train/precision_choice.h"
-#include "train/recipe.h"
-#include "train/zero_plan.h"
 
 namespace {
 
-// The model and shape default to train's (the tiny preset, 8 x 256); the device to cuda, not train's auto: a plan is
+// The step's options are train's (cli/step_options.h) with the device defaulting to cuda, not train's auto: a plan is
 // for a GPU run, made on any machine. The card defaults to the H100 SXM with no budget; naming one (--gpu) plans for
 // its memory, its rates and, unless a precision is given, the faster of bf16 and FP8 where it has FP8.
-struct PlanFlags {
-  std::string model = "tiny", budget, device = "cuda", gpu = "H100 SXM", host_memory;
-  std::string moments = "f32", precision = tk::kDefaultPrecision, interconnect;  // "": the card's own link
-  int batch = 8, seq = 256, gpus = 1, zero = -1;
-  int64_t batch_tokens = 0;
+struct PlanArgs {
+  tk::StepOptions step = [] {
+    tk::StepOptions o;
+    o.device = "cuda";
+    return o;
+  }();
+  std::string gpu = "H100 SXM", host_memory;
+  std::string interconnect;  // "": the card's own link
+  int gpus = 1;
   double efficiency = tk::PlanTarget{}.matmul_efficiency, attention_fwd = tk::PlanTarget{}.attention_forward_efficiency,
          attention_bwd = tk::PlanTarget{}.attention_backward_efficiency, bandwidth_gbs = 0, host_gbs = 45;
   double link_gbs = 0;
-  bool json = false, all = false, doc_mask = false, fp8 = false, fp8_lm_head = false;
+  bool json = false, all = false;
   bool gpu_given = false, precision_given = false;
-  std::string fp8_scaling = "delayed";
-  int logits_chunk_mib = 0;
 };
 
 nlohmann::ordered_json to_json(const tk::MemoryPlan& p, double budget, const tk::PlanTarget& target) {
@@ -79,36 +83,24 @@ const tk::GpuSpec& find_card(const std::string& text) {
   tk::cli::usage_error("--gpu \"{}\" is not a GPU tokamak knows; the GPUs are {}", text, names);
 }
 
-// The recipe the flags describe: train's for the same flags, with the micro-batch at its largest. The precision is
-// the flags' (auto's line printed), unless `search` leaves it to the candidates.
-tk::Recipe plan_recipe(const PlanFlags& f, const tk::ModelConfig& cfg, int64_t global, const tk::GpuSpec& card,
-                       bool search) {
-  tk::Recipe r;
-  r.model = cfg;
-  r.gpu = f.device != "cpu";
-  r.batch = f.batch;
-  r.seq = f.seq;
-  r.world_size = f.gpus;
-  r.accumulation = int(global / (int64_t(f.batch) * f.seq * f.gpus));
-  r.doc_mask = f.doc_mask;
-  r.optimizer.moments = tk::parse_moments(f.moments);
-  if (!search) {
-    std::optional<tk::GpuInfo> device;
-    if (r.gpu)
-      device = tk::GpuInfo{card.name, card.sms, card.cc_major, card.cc_minor, size_t(card.memory_gib * (1ull << 30))};
-    r.backend.precision = tk::resolve_precision(f.precision, f.fp8, f.fp8_scaling, 1, f.fp8_lm_head, device, cfg,
-                                                f.batch, f.seq, r.precision_note);
-    TK_CHECK(!r.backend.precision.fp8 || card.fp8_tensor_cores(),
-             "the {} (compute capability {}) has no FP8 tensor cores: FP8 cannot run there", card.name,
-             card.compute_capability());
-  } else {
-    r.backend.precision.delayed = f.fp8_scaling == "delayed";
+// The recipe the flags describe: train's for the same flags on the card, with the micro-batch at its largest. The
+// precision is the flags' (auto's line printed), unless `search` leaves it to the candidates.
+tk::Recipe plan_recipe(const PlanArgs& f, const tk::ModelConfig& cfg, const tk::GpuSpec& card, bool search) {
+  const bool gpu = f.step.device != "cpu";
+  const tk::GpuInfo device{card.name, card.sms, card.cc_major, card.cc_minor, size_t(card.memory_gib * (1ull << 30))};
+  tk::StepOptions o = f.step;
+  if (search) {  // bf16 here; the candidates add FP8 with these settings
+    o.precision = "bf16";
+    o.fp8 = o.fp8_lm_head = false;
   }
-  if (f.logits_chunk_mib > 0) r.backend.logits_chunk_bytes = size_t(f.logits_chunk_mib) << 20;
+  tk::Recipe r = tk::make_recipe(o, cfg, gpu, device, f.gpus);
+  TK_CHECK(!r.backend.precision.fp8 || card.fp8_tensor_cores(),
+           "the {} (compute capability {}) has no FP8 tensor cores: FP8 cannot run there", card.name,
+           card.compute_capability());
   return r;
 }
 
-tk::PlanTarget plan_target(const PlanFlags& f, const tk::GpuSpec& card, bool gpu) {
+tk::PlanTarget plan_target(const PlanArgs& f, const tk::GpuSpec& card, bool gpu) {
   tk::PlanTarget target = tk::plan_target_for(card);
   target.matmul_efficiency = f.efficiency;
   target.attention_forward_efficiency = f.attention_fwd;
@@ -212,7 +204,7 @@ void print_json(const tk::ModelConfig& cfg, const tk::GpuSpec& card, const tk::R
 
 void print_card(const tk::GpuSpec& card) {
   fmt::print("{}: {:g} GiB, {:g} GB/s, {:g} TFLOP/s bf16, {}, compute capability {} (dense datasheet figures, cited in "
-             "src/train/gpu_specs.cpp)\n",
+             "src/plan/gpu_specs.cpp)\n",
              card.name, card.memory_gib, card.bandwidth_gbs, card.bf16_tflops,
              card.fp8_tensor_cores() ? fmt::format("{:g} TFLOP/s FP8", card.fp8_tflops) : std::string("no FP8"),
              card.compute_capability());
@@ -229,33 +221,35 @@ void print_chosen(const tk::MemoryPlan& chosen, double budget, const tk::PlanTar
                chosen.communication.exposed_seconds * 1e3);
 }
 
-int run(const PlanFlags& f) {
+int run(const PlanArgs& f) {
+  const tk::StepOptions& o = f.step;
   const tk::GpuSpec& card = find_card(f.gpu);
-  const tk::ModelConfig cfg = tk::find_model_source(f.model).config;
-  const int64_t global = f.batch_tokens > 0 ? f.batch_tokens : int64_t(f.batch) * f.seq * f.gpus;
-  const bool gpu = f.device != "cpu";
-  const bool search = gpu && f.gpu_given && !f.precision_given && !f.fp8;
-  const tk::Recipe recipe = plan_recipe(f, cfg, global, card, search);
+  tk::ModelConfig cfg = tk::find_model_source(o.model).config;
+  if (o.vocab_size > 0) cfg.vocab_size = o.vocab_size;
+  const int64_t global = tk::global_batch_tokens(o, f.gpus);
+  const bool gpu = o.device != "cpu";
+  const bool search = gpu && f.gpu_given && !f.precision_given && !o.fp8;
+  const tk::Recipe recipe = plan_recipe(f, cfg, card, search);
   tk::PlanTarget target = plan_target(f, card, gpu);
   target.try_fp8 = search && card.fp8_tensor_cores();
-  const double budget = !f.budget.empty()       ? tk::parse_bytes(f.budget)
+  const double budget = !o.memory_budget.empty() ? tk::parse_bytes(o.memory_budget)
                         : f.gpu_given && gpu ? card.memory_gib * double(1ull << 30)
                                              : 0;
-  target.choose_logits_chunk = budget > 0 && f.logits_chunk_mib == 0;
+  target.choose_logits_chunk = budget > 0 && o.logits_chunk_mib == 0;
   std::vector<StagePlan> stages;
-  if (f.gpus > 1 && f.zero < 0)
+  if (f.gpus > 1 && o.zero < 0)
     for (int k = 0; k <= 3; k++) stages.push_back(plan_stage(recipe, k, global, budget, target));
   else
-    stages.push_back(plan_stage(recipe, std::max(f.zero, 0), global, budget, target));
+    stages.push_back(plan_stage(recipe, std::max(o.zero, 0), global, budget, target));
   if (stages.size() == 1 && !stages[0].plan) tk::fail("{}", stages[0].refusal);
-  const std::optional<tk::StageChoice> choice = choose_stage(recipe, f.zero, global, budget, target);
+  const std::optional<tk::StageChoice> choice = choose_stage(recipe, o.zero, global, budget, target);
   if (f.json) {
     print_json(cfg, card, recipe, stages, choice, global, budget, target);
     return 0;
   }
   if (gpu && f.gpu_given) print_card(card);
   if (!recipe.precision_note.empty()) fmt::print("{}\n", recipe.precision_note);
-  fmt::print("{}: {} on {}{} ({}), global batch {} tokens\n", f.model, cfg.name,
+  fmt::print("{}: {} on {}{} ({}), global batch {} tokens\n", o.model, cfg.name,
              f.gpus > 1 ? fmt::format("{} x ", f.gpus) : "", gpu ? card.name : "the CPU",
              budget > 0 ? "budget " + tk::format_bytes(budget) + (f.gpus > 1 ? " each" : "") : "no budget", global);
   const StagePlan* best = nullptr;
@@ -283,19 +277,17 @@ int run(const PlanFlags& f) {
   return 0;
 }
 
-void add_options(CLI::App& app, PlanFlags& f) {
-  app.add_option("--model", f.model, "Preset, config.json or HF model directory (as train's)")->capture_default_str();
-  app.add_option("--batch", f.batch, "Largest micro-batch rows to consider (per GPU)")->capture_default_str();
-  app.add_option("--seq", f.seq, "Sequence length")->capture_default_str();
-  app.add_option("--batch-tokens", f.batch_tokens, "Global batch in tokens (default: batch x seq x GPUs)");
-  app.add_option("--memory-budget", f.budget,
-                 "Device memory to fit, e.g. 16GiB (default: the memory of the card --gpu names; without --gpu, none: "
-                 "the plan as given)");
-  tk::cli::one_of(app.add_option("--device", f.device,
-                                 "The device of the run planned: cuda (bf16) or cpu (the default is cuda, not train's "
-                                 "auto: plans are for GPU runs, and need no GPU to make)"),
-                  {"cuda", "cpu"})
-      ->capture_default_str();
+void add_options(CLI::App& app, PlanArgs& f) {
+  tk::cli::add_step_options(app, f.step);
+  tk::cli::refuse_step_options(app, {"--data", "--tokenizer", "--seed", "--gemm-tuning", "--peak-tflops"}, "plan",
+                               "a plan is made from the model's shapes and the card's rates, with no data, no weights "
+                               "and no GPU");
+  app.get_option("--batch")->description("Largest micro-batch rows to consider (per GPU)");
+  app.get_option("--memory-budget")
+      ->description("Device memory to fit, e.g. 16GiB (default: the memory of the card --gpu names; without --gpu, "
+                    "none: the plan as given)");
+  app.get_option("--device")->description("The device of the run planned: cuda (bf16) or cpu (the default is cuda, "
+                                          "not train's auto: plans are for GPU runs, and need no GPU to make)");
   app.add_option("--gpu", f.gpu,
                  "The GPU planned for, by name (case-insensitive, a unique prefix will do: \"RTX 4080\", \"A100 80\"): "
                  "its "
@@ -305,10 +297,6 @@ void add_options(CLI::App& app, PlanFlags& f) {
   app.add_option("--gpus", f.gpus, "Data-parallel GPUs: memory per GPU and the run's tokens/s with communication")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--zero", f.zero,
-                 "ZeRO stage with --gpus: 0 replicated, 1 optimizer state sharded, 2 and gradients, 3 and parameters "
-                 "(default: the four side by side)")
-      ->check(CLI::Range(0, 3));
   tk::cli::one_of(app.add_option("--interconnect", f.interconnect,
                                  "The GPUs' link: nvlink (NVLink 4, 360 GB/s bus bandwidth), nvlink5 (720), nvlink3 "
                                  "(240), pcie (gen 4 x16, 25 GB/s), pcie4, or pcie5 (50 GB/s); default: the card's "
@@ -333,27 +321,6 @@ void add_options(CLI::App& app, PlanFlags& f) {
       ->capture_default_str();
   app.add_option("--host-memory", f.host_memory,
                  "Page-locked host memory offload may take, e.g. 100GiB (default: 80% of this machine's memory)");
-  app.add_flag("--doc-mask", f.doc_mask, "Plan for train --doc-mask (with its attention mask)");
-  CLI::Option* precision =
-      tk::cli::one_of(app.add_option("--precision", f.precision,
-                                     "Plan for train --precision: auto (its choice for the card, printed), bf16 or "
-                                     "fp8"),
-                      {"auto", "bf16", "fp8"})
-          ->capture_default_str();
-  app.add_flag("--fp8", f.fp8, "Plan for train --fp8 (with the FP8 copies of the operands): --precision fp8")
-      ->excludes(precision);
-  app.add_flag("--fp8-lm-head", f.fp8_lm_head, "Plan for train --fp8 --fp8-lm-head");
-  app.add_option("--logits-chunk", f.logits_chunk_mib,
-                 "MiB of the LM head's logits chunk as train --logits-chunk (default 512, or chosen with a budget)")
-      ->check(CLI::Range(1, 65536));
-  app.add_option("--fp8-scaling", f.fp8_scaling, "As train --fp8-scaling: delayed or current")
-      ->check(CLI::IsMember({"current", "delayed"}))
-      ->capture_default_str();
-  tk::cli::one_of(app.add_option("--moments", f.moments,
-                                 "AdamW's m and v as train --moments: f32, bf16 or int8 (every setting tried keeps "
-                                 "it)"),
-                  {"f32", "bf16", "int8"})
-      ->capture_default_str();
   app.add_flag("--all", f.all, "List every setting tried");
   app.add_flag("--json", f.json, "Print the plan as JSON");
 }
@@ -362,13 +329,15 @@ tk::cli::Command plan_cmd("plan",
                           "The memory a training run needs, and the fastest setting that fits a budget or a GPU, on "
                           "one GPU or many (no GPU needed)",
                           [](CLI::App& app) -> tk::cli::Runner {
-                            auto f = std::make_shared<PlanFlags>();
+                            auto f = std::make_shared<PlanArgs>();
                             add_options(app, *f);
                             const CLI::Option* gpu = app.get_option("--gpu");
                             const CLI::Option* precision = app.get_option("--precision");
-                            return [f, gpu, precision] {
+                            const CLI::Option* fp8 = app.get_option("--fp8");
+                            return [f, gpu, precision, fp8] {
                               f->gpu_given = gpu->count() > 0;
-                              f->precision_given = precision->count() > 0;
+                              f->precision_given = precision->count() > 0 || fp8->count() > 0;
+                              tk::cli::require_valid(f->step);
                               return run(*f);
                             };
                           });

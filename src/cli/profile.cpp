@@ -9,21 +9,22 @@
 #include <optional>
 
 #include "cli/command.h"
-#include "cli/train_options.h"
+#include "cli/step_options.h"
 #include "dist/communicator.h"
-#include "train/profile_report.h"
-#include "train/profile_run.h"
+#include "profile/profile_report.h"
+#include "profile/profile_run.h"
 #include "train/run_dir.h"
 
 namespace {
 
-struct ProfileFlags {
+struct ProfileArgs {
   tk::ProfileOptions profile;
   std::string out = "runs/profile";
   bool json = false;
 };
 
-int run(ProfileFlags f) {
+int run(ProfileArgs f) {
+  tk::cli::require_valid(f.profile.train);
   f.profile.train.out = f.out;
   f.profile.print_progress = !f.json;
   tk::dist::Communicator* comm = tk::cli::communicator();
@@ -45,7 +46,7 @@ int run(ProfileFlags f) {
 
 tk::cli::Command profile_cmd("profile", "Where the time of a training step goes: per-op roofline, totals and advice",
                              [](CLI::App& app) -> tk::cli::Runner {
-                               auto f = std::make_shared<ProfileFlags>();
+                               auto f = std::make_shared<ProfileArgs>();
                                tk::cli::add_step_options(app, f->profile.train);
                                app.add_option("--warmup-steps", f->profile.warmup_steps, "Steps run before measuring")
                                    ->capture_default_str();

@@ -25,7 +25,7 @@
 
 #include "core/deferred_queues.h"
 #include "core/error.h"
-#include "dist/reduce.h"
+#include "dist/host_reduction.h"
 
 namespace tk::dist {
 

@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 
 #include "core/hash.h"
+#include "model/activation_plan.h"
 #include "model/block.h"
 #include "model/buffer_carver.h"
 #include "model/grad_staging.h"
@@ -26,102 +27,6 @@ namespace {
 // Every target counts: the loader's windows hold real tokens only. The op still gets an index that
 // no token id can equal.
 constexpr int kNoIgnoredTarget = -1;
-
-struct Buffers {
-  // Per layer, what its forward keeps for its backward; an activation that the policy recomputes is instead the one
-  // layer's worth of scratch that all layers share.
-  std::vector<BlockActivations> layers;
-  Tensor h_out;       // [N, d] residual stream after the last layer: the final norm's input
-  Tensor x_final;     // [N, d] final norm output: the LM head's input
-  Tensor rstd_final;  // [N]
-  Tensor branch;      // [N, d] output of o_proj, then of down_proj, before its residual add
-  Tensor losses;      // [N]
-  Tensor dh;          // [N, d] gradient of the residual stream
-  BlockGradScratch grad;  // the blocks' gradient scratch, reused by every layer
-  // The batch's ids.
-  Tensor tokens, targets, positions, segments;  // i32 [N]
-};
-
-// Which of a layer's activations the backward recomputes (the rest are kept per layer).
-Recomputed recomputed(const Recompute& r) {
-  const bool b = r.block;
-  return {b || r.norm, b, b || r.qkv, b || r.attention, b, b || r.norm, b, b, b || r.swiglu};
-}
-
-}  // namespace
-
-bool kept_fp8_input(const ModelConfig& cfg, const ModelOptions& opt, const std::string& which) {
-  if (!opt.fp8_kept_inputs) return false;  // the backend's answer for these shapes (ModelOptions)
-  const Recomputed rc = recomputed(opt.recompute);
-  // Only where the forward runs the fused op and nothing reads the activation in bf16 again (BlockPass::training).
-  if (which == "x_attn") return !rc.x_attn && !rc.qkv;
-  if (which == "x_mlp") return !rc.x_mlp && !rc.gate_up;
-  if (which == "act") return !rc.act;
-  return false;
-}
-
-namespace {
-
-// Calls fn(field, recomputed, dtype, elements) for each activation a layer may keep (all but h); the kept FP8
-// inputs (kept_fp8_input) are U8.
-template <class F>
-void for_each_activation(const ModelConfig& cfg, const ModelOptions& opt, int64_t N, DType act, DType stat,
-                         const Recomputed& rc, F&& fn) {
-  const int64_t d = cfg.d_model, f = cfg.ffn_dim;
-  using A = BlockActivations;
-  auto input = [&](const char* which) { return kept_fp8_input(cfg, opt, which) ? DType::U8 : act; };
-  fn(&A::x_attn, rc.x_attn, input("x_attn"), N * d);
-  fn(&A::rstd_attn, rc.rstd_attn, stat, N);
-  if (cfg.qk_norm) {
-    fn(&A::qkv_pre, rc.qkv, act, N * cfg.qkv_dim());
-    fn(&A::qk_rstd, rc.qkv, stat, N * (cfg.n_heads + cfg.n_kv_heads));
-  }
-  fn(&A::qkv, rc.qkv, act, N * cfg.qkv_dim());
-  fn(&A::att, rc.att, act, N * cfg.q_dim());
-  fn(&A::lse, rc.att, stat, N * cfg.n_heads);
-  fn(&A::h_mid, rc.h_mid, act, N * d);
-  fn(&A::x_mlp, rc.x_mlp, input("x_mlp"), N * d);
-  fn(&A::rstd_mlp, rc.rstd_mlp, stat, N);
-  fn(&A::gate_up, rc.gate_up, act, N * 2 * f);
-  fn(&A::act, rc.act, input("act"), N * f);
-}
-
-// `c` carves what the forward keeps for the backward; `s` the gradient scratch, the branch, the ids and
-// the one layer's worth of recomputed activations that all layers share.
-Buffers plan_buffers(BufferCarver& c, BufferCarver& s, const ModelConfig& cfg, const ModelOptions& opt, DType act,
-                     DType stat) {
-  const int64_t N = int64_t(opt.B) * opt.T, d = cfg.d_model, f = cfg.ffn_dim;
-  const Recomputed rc = recomputed(opt.recompute);
-  Buffers b;
-  BlockActivations shared;
-  for_each_activation(cfg, opt, N, act, stat, rc, [&](Tensor BlockActivations::*field, bool re, DType dt, int64_t n) {
-    if (re) shared.*field = s.take(dt, n);
-  });
-  for (int l = 0; l < cfg.n_layers; l++) {
-    BlockActivations a;
-    a.h = c.take(act, N * d);  // the block input: always kept
-    for_each_activation(cfg, opt, N, act, stat, rc, [&](Tensor BlockActivations::*field, bool re, DType dt, int64_t n) {
-      a.*field = re ? shared.*field : c.take(dt, n);
-    });
-    b.layers.push_back(a);
-  }
-  b.h_out = c.take(act, N * d);
-  b.x_final = c.take(act, N * d);
-  b.rstd_final = c.take(stat, N);
-  b.branch = s.take(act, N * d);
-  b.losses = s.take(stat, N);
-  b.dh = s.take(act, N * d);
-  b.grad.dx = s.take(act, N * d);
-  b.grad.dact = s.take(act, N * f);
-  b.grad.dgate_up = s.take(act, N * 2 * f);
-  b.grad.datt = s.take(act, N * cfg.q_dim());
-  b.grad.dqkv = s.take(act, N * cfg.qkv_dim());
-  b.tokens = s.take(DType::I32, N);
-  b.targets = s.take(DType::I32, N);
-  b.positions = s.take(DType::I32, N);
-  b.segments = s.take(DType::I32, N);
-  return b;
-}
 
 // Elements [begin, end) of a tensor of N(0, std_dev^2) values drawn from its seed: element pair k (elements 2k and
 // 2k+1) by Box-Muller from the 2k-th and (2k+1)-th outputs of SplitMix64 seeded with `seed`. Each pair depends only
@@ -135,11 +40,6 @@ void fill_normal(float* out, int64_t begin, int64_t end, uint64_t seed, double s
     if (i >= begin) out[i - begin] = float(std_dev * radius * std::cos(angle));
     if (i + 1 < end) out[i + 1 - begin] = float(std_dev * radius * std::sin(angle));
   }
-}
-
-// The label of the accumulated gradients' allocation on the device (model_memory's and the ledger's row).
-const char* gradient_label(const ModelOptions& opt) {
-  return opt.grad_shards > 1 ? "parameter gradients (this rank's slice of each unit)" : "parameter gradients";
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -165,7 +65,7 @@ struct Model::Impl {
   // for each weight where no buffer holds it for good (weight_identities); a gathered unit is aliased to its place.
   void* identities = nullptr;
   size_t identities_bytes = 0;
-  Buffers buf;
+  StepBuffers buf;
 
   Impl(const ModelConfig& c, Ops& o, const ModelOptions& options)
       : cfg(c), opt(options), ops(o), layout(ParamLayout::build(c, options.unit_multiple)), act(o.act_dtype()),
@@ -404,62 +304,6 @@ void Model::Impl::backward_pass(const BlockStep& s) {
   ops.embedding_backward(g.embed, shaped(buf.tokens, {N}), dh);
   grad_group_end(0);
   if (hook) hook->backward_done();
-}
-
-// ---- recompute policies and the memory they leave ------------------------------------------------
-
-std::string Recompute::describe() const {
-  std::string out;
-  for (auto [on, name] : {std::pair{norm, "norm"}, {swiglu, "swiglu"}, {attention, "attention"}, {qkv, "qkv"},
-                          {block, "block"}})
-    if (on) out += (out.empty() ? "" : ",") + std::string(name);
-  return out.empty() ? "none" : out;
-}
-
-Recompute Recompute::parse(const std::string& spec) {
-  Recompute r;
-  size_t at = 0;
-  while (at <= spec.size()) {
-    const size_t comma = std::min(spec.find(',', at), spec.size());
-    const std::string name = spec.substr(at, comma - at);
-    if (name == "norm") r.norm = true;
-    else if (name == "swiglu") r.swiglu = true;
-    else if (name == "attention") r.attention = true;
-    else if (name == "qkv") r.qkv = true;
-    else if (name == "block") r.block = true;
-    else if (name != "none" && !name.empty())
-      fail("unknown recompute policy '{}' in '{}': use none, or any of norm, swiglu, attention, qkv, block joined by commas",
-           name, spec);
-    at = comma + 1;
-  }
-  return r;
-}
-
-double Recompute::flops_per_token(const ModelConfig& c, int T) const {
-  const double d = c.d_model, q = c.q_dim(), k = c.kv_dim(), f = c.ffn_dim, L = c.n_layers;
-  const double qkv_gemm = 2 * d * (q + 2 * k), attn_fwd = 2.0 * T * q;  // causal: half of 4 T q
-  if (block) return L * (qkv_gemm + attn_fwd + 2 * q * d + 2 * d * 2 * f);
-  return L * ((qkv ? qkv_gemm : 0) + (attention ? attn_fwd : 0));
-}
-
-std::vector<std::pair<std::string, size_t>> model_memory(const ModelConfig& cfg, const ModelOptions& opt, DType act,
-                                                         DType grad) {
-  const ParamLayout layout = ParamLayout::build(cfg, opt.unit_multiple);
-  const DType stat = act == DType::F64 ? DType::F64 : DType::F32;
-  BufferCarver kept, scratch;
-  plan_buffers(kept, scratch, cfg, opt, act, stat);
-  std::vector<std::pair<std::string, size_t>> rows{
-      {"parameters", size_t(layout.total / opt.param_shards) * dtype_size(act)}};
-  if (!opt.offload_grads)
-    rows.push_back({gradient_label(opt), size_t(layout.total / opt.grad_shards) * dtype_size(grad)});
-  if (opt.offload_grads || opt.reduced_grads) {
-    const auto [outer, layer] = gradient_stage_elements(cfg, layout);
-    rows.push_back({"gradient staging: embedding / LM head group", size_t(outer) * dtype_size(grad)});
-    rows.push_back({"gradient staging: layers", 2 * size_t(layer) * dtype_size(grad)});
-  }
-  rows.push_back({"activations kept for the backward", kept.used()});
-  rows.push_back({"activation gradients and step scratch", scratch.used()});
-  return rows;
 }
 
 // ---- public interface -------------------------------------------------------------------------------

@@ -25,9 +25,8 @@ struct Recompute {
   bool block = false;      // everything but the block input h: the layer's whole forward again
 
   bool any() const { return norm || swiglu || attention || qkv || block; }
-  // "none", or the policies joined by commas, e.g. "norm,swiglu"; parse() reads the same form.
+  // "none", or the policies joined by commas, e.g. "norm,swiglu" (plan/flag_values.h parse_recompute reads it).
   std::string describe() const;
-  static Recompute parse(const std::string& spec);
   // Matmul and attention FLOPs per token that the recompute repeats (for HFU), docs/design.md's counting.
   double flops_per_token(const ModelConfig& cfg, int T) const;
 };

@@ -14,7 +14,7 @@
 
 #include "model/config.h"
 #include "model/model.h"
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
 
 namespace tk {
 

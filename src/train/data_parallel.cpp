@@ -10,11 +10,6 @@
 
 namespace tk {
 
-int64_t DataParallel::unit_multiple(int world, int zero_stage, MomentPrecision moments) {
-  if (zero_stage > 0) return int64_t(world) * kShardQuantum;
-  return moments == MomentPrecision::F32 ? 64 : kShardQuantum;
-}
-
 DataParallel::DataParallel(dist::Communicator& comm, Model& model, int zero_stage)
     : comm_(comm), model_(model), zero_(zero_stage) {
   TK_CHECK(zero_stage >= 0 && zero_stage <= 3, "--zero {}: the stages are 0, 1, 2 and 3", zero_stage);

@@ -9,28 +9,20 @@
 #include "dist/communicator.h"
 #include "model/model.h"
 #include "ops/moment_codec.h"
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
+#include "plan/zero_plan.h"
 
 namespace tk {
-
-// The elements each unit is padded to a multiple of, times the world size, under ZeRO 1-3: a rank's slice of a unit
-// is then whole int8 moment blocks (ModelOptions::unit_multiple).
-constexpr int64_t kShardQuantum = kMomentBlock;
 
 class DataParallel final : public GradientHook, public ParameterSource {
  public:
   // Hooks itself into the model's backward (and, ZeRO 3, gathers its units); the model must be built with
-  // unit_multiple(world, zero_stage, moments), under ZeRO 2 and 3 its gradients reduced and sharded over the world
+  // zero_unit_multiple(world, zero_stage, moments) (plan/zero_plan.h), under ZeRO 2 and 3 its gradients reduced and sharded over the world
   // (ModelOptions::reduced_grads), and under ZeRO 3 its parameters sharded over the world.
   DataParallel(dist::Communicator& comm, Model& model, int zero_stage);
   ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
-
-  // ZeRO 1-3: world x kShardQuantum. ZeRO 0 (and one process): 64, or kShardQuantum with narrow moments (bf16,
-  // int8), so that every unit starts an int8 block and the element indices that seed the moments' rounding noise are
-  // those of AdamW's reference layout (AdamW::noise_index): narrow moments then round alike at every world size.
-  static int64_t unit_multiple(int world, int zero_stage, MomentPrecision moments);
 
   int rank() const { return comm_.rank(); }
   int world() const { return comm_.world_size(); }

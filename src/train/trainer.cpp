@@ -17,22 +17,22 @@
 
 #include <fmt/format.h>
 
+#include "backend/backend.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "core/log.h"
 #include "core/progress.h"
 #include "io/hf.h"
-#include "ops/backend.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+#include "plan/memory_plan.h"
+#include "plan/recipe.h"
 #include "train/checkpoint.h"
 #include "train/config_file.h"
 #include "train/data_parallel.h"
 #include "train/dataset.h"
 #include "train/evaluate.h"
-#include "train/lr_schedule.h"
 #include "train/model_source.h"
-#include "train/memory_plan.h"
-#include "train/optimizer.h"
-#include "train/recipe.h"
 #include "train/run_dir.h"
 #include "train/run_log.h"
 #include "train/step_progress.h"
@@ -40,20 +40,6 @@
 #include "train/training_run.h"
 
 namespace tk {
-
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, model, data, out, tokenizer, device, batch, seq,
-                                                batch_tokens, doc_mask, gemm_tuning, logits_chunk_mib, precision, fp8, fp8_scaling, fp8_margin, fp8_lm_head, recompute, offload, offload_chunk, moments, zero, memory_budget, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
-                                                decay_fraction, beta1, beta2, adam_eps, weight_decay, grad_clip, seed,
-                                                eval_every, eval_tokens, save_every, keep_checkpoints, peak_tflops)
-
-nlohmann::json TrainConfig::to_json() const { return *this; }
-TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
-  try {
-    return j.get<TrainConfig>();
-  } catch (const nlohmann::json::exception& e) {
-    fail("the saved train config is not valid: {}", e.what());
-  }
-}
 
 LossSum accumulate_gradients(Model& model, DataLoader& loader, int micro_steps, int64_t step, DataParallel* dp) {
   const ModelOptions& o = model.options();
@@ -90,7 +76,7 @@ StepRecord TrainingRun::train_step(int64_t step) {
   const Clock::time_point t0 = Clock::now();
   StepRecord r;
   r.step = step;
-  LossSum loss = accumulate_gradients(*model_, *train_data_, accum_steps_, step, dp_.get());
+  LossSum loss = accumulate_gradients(*model_, *train_data_, recipe_.accumulation, step, dp_.get());
   if (dp_) loss = dp_->sum(loss);
   r.lr = schedule_.at(step);
   OptimizerStep os = optimizer_->step(r.lr);
@@ -107,10 +93,10 @@ StepRecord TrainingRun::train_step(int64_t step) {
   r.grad_norm = os.grad_norm;
   r.clip_scale = os.clip_scale;
   state_.step = step;
-  state_.tokens_seen += global_batch_tokens_;
+  state_.tokens_seen += tokens_per_step();
   r.tokens_seen = state_.tokens_seen;
   const double data_wait = train_data_->take_wait_seconds();
-  r.metrics = throughput_->measure(global_batch_tokens_, r.seconds, data_wait);
+  r.metrics = throughput_->measure(tokens_per_step(), r.seconds, data_wait);
   if (comm_) r.communication = gather_step_communication(*comm_, data_wait);
   if (clocks_) r.clocks = clocks_->take();
   return r;
@@ -151,7 +137,7 @@ void TrainingRun::validate(int64_t step) {
   const Clock::time_point t0 = Clock::now();
   val_data_->restore(val_start_);
   // On stderr while it runs (a long validation is minutes on a CPU); erased before the result's line.
-  ProgressBar bar(fmt::format("step {} validation", step), uint64_t(val_batches_ * cfg_.batch * cfg_.seq), "tokens",
+  ProgressBar bar(fmt::format("step {} validation", step), uint64_t(val_batches_ * recipe_.micro_tokens()), "tokens",
                   stderr, ProgressUnit::Items);
   LossSum l = evaluate(*model_, *val_data_, val_batches_, [&bar](int64_t tokens) { bar.add(uint64_t(tokens), 0); });
   bar.clear();
@@ -165,7 +151,7 @@ void TrainingRun::validate(int64_t step) {
 
 void TrainingRun::write_checkpoint() {
   state_.loader = train_data_->state();
-  state_.train_config = cfg_.to_json();
+  state_.train_config = record().to_json();
   result_.checkpoint =
       save_checkpoint(dir_->path(), *model_, *optimizer_, state_, cfg_.keep_checkpoints, dp_.get());
   saved_step_ = state_.step;
@@ -280,29 +266,20 @@ TrainResult TrainingRun::run() {
   return train_loop();
 }
 
-TrainResult Trainer::run() { return TrainingRun(cfg_, on_step, {}, comm_).run(); }
+Trainer::Trainer(TrainConfig cfg, dist::Communicator* comm, StepHooks hooks)
+    : run_(std::make_unique<TrainingRun>(std::move(cfg), on_step, std::move(hooks), comm)) {}
+Trainer::~Trainer() = default;
 
-struct TrainingSteps::Impl {
-  std::function<void(const StepRecord&)> no_callback;
-  TrainingRun run;
-  int64_t step = 0;
-  Impl(TrainConfig cfg, StepHooks hooks, dist::Communicator* comm)
-      : run(std::move(cfg), no_callback, std::move(hooks), comm) {}
-};
-
-TrainingSteps::TrainingSteps(TrainConfig cfg, StepHooks hooks, dist::Communicator* comm)
-    : impl_(std::make_unique<Impl>(std::move(cfg), std::move(hooks), comm)) {
-  impl_->run.set_up_steps();
-}
-TrainingSteps::~TrainingSteps() = default;
-
-void TrainingSteps::print_plan() const { impl_->run.print_plan(); }
-StepRecord TrainingSteps::next_step() { return impl_->run.train_step(++impl_->step); }
-const TrainConfig& TrainingSteps::config() const { return impl_->run.config(); }
-const Model& TrainingSteps::model() const { return impl_->run.model(); }
-const ThroughputModel& TrainingSteps::throughput() const { return impl_->run.throughput(); }
-bool TrainingSteps::gpu() const { return impl_->run.gpu(); }
-int TrainingSteps::accumulation_steps() const { return impl_->run.accumulation_steps(); }
-int64_t TrainingSteps::tokens_per_step() const { return impl_->run.tokens_per_step(); }
+TrainResult Trainer::run() { return run_->run(); }
+void Trainer::start_steps() { run_->set_up_steps(); }
+StepRecord Trainer::next_step() { return run_->train_step(++step_); }
+void Trainer::print_plan() const { run_->print_plan(); }
+TrainConfig Trainer::config() const { return run_->config(); }
+const Recipe& Trainer::recipe() const { return run_->recipe(); }
+const Model& Trainer::model() const { return run_->model(); }
+const ThroughputModel& Trainer::throughput() const { return run_->throughput(); }
+bool Trainer::gpu() const { return run_->gpu(); }
+int Trainer::accumulation_steps() const { return run_->accumulation_steps(); }
+int64_t Trainer::tokens_per_step() const { return run_->tokens_per_step(); }
 
 }  // namespace tk

@@ -1,4 +1,4 @@
-// One training run, the trainer's internals (trainer.h is its interface): the set-up before the first step
+// One training run, the trainer's internals (trainer.h's Trainer is its interface): the set-up before the first step
 // (training_run_setup.cpp: configuration, backend, recipe, data, model, optimizer, resume, the printed plan) and
 // the steps and what follows each (trainer.cpp).
 #pragma once
@@ -11,18 +11,18 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/backend.h"
 #include "data/loader.h"
 #include "model/model.h"
-#include "ops/backend.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+#include "plan/memory_plan.h"
+#include "plan/metrics.h"
+#include "plan/recipe.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
 #include "train/dataset.h"
-#include "train/lr_schedule.h"
-#include "train/memory_plan.h"
-#include "train/metrics.h"
 #include "train/model_source.h"
-#include "train/optimizer.h"
-#include "train/recipe.h"
 #include "train/run_dir.h"
 #include "train/run_log.h"
 #include "train/step_progress.h"
@@ -42,16 +42,17 @@ class TrainingRun {
 
   TrainResult run();
 
-  // For TrainingSteps: the parts a step needs, and nothing in the run directory.
+  // For Trainer::start_steps: the parts a step needs, and nothing in the run directory.
   void set_up_steps();
   void print_plan() const;
   StepRecord train_step(int64_t step);
-  const TrainConfig& config() const { return cfg_; }
+  TrainConfig config() const { return record(); }
+  const Recipe& recipe() const { return recipe_; }
   const Model& model() const { return *model_; }
   const ThroughputModel& throughput() const { return *throughput_; }
   bool gpu() const { return backend_.gpu; }
-  int accumulation_steps() const { return accum_steps_; }
-  int64_t tokens_per_step() const { return global_batch_tokens_; }
+  int accumulation_steps() const { return recipe_.accumulation; }
+  int64_t tokens_per_step() const { return recipe_.micro_tokens() * recipe_.accumulation * world(); }
 
  private:
   void set_up();
@@ -72,6 +73,7 @@ class TrainingRun {
   void build_model();
   void resume_from(const std::string& checkpoint);
   void warn_recipe_changes(const json& saved) const;
+  TrainConfig record() const;
   void write_run_config() const;
   void record_step(const StepRecord& r, bool first);
   void log_step(const StepRecord& r);
@@ -92,15 +94,12 @@ class TrainingRun {
   int world() const { return comm_ ? comm_->world_size() : 1; }
   int agreed_stop_signal(int mine) const;
 
-  TrainConfig cfg_;
+  TrainConfig cfg_;  // the flags as given: what the recipe and the schedule are built from, and the record's base
   const std::function<void(const StepRecord&)>& on_step_;
   StepHooks hooks_;
   dist::Communicator* comm_;  // nullptr: one process
-  std::optional<RunDir> dir_;  // from set_up(): TrainingSteps has none
+  std::optional<RunDir> dir_;  // from set_up(): the steps alone have none
   std::optional<RunDirLock> lock_;
-  bool zero_given_ = true;     // --zero was given (else the budget search may choose the stage)
-  int accum_steps_ = 1;        // micro-batches per step on each rank (the global batch's over the world size)
-  int64_t global_batch_tokens_ = 0;
 
   Backend backend_;  // before what holds its memory (the loaders' batches, the model), so destroyed after it
   DatasetMeta meta_;

@@ -1,6 +1,7 @@
 // A training run's set-up, everything before its first step: the configuration resolved, the backend and the
 // recipe, the data and its vocabulary, the model and optimizer, a resume, and what the run prints and records
 // about itself (its plan, its memory table, config.toml).
+#include "plan/flag_values.h"
 #include "train/training_run.h"
 
 #include <unistd.h>
@@ -18,8 +19,8 @@
 #include "core/log.h"
 #include "io/hf.h"
 #include "ops/device_info.h"
-#include "train/machine_fit.h"
-#include "train/zero_plan.h"
+#include "plan/machine_fit.h"
+#include "plan/zero_plan.h"
 #include "train/config_file.h"
 #include "train/evaluate.h"
 #include "train/run_agreement.h"
@@ -48,27 +49,13 @@ int64_t padded_vocab(int64_t tokens) { return (tokens + kVocabMultiple - 1) / kV
 
 void TrainingRun::resolve_config() {
   TK_CHECK(!cfg_.data.empty(), "no dataset given: pass --data DIR (a directory written by `tokamak prepare`)");
-  TK_CHECK(cfg_.batch >= 1 && cfg_.seq >= 1, "--batch and --seq must be positive, got {} and {}", cfg_.batch, cfg_.seq);
+  check_train_config(cfg_);
   // Paths are stored absolute so that a resume from another working directory finds the same files.
   cfg_.data = absolute_if_exists(cfg_.data);
   if (!is_preset_name(cfg_.model)) cfg_.model = absolute_if_exists(cfg_.model);
   cfg_.tokenizer = absolute_if_exists(cfg_.tokenizer);
 
-  const int64_t micro_tokens = int64_t(cfg_.batch) * cfg_.seq;
-  if (cfg_.batch_tokens == 0) cfg_.batch_tokens = micro_tokens;
-  TK_CHECK(cfg_.batch_tokens > 0 && cfg_.batch_tokens % micro_tokens == 0,
-           "--batch-tokens {} is not a multiple of the micro-batch's {} tokens (--batch {} x --seq {})",
-           cfg_.batch_tokens, micro_tokens, cfg_.batch, cfg_.seq);
-  accum_steps_ = int(cfg_.batch_tokens / micro_tokens);
-  global_batch_tokens_ = cfg_.batch_tokens;
-  zero_given_ = cfg_.zero >= 0;
-  if (!zero_given_) cfg_.zero = 0;
-  TK_CHECK(cfg_.zero <= 3, "--zero {}: the stages are 0, 1, 2 and 3 (docs/distributed.md)", cfg_.zero);
-  TK_CHECK(accum_steps_ % world() == 0,
-           "--batch-tokens {} is {} micro-batches of {} tokens, which {} ranks cannot share equally: each rank takes "
-           "a whole number of them (raise --batch-tokens to a multiple of {} tokens, or lower --batch)",
-           cfg_.batch_tokens, accum_steps_, micro_tokens, world(), micro_tokens * world());
-  accum_steps_ /= world();
+  tk::accumulation_steps(cfg_, world());  // the ranks can share the global batch (checked before anything is written)
 
   if (cfg_.warmup > cfg_.steps && cfg_.steps > 0) {
     log::warn("--warmup {} is longer than the run: warming up over all {} steps", cfg_.warmup, cfg_.steps);
@@ -81,9 +68,6 @@ void TrainingRun::resolve_config() {
   schedule_.min_lr_ratio = cfg_.min_lr_ratio;
   schedule_.decay_fraction = cfg_.decay_fraction;
   schedule_.validate();
-  parse_moments(cfg_.moments);  // a misspelt --moments fails before any work
-  TK_CHECK(cfg_.eval_every >= 0 && cfg_.eval_tokens >= 0 && cfg_.save_every >= -1,
-           "--eval-every and --eval-tokens must not be negative, --save-every not below -1");
 
   if (cfg_.out.empty() && cfg_.resume && !cfg_.resume_from.empty()) {
     stdfs::path ckpt = resolve_checkpoint(cfg_.resume_from);
@@ -142,10 +126,10 @@ void TrainingRun::open_data() {
   meta_ = read_dataset_meta(cfg_.data);
   LoaderOptions o;
   o.data_dir = cfg_.data;
-  o.B = cfg_.batch;
-  o.T = cfg_.seq;
+  o.B = recipe_.batch;
+  o.T = recipe_.seq;
   o.seed = cfg_.seed;
-  o.doc_mask = cfg_.doc_mask;
+  o.doc_mask = recipe_.doc_mask;
   // Batches in the backend's host memory (page-locked on CUDA): the model uploads them from there.
   Ops& ops = *backend_.ops;
   o.allocate = [&ops](size_t bytes) { return ops.allocate_host(bytes, "batches (host)"); };
@@ -172,8 +156,8 @@ void TrainingRun::open_data() {
     }
     val_start_ = val_data_->state();
     // The same first windows every time, never more than the split holds.
-    const int64_t batch_tokens = int64_t(cfg_.batch) * cfg_.seq;
-    val_batches_ = std::min(std::max<int64_t>(1, cfg_.eval_tokens / batch_tokens), val_data_->batches_per_epoch());
+    val_batches_ =
+        std::min(std::max<int64_t>(1, cfg_.eval_tokens / recipe_.micro_tokens()), val_data_->batches_per_epoch());
   }
 }
 
@@ -186,8 +170,8 @@ void TrainingRun::check_tokenizer() {
 }
 
 void TrainingRun::build_model() {
-  TK_CHECK(cfg_.seq <= source_.config.max_seq || source_.config.max_seq <= 0,
-           "--seq {} is longer than the model's max_position_embeddings {}", cfg_.seq, source_.config.max_seq);
+  TK_CHECK(recipe_.seq <= source_.config.max_seq || source_.config.max_seq <= 0,
+           "--seq {} is longer than the model's max_position_embeddings {}", recipe_.seq, source_.config.max_seq);
   model_ = make_model(recipe_, *backend_.ops);
   model_->init_params(cfg_.seed);
   if (comm_) dp_ = std::make_unique<DataParallel>(*comm_, *model_, recipe_.zero_stage);
@@ -199,12 +183,12 @@ void TrainingRun::build_model() {
     log::info("loading weights from {}", source_.weights_path);
     optimizer_->set_weights_f32(load_params(model_->config(), model_->layout(), source_.weights_path));
   }
-  throughput_.emplace(model_->config(), cfg_.seq, describe_device(backend_.gpu, cfg_.peak_tflops * 1e12),
-                      recipe_.recompute.flops_per_token(model_->config(), cfg_.seq), world());
+  throughput_.emplace(model_->config(), recipe_.seq, describe_device(backend_.gpu, cfg_.peak_tflops * 1e12),
+                      recipe_.recompute.flops_per_token(model_->config(), recipe_.seq), world());
 }
 
 void TrainingRun::warn_recipe_changes(const json& saved) const {
-  const json now = cfg_.to_json();
+  const json now = record().to_json();
   for (const char* key : kRecipeKeys)
     if (saved.contains(key) && saved[key] != now[key])
       log::warn("resuming with {} = {} where the checkpoint was trained with {}: the run will not continue bitwise",
@@ -240,15 +224,16 @@ void TrainingRun::print_plan() const {
              arch_name(c.arch), format_count(double(layout.total)), c.n_layers, c.d_model, c.n_heads, c.n_kv_heads,
              c.head_dim, c.ffn_dim, c.vocab_size);
   fmt::print("batch: {} x {} tokens per micro-batch, {} micro-batch(es) per step{} = {} tokens per step; {} steps = {} tokens\n",
-             cfg_.batch, cfg_.seq, accum_steps_, comm_ ? fmt::format(" on each of {} ranks", world()) : "",
-             global_batch_tokens_, cfg_.steps, format_count(double(global_batch_tokens_) * double(cfg_.steps)));
+             recipe_.batch, recipe_.seq, recipe_.accumulation, comm_ ? fmt::format(" on each of {} ranks", world()) : "",
+             tokens_per_step(), cfg_.steps, format_count(double(tokens_per_step()) * double(cfg_.steps)));
+  const int zero = recipe_.zero_stage;
   if (comm_)
     fmt::print("data parallel: {} ranks over {}, ZeRO {} ({}); the memory below is each rank's\n", world(),
-               comm_->name(), cfg_.zero,
-               cfg_.zero == 0   ? "gradients all-reduced, optimizer state whole on every rank"
-               : cfg_.zero == 1 ? "gradients all-reduced, optimizer state sharded"
-               : cfg_.zero == 2 ? "gradients reduce-scattered, optimizer state sharded"
-                                : "gradients reduce-scattered, optimizer state and parameters sharded");
+               comm_->name(), zero,
+               zero == 0   ? "gradients all-reduced, optimizer state whole on every rank"
+               : zero == 1 ? "gradients all-reduced, optimizer state sharded"
+               : zero == 2 ? "gradients reduce-scattered, optimizer state sharded"
+                           : "gradients reduce-scattered, optimizer state and parameters sharded");
   fmt::print("backend {} on {}{}; {:.3g} GFLOP per token; {}\n", ops.name(), throughput_->device().name,
              recipe_.backend.precision.fp8 ? " (linear layers' GEMMs in FP8; MFU against the bf16 peak)" : "",
              throughput_->model_flops_per_token() / 1e9, throughput_->peak_description());
@@ -303,11 +288,11 @@ void TrainingRun::report_memory() const {
 
 void TrainingRun::write_run_config() const {
   nlohmann::ordered_json j;
-  j["train"] = cfg_.to_json();
+  j["train"] = record().to_json();
   j["model"] = model_->config().to_hf_json();
   j["model_name"] = model_->config().name;
   j["parameters"] = model_->layout().total;
-  j["accumulation_steps"] = accum_steps_;  // each rank's
+  j["accumulation_steps"] = recipe_.accumulation;  // each rank's
   j["world_size"] = world();
   j["backend"] = backend_.ops->name();
   j["device"] = throughput_->device().name;
@@ -320,7 +305,7 @@ void TrainingRun::write_run_config() const {
                  {"gradient_bytes", model_->gradient_bytes()},
                  {"parameter_bytes", model_->params().nbytes()}};
   dir_->write_config(j);
-  json recorded = cfg_.to_json();
+  json recorded = record().to_json();
   recorded["out"] = stdfs::absolute(dir_->path()).lexically_normal().string();
   dir_->write_config_file(config_file_text(
       recorded, "The configuration of this run as tokamak train resolved it (defaults, config file and flags).\n"
@@ -371,13 +356,11 @@ void TrainingRun::build_parts() {
     dist::require_agreement(*comm_, run_inputs_fingerprint(cfg_, source_, meta_.tokenizer_fingerprint,
                                                            cfg_.resume ? find_resume_checkpoint() : ""));
   choose_vocab();
-  recipe_ = train_recipe(cfg_, source_.config, backend_.gpu);
-  recipe_.world_size = world();
+  recipe_ = train_recipe(cfg_, source_.config, backend_.gpu, world());
   recipe_.rank = comm_ ? comm_->rank() : 0;
   recipe_.data_parallel = comm_ != nullptr;
   if (!comm_) recipe_.zero_stage = 0;  // one process: nothing to shard
   if (!recipe_.precision_note.empty()) fmt::print("{}\n", recipe_.precision_note);
-  recipe_.accumulation = accum_steps_;
   if (!cfg_.memory_budget.empty()) apply_memory_budget();  // before the loader: it sets the micro-batch
   if (comm_) refuse_what_data_parallelism_lacks();
   if (recipe_.backend.precision.fp8_lm_head() && !recipe_.lm_head_fp8_shapes()) {
@@ -412,33 +395,31 @@ void TrainingRun::refuse_what_data_parallelism_lacks() const {
 // fits, for the same global batch (accumulation makes up the difference); on many ranks each rank's memory, and the
 // ZeRO stage too unless --zero was given.
 void TrainingRun::apply_memory_budget() {
-  TK_CHECK(backend_.gpu, "--memory-budget plans device memory: it needs the CUDA backend (--device cuda)");
-  const double budget = parse_bytes(cfg_.memory_budget);
-  PlanTarget target = running_plan_target(backend_, cfg_.peak_tflops);
-  target.choose_logits_chunk = cfg_.logits_chunk_mib == 0;
-  std::string stage;
-  MemoryPlan p;
-  if (comm_) {
-    const std::vector<Recipe> stages = zero_stage_recipes(recipe_, zero_given_ ? cfg_.zero : -1);
-    const StageChoice choice = choose_zero_stage(stages, cfg_.batch_tokens, budget, target);
-    p = choice.plan;
-    stage = fmt::format(" per GPU on {} ranks: ZeRO {} ({}),", world(), p.recipe.zero_stage, choice.why);
-  } else {
-    p = choose_plan(recipe_, cfg_.batch_tokens, budget, target);
-  }
-  recipe_ = p.recipe;
+  std::string line;
+  const Recipe base = recipe_;
+  recipe_ = fit_memory_budget(base, cfg_, running_plan_target(backend_, cfg_.peak_tflops), line).recipe;
+  // The run's own settings of the recipe stay as they were.
+  recipe_.rank = base.rank;
+  recipe_.data_parallel = base.data_parallel;
   if (comm_) require_the_same_choice();
-  fmt::print("memory budget {}{}: micro-batch {} x {} with {} accumulation step(s), recompute {}, offload {}, logits "
-             "chunk {}; planned {}\n",
-             format_bytes(budget), stage, recipe_.batch, recipe_.seq, recipe_.accumulation,
-             recipe_.recompute.describe(), recipe_.offload_name(), format_bytes(double(recipe_.logits_chunk_bytes())),
-             format_bytes(p.total_bytes));
-  cfg_.zero = recipe_.zero_stage;
-  cfg_.logits_chunk_mib = int(recipe_.logits_chunk_bytes() >> 20);
-  cfg_.batch = recipe_.batch;
-  cfg_.recompute = recipe_.recompute.describe();
-  cfg_.offload = recipe_.offload_name();
-  accum_steps_ = recipe_.accumulation;
+  fmt::print("{}\n", line);
+}
+
+// The run's configuration as it is recorded (config.toml, config.json, each checkpoint): the flags, with the global
+// batch and the ZeRO stage as the run resolved them, and with --memory-budget the setting it chose, so that the record
+// repeats the run.
+TrainConfig TrainingRun::record() const {
+  TrainConfig c = cfg_;
+  c.batch_tokens = tokens_per_step();
+  c.zero = std::max(cfg_.zero, 0);
+  if (!cfg_.memory_budget.empty()) {
+    c.zero = recipe_.zero_stage;
+    c.logits_chunk_mib = int(recipe_.logits_chunk_bytes() >> 20);
+    c.batch = recipe_.batch;
+    c.recompute = recipe_.recompute.describe();
+    c.offload = recipe_.offload_name();
+  }
+  return c;
 }
 
 // Every rank must run the plan rank 0 runs. They search alike from the same flags (the start-up's fingerprint), but

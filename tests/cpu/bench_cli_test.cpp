@@ -88,7 +88,7 @@ TEST_F(BenchCli, RefusesWhatItCannotRun) {
   EXPECT_NE(budget.err.find("--memory-budget plans device memory: it needs the CUDA backend"), std::string::npos)
       << budget.err;
   const BenchRun ragged = bench("--batch 3 --batch-tokens 100");
-  EXPECT_EQ(ragged.status, 1);
+  EXPECT_EQ(ragged.status, 2) << "a usage error, as train's";
   EXPECT_NE(ragged.err.find("--batch-tokens 100 is not a multiple of the micro-batch's 96 tokens"), std::string::npos)
       << ragged.err;
   EXPECT_EQ(bench("--recompute everything").status, 2);

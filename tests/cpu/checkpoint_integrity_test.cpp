@@ -16,8 +16,8 @@
 #include "model/model.h"
 #include "model_testing.h"
 #include "ops/cpu/cpu_ops.h"
+#include "optim/optimizer.h"
 #include "train/checkpoint.h"
-#include "train/optimizer.h"
 
 namespace tk {
 namespace {

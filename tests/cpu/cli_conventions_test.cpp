@@ -65,7 +65,7 @@ TEST_F(Cli, UsageErrorsExit2WithAnErrorLine) {
   expect_usage_error("train --recompute everything", "unknown recompute policy 'everything'");
   expect_usage_error("train --offload disk", "--offload must be none, optimizer or optimizer,gradients");
   expect_usage_error("bench --moments fp4", "--moments: fp4 not in {f32,bf16,int8}");
-  expect_usage_error("plan --device tpu", "--device: tpu not in {cuda,cpu}");
+  expect_usage_error("plan --device tpu", "--device: tpu not in {auto,cpu,cuda}");
   expect_usage_error("tokenize", "--tokenizer is required");
   expect_usage_error("train --model tiny", "no dataset given: pass --data DIR");
 }
@@ -118,8 +118,39 @@ TEST_F(Cli, DefaultsAgreeAcrossCommandsOrSayWhy) {
     if (std::string(command) != "plan") EXPECT_TRUE(has(h, "--device TEXT:{auto,cpu,cuda}=auto")) << h;
   }
   const std::string plan = help("plan");
-  EXPECT_TRUE(has(plan, "--device TEXT:{cuda,cpu}=cuda")) << plan;
+  EXPECT_TRUE(has(plan, "--device TEXT:{auto,cpu,cuda}=cuda")) << plan;
   EXPECT_TRUE(has(plan, "not train's auto: plans are for GPU runs")) << plan;
+}
+
+// The step's flags are one set with one set of checks in train, profile, bench and plan; a flag a command does not
+// use is refused by name there; a value no run can have is refused before a run directory is made.
+TEST_F(Cli, StepFlagsAreCheckedAlikeEverywhere) {
+  for (const char* command : {"train", "profile", "bench", "plan"}) {
+    SCOPED_TRACE(command);
+    expect_usage_error(std::string(command) + " --batch 0", "--batch: must be at least 1, not 0");
+    expect_usage_error(std::string(command) + " --logits-chunk 65537", "--logits-chunk");
+    expect_usage_error(std::string(command) + " --fp8-margin 9", "--fp8-margin");
+    expect_usage_error(std::string(command) + " --offload disk", "--offload must be none, optimizer or optimizer,gradients");
+    expect_usage_error(std::string(command) + " --peak-tflops nan --data d",
+                       std::string(command) == "bench" || std::string(command) == "plan" ? "does not apply"
+                                                                                          : "--peak-tflops must be a finite number");
+  }
+  expect_usage_error("bench --data somewhere", "--data does not apply to `tokamak bench`");
+  expect_usage_error("bench --zero 1", "--zero does not apply to `tokamak bench`");
+  expect_usage_error("plan --seed 3", "--seed does not apply to `tokamak plan`");
+  expect_usage_error("plan --no-gemm-tuning", "--gemm-tuning does not apply to `tokamak plan`");
+  EXPECT_FALSE(has(help("bench"), "--data")) << "a refused flag is not offered";
+  const CliResult r = tokamak("bench --device cpu --model tiny --seq 16 --batch 2 --steps 1 --warmup 0 --logits-chunk 0");
+  EXPECT_EQ(r.status, 0) << "0 is the default logits chunk, as train's: " << r.err;
+}
+
+TEST_F(Cli, NonFiniteRunOptionsAreUsageErrorsBeforeTheRunDirectoryExists) {
+  for (const std::string flag : {"--grad-clip", "--adam-eps", "--weight-decay", "--lr", "--beta1"}) {
+    SCOPED_TRACE(flag);
+    const std::string out = dir_.path("run" + flag);
+    expect_usage_error("train --data " + dir_.path("data") + " --out " + out + " " + flag + " nan", flag);
+    EXPECT_FALSE(std::filesystem::exists(out));
+  }
 }
 
 }  // namespace

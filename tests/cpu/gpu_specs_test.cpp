@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "train/gpu_specs.h"
-#include "train/memory_plan.h"
-#include "train/zero_plan.h"
+#include "plan/gpu_specs.h"
+#include "plan/memory_plan.h"
+#include "plan/zero_plan.h"
 
 namespace tk {
 namespace {

@@ -11,8 +11,9 @@
 #include "model/config.h"
 #include "model/params.h"
 #include "ops/memory_ledger.h"
-#include "train/memory_plan.h"
-#include "train/recipe.h"
+#include "plan/flag_values.h"
+#include "plan/memory_plan.h"
+#include "plan/recipe.h"
 
 namespace tk {
 namespace {
@@ -53,7 +54,7 @@ TEST(MemoryPlan, ModelRowsComeFromTheModelsOwnPlanAndRecomputeShrinksThem) {
   EXPECT_EQ(row(none, "AdamW first moments"), 4 * P);
   EXPECT_EQ(row(none, "fp32 master weights"), 4 * P);
   // 0.5B at 8 x 2048 keeps ~15 GiB of activations; block recompute keeps the block inputs only.
-  r.recompute = Recompute::parse("block");
+  r.recompute = parse_recompute("block");
   const MemoryPlan block = plan_memory(r, gpu);
   EXPECT_LT(row(block, "activations kept for the backward"), 0.2 * row(none, "activations kept for the backward"));
   EXPECT_LT(block.predicted_tokens_per_s, none.predicted_tokens_per_s);
@@ -298,16 +299,16 @@ TEST(MemoryPlan, KeptFp8InputsFollowTheRecomputePolicy) {
   EXPECT_FALSE(kept_fp8_input(cfg, o, "act"));  // not asked for
   o.fp8_kept_inputs = true;
   for (const char* which : {"x_attn", "x_mlp", "act"}) EXPECT_TRUE(kept_fp8_input(cfg, o, which)) << which;
-  o.recompute = Recompute::parse("swiglu");
+  o.recompute = parse_recompute("swiglu");
   EXPECT_FALSE(kept_fp8_input(cfg, o, "act"));
   EXPECT_TRUE(kept_fp8_input(cfg, o, "x_mlp"));
-  o.recompute = Recompute::parse("norm");
+  o.recompute = parse_recompute("norm");
   EXPECT_FALSE(kept_fp8_input(cfg, o, "x_attn"));
   EXPECT_FALSE(kept_fp8_input(cfg, o, "x_mlp"));
   EXPECT_TRUE(kept_fp8_input(cfg, o, "act"));
-  o.recompute = Recompute::parse("norm,swiglu,attention,qkv");
+  o.recompute = parse_recompute("norm,swiglu,attention,qkv");
   EXPECT_FALSE(kept_fp8_input(cfg, o, "x_attn"));  // the recomputed qkv projection reads it
-  o.recompute = Recompute::parse("block");
+  o.recompute = parse_recompute("block");
   for (const char* which : {"x_attn", "x_mlp", "act"}) EXPECT_FALSE(kept_fp8_input(cfg, o, which)) << which;
   o.recompute = Recompute();
   // Whether they are kept is the backend's answer, which the recipe gives: on the GPU with delayed scaling, for

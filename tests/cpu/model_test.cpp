@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "model/model.h"
 #include "ops/cpu/cpu_ops.h"
+#include "plan/flag_values.h"
 
 namespace tk {
 namespace {
@@ -231,7 +232,7 @@ TEST(ModelRecompute, EveryPolicyGivesBitwiseTheSameGradientsWithLessMemory) {
     std::vector<float> params;
     auto run = [&](const std::string& policy, size_t* kept_bytes) {
       ModelOptions o{B, T, false};
-      o.recompute = Recompute::parse(policy);
+      o.recompute = parse_recompute(policy);
       Model model(cfg, *ops, o);
       if (params.empty()) {
         model.init_params(3);
@@ -259,14 +260,14 @@ TEST(ModelRecompute, EveryPolicyGivesBitwiseTheSameGradientsWithLessMemory) {
 }
 
 TEST(ModelRecompute, PoliciesParseAndDescribe) {
-  EXPECT_EQ(Recompute::parse("none").describe(), "none");
-  EXPECT_EQ(Recompute::parse("swiglu,norm").describe(), "norm,swiglu");
-  EXPECT_EQ(Recompute::parse("block").describe(), "block");
-  EXPECT_THROW(Recompute::parse("norm,everything"), Error);
+  EXPECT_EQ(parse_recompute("none").describe(), "none");
+  EXPECT_EQ(parse_recompute("swiglu,norm").describe(), "norm,swiglu");
+  EXPECT_EQ(parse_recompute("block").describe(), "block");
+  EXPECT_THROW(parse_recompute("norm,everything"), Error);
   const ModelConfig cfg = small_config();
-  EXPECT_EQ(Recompute::parse("norm,swiglu").flops_per_token(cfg, 16), 0.0);
+  EXPECT_EQ(parse_recompute("norm,swiglu").flops_per_token(cfg, 16), 0.0);
   // qkv: one GEMM [d -> q + 2k] forward per layer, 2 FLOPs per multiply-add.
-  EXPECT_EQ(Recompute::parse("qkv").flops_per_token(cfg, 16),
+  EXPECT_EQ(parse_recompute("qkv").flops_per_token(cfg, 16),
             cfg.n_layers * 2.0 * cfg.d_model * (cfg.q_dim() + 2 * cfg.kv_dim()));
 }
 
@@ -275,7 +276,7 @@ TEST(ModelRecompute, PredictedMemoryEqualsWhatTheModelAllocates) {
   for (const char* policy : {"none", "norm,swiglu", "block"}) {
     const ModelConfig cfg = small_config(Arch::Qwen3);
     ModelOptions o{3, 20, false};
-    o.recompute = Recompute::parse(policy);
+    o.recompute = parse_recompute(policy);
     auto ops = make_cpu_ops(DType::F32);
     Model model(cfg, *ops, o);
     std::map<std::string, size_t> held;

@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "model/config.h"
-#include "train/precision_choice.h"
+#include "plan/precision_choice.h"
 
 namespace tk {
 namespace {
@@ -75,7 +75,7 @@ TEST(PrecisionChoice, FlagsResolveToOnePrecision) {
   EXPECT_TRUE(resolve("bf16", true, false).fp8);  // --fp8 is precision fp8
   EXPECT_FALSE(resolve("fp8", false, false).lm_head);
   EXPECT_TRUE(resolve("fp8", false, true).fp8_lm_head());
-  const Precision chosen = resolve("auto", false, false);
+  const MatmulPrecision chosen = resolve("auto", false, false);
   EXPECT_TRUE(chosen.fp8_lm_head());
   EXPECT_TRUE(chosen.delayed);
   EXPECT_TRUE(has(note, "precision auto: fp8")) << note;

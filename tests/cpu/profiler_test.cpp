@@ -16,13 +16,13 @@
 #include "data/prepare.h"
 #include "data_testing.h"
 #include "dist/mpi_communicator.h"
-#include "model_testing.h"
 #include "model/model.h"
+#include "model_testing.h"
 #include "ops/cpu/cpu_ops.h"
-#include "train/profile_advice.h"
-#include "train/profile_report.h"
-#include "train/profile_run.h"
-#include "train/profiling_ops.h"
+#include "profile/profile_advice.h"
+#include "profile/profile_report.h"
+#include "profile/profile_run.h"
+#include "profile/profiling_ops.h"
 #include "train/run_log.h"
 
 namespace tk {

@@ -8,13 +8,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/backend.h"
 #include "core/error.h"
 #include "model/config.h"
 #include "model/params.h"
-#include "ops/backend.h"
 #include "ops/cpu/cpu_ops.h"
+#include "plan/recipe.h"
 #include "train/checkpoint.h"
-#include "train/recipe.h"
 #include "train/trainer.h"
 
 namespace tk {
@@ -75,7 +75,7 @@ TEST(Recipe, TrainFlagsGiveEachPartItsSettings) {
   EXPECT_TRUE(ao.offload);
   EXPECT_EQ(ao.offload_chunk, 4096);
 
-  const BackendSettings& b = r.backend;
+  const BackendOptions& b = r.backend;
   EXPECT_TRUE(b.precision.fp8);
   EXPECT_TRUE(b.precision.delayed);
   EXPECT_EQ(b.precision.margin, 2);
@@ -107,15 +107,15 @@ TEST(Recipe, FlagsThatNameNoSettingAreRefused) {
   };
   refused([](TrainConfig& c) { c.offload = "disk"; }, "--offload must be none, optimizer or optimizer,gradients");
   refused([](TrainConfig& c) { c.fp8_lm_head = true; }, "needs --fp8");
-  refused([](TrainConfig& c) { c.fp8 = true, c.fp8_scaling = "sometimes"; }, "--fp8-scaling is 'sometimes'");
-  refused([](TrainConfig& c) { c.fp8 = true, c.fp8_margin = 9; }, "--fp8-margin is 9");
+  refused([](TrainConfig& c) { c.fp8 = true, c.fp8_scaling = "sometimes"; }, "--fp8-scaling must be one of delayed, current, not 'sometimes'");
+  refused([](TrainConfig& c) { c.fp8 = true, c.fp8_margin = 9; }, "--fp8-margin must be 0 to 8, not 9");
   refused([](TrainConfig& c) { c.moments = "fp4"; }, "fp4");
 }
 
 // FP8 on the CPU backend is refused when the settings are applied, naming what it needs.
 TEST(Recipe, Fp8OnTheCpuBackendIsRefused) {
   auto cpu = make_cpu_ops(DType::F32);
-  BackendSettings s;
+  BackendOptions s;
   s.precision.fp8 = true;
   EXPECT_THROW(configure_backend(*cpu, s), Error);
   s.precision.fp8 = false;

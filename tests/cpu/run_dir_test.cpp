@@ -13,8 +13,8 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "profile/profile_report.h"
 #include "run_testing.h"
-#include "train/profile_report.h"
 #include "train/run_dir.h"
 
 namespace tk {

@@ -171,6 +171,15 @@ TEST_F(TrainConfigCli, MistakesNameTheLineAndExit2) {
   expect_usage_error("overwrite = true\n", ":1: `overwrite` cannot be set in a config file");
   expect_usage_error("steps = [1, 2]\n", ":1: `steps` is an array");
   expect_usage_error("steps = \n", ":1:");
+  // What the flags refuse, the file refuses: an int cannot hold these, and a cut value is another run.
+  expect_usage_error("seq = 16\nbatch = 4294967298\n", ":2: batch = 4294967298 does not fit its flag --batch");
+  expect_usage_error("keep-checkpoints = 4294967297\n", ":1: keep_checkpoints = 4294967297 does not fit");
+  testing::write_text(dir_.path("nan.toml"), "grad-clip = nan\n");
+  const CliResult r = tokamak("train --config " + dir_.path("nan.toml") + " --data " + dir_.path("data") + " --out " +
+                              dir_.path("nan_run"));
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("--grad-clip must be a finite number"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_.path("nan_run")));
 }
 
 TEST_F(TrainConfigCli, RunDirectoryConfigRepeatsTheRunBitwise) {

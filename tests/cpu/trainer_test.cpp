@@ -21,22 +21,24 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "data/shard.h"
 #include "data_testing.h"
-#include "model_testing.h"
-#include "run_testing.h"
+#include "io/hf.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "model/params.h"
+#include "model_testing.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/moment_codec.h"
-#include "data/shard.h"
-#include "io/hf.h"
+#include "optim/lr_schedule.h"
+#include "plan/flag_values.h"
+#include "plan/machine_fit.h"
+#include "plan/memory_plan.h"
+#include "plan/metrics.h"
+#include "run_testing.h"
 #include "train/checkpoint.h"
 #include "train/dataset.h"
 #include "train/evaluate.h"
-#include "train/lr_schedule.h"
-#include "train/memory_plan.h"
-#include "train/metrics.h"
 #include "train/model_source.h"
 #include "train/run_dir.h"
 #include "train/run_log.h"
@@ -991,7 +993,7 @@ TEST(MachineMemory, APlanThatFitsWithOffloadIsAccepted) {
   r.model = c;
   r.batch = 1;
   r.seq = 1024;
-  r.recompute = Recompute::parse("block");
+  r.recompute = parse_recompute("block");
   const MemoryPlan on_device = plan_memory(r, PlanTarget());
   r.set_offload("optimizer");
   const MemoryPlan offloaded = plan_memory(r, PlanTarget());

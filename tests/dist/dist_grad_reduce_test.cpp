@@ -68,7 +68,7 @@ ModelOptions options(bool reduced, Home home = Home::device) {
   o.offload_grads = reduced && home == Home::host;
   o.B = kB;
   o.T = kT;
-  o.unit_multiple = DataParallel::unit_multiple(W(), 2, MomentPrecision::F32);  // the same layout for both models
+  o.unit_multiple = zero_unit_multiple(W(), 2, MomentPrecision::F32);  // the same layout for both models
   if (reduced) {
     o.reduced_grads = true;
     o.grad_shards = W();

@@ -14,12 +14,13 @@
 #include <vector>
 
 #include "core/log.h"
+#include "gpu_testing.h"
 #include "model/model.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/device_info.h"
-#include "train/recipe.h"
-#include "gpu_testing.h"
+#include "plan/flag_values.h"
+#include "plan/recipe.h"
 
 namespace tk {
 namespace {
@@ -228,7 +229,7 @@ TEST(ModelCudaFp8, DelayedScalingCarriesAcrossStepsPoliciesAndBackends) {
     auto fresh = std::make_unique<CudaOps>(0);
     fresh->set_fp8(true, CudaOps::Fp8Scaling::Delayed);
     ModelOptions o{B, T, false};
-    o.recompute = Recompute::parse(policy);
+    o.recompute = parse_recompute(policy);
     Model again(cfg, *fresh, o);
     again.set_params_f32(params);
     restore(*fresh, again);
@@ -392,7 +393,7 @@ TEST(ModelCudaRecompute, EveryPolicyGivesBitwiseTheSameGradients) {
     }
     auto run_policy = [&](const char* policy) {
       ModelOptions o{2, 256, false};
-      o.recompute = Recompute::parse(policy);
+      o.recompute = parse_recompute(policy);
       Model model(cfg, *gpu, o);
       model.set_params_f32(params);
       model.zero_grads();
@@ -456,7 +457,7 @@ TEST(ModelCudaFp8, CloseToTheReferenceDeterministicAndRecomputeInvariant) {
         << "two FP8 runs gave different gradients";
     for (const char* policy : {"norm,swiglu", "attention,qkv", "block"}) {
       ModelOptions o{B, T, false};
-      o.recompute = Recompute::parse(policy);
+      o.recompute = parse_recompute(policy);
       Model model(cfg, *fp8, o);
       model.set_params_f32(params);
       model.zero_grads();

@@ -14,7 +14,7 @@
 #include "model/model.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/device_info.h"
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
 
 namespace tk {
 namespace {

@@ -17,7 +17,7 @@
 #include "data/prepare.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/device_info.h"
-#include "train/profile_run.h"
+#include "profile/profile_run.h"
 #include "train/trainer.h"
 
 namespace tk {

@@ -1,7 +1,7 @@
 // The schedule of the attention backward of our own (attention_bwd_sm90.cu), for the device and for the CPU tests that
 // check it (tests/cpu/attention_schedule_test.cpp): which kv blocks a CTA takes, in which order it walks their q
 // blocks, and in which order the kv blocks add their parts to a q block's dQ; and, for the host and the memory plan
-// (src/train/memory_plan.cpp), where the kernel runs and the scratch it takes.
+// (src/plan/memory_plan.cpp), where the kernel runs and the scratch it takes.
 //
 // Keys and queries both come in n blocks of 128; kv block j is seen by q blocks j .. n - 1. CTA p (of ceil(n / 2) a
 // (batch row, kv head)) takes kv block n - 1 - p and walks its q blocks upwards from the diagonal, then kv block p

@@ -1,5 +1,5 @@
 // The shapes the CUDA backend's FP8 paths take (fp8_linears.cpp), written once: CudaOps decides by them op by op,
-// and the recipe (src/train/recipe.cpp) and the memory planner decide by them without a GPU what the backend will
+// and the recipe (src/plan/recipe.cpp) and the memory planner decide by them without a GPU what the backend will
 // do (which activations it keeps as one-byte x^T, whether the LM head runs in FP8). Host-only (no CUDA header).
 #pragma once
 #include <cstdint>

@@ -10,9 +10,9 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
-#include "ops/cuda/reduce.cuh"
 #include "ops/cuda/vector_access.cuh"
 
 namespace tk::cuda {

@@ -1,5 +1,5 @@
 // The sizes of the CUDA backend's workspaces, written once: CudaOps and its building blocks allocate by these
-// rules, and the memory planner (src/train/memory_plan.cpp) counts by them without a GPU. Host-only (no CUDA
+// rules, and the memory planner (src/plan/memory_plan.cpp) counts by them without a GPU. Host-only (no CUDA
 // header), so that a build without CUDA compiles the planner too.
 #pragma once
 #include <algorithm>
