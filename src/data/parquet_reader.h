@@ -52,6 +52,7 @@ class ParquetFile {
   int64_t rows(size_t row_group) const { return meta_.row_groups.at(row_group).num_rows; }
   uint64_t stored_bytes(size_t row_group) const;  // of its column chunks, as the footer says
   const Schema& schema() const { return schema_; }
+  const FileMetaData& metadata() const { return meta_; }
   bool has_column(const std::string& name) const { return bool(schema_.top_level(name)); }
   std::vector<std::string> column_names() const { return schema_.top_level_names(); }
 
