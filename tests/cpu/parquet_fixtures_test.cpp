@@ -1,14 +1,17 @@
-// Every Parquet fixture under tests/fixtures/parquet/ (any folder: each writer's set has its own) read as its
-// NAME.expected.json says it must be: every row of every column listed, or the error named. Files with a "text"
+// Every Parquet fixture under tests/fixtures/parquet/ (any folder: each writer's set has its own; more folders with
+// TOKAMAK_PARQUET_FIXTURES) read as its NAME.expected.json says it must be: every row of every column listed, or the
+// error named. Files with a "text"
 // column are also read through the document pipeline, as prepare and train-tokenizer read them; and prepare makes
 // the same shards of a Parquet copy of Brown Corpus files as of the files themselves and of their .jsonl copy.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -34,9 +37,8 @@ struct Fixture {
   nlohmann::json expected;
 };
 
-std::vector<Fixture> fixtures() {
+std::vector<Fixture> fixtures_in(const std::string& root) {
   std::vector<Fixture> found;
-  const std::string root = std::string(TK_SOURCE_DIR) + "/tests/fixtures/parquet";
   for (const auto& e : std::filesystem::recursive_directory_iterator(root)) {
     const std::string p = e.path().string();
     const std::string suffix = ".expected.json";
@@ -45,6 +47,25 @@ std::vector<Fixture> fixtures() {
   }
   std::sort(found.begin(), found.end(), [](const Fixture& a, const Fixture& b) { return a.parquet < b.parquet; });
   return found;
+}
+
+const std::string kCommitted = std::string(TK_SOURCE_DIR) + "/tests/fixtures/parquet";
+
+// The committed fixtures, and those of the folders TOKAMAK_PARQUET_FIXTURES names (separated by ':'): the random
+// tables of tests/hf/parquet_fixtures.py's differential check.
+std::vector<Fixture> fixtures() {
+  std::vector<Fixture> all = fixtures_in(kCommitted);
+  const char* more = std::getenv("TOKAMAK_PARQUET_FIXTURES");
+  for (std::string_view rest = more ? more : ""; !rest.empty();) {
+    const size_t colon = rest.find(':');
+    const std::string dir(rest.substr(0, colon));
+    rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
+    if (dir.empty()) continue;
+    std::vector<Fixture> found = fixtures_in(dir);
+    EXPECT_FALSE(found.empty()) << "TOKAMAK_PARQUET_FIXTURES names " << dir << ", which holds no fixture";
+    all.insert(all.end(), found.begin(), found.end());
+  }
+  return all;
 }
 
 std::optional<std::string> string_of(const nlohmann::json& j) {
@@ -74,8 +95,8 @@ void read_everything(const Fixture& f) {
 }
 
 TEST(ParquetFixtures, EveryFixtureReadsAsExpected) {
+  ASSERT_GE(fixtures_in(kCommitted).size(), 20u) << "the fixtures of tests/fixtures/parquet are missing";
   const std::vector<Fixture> all = fixtures();
-  ASSERT_GE(all.size(), 20u) << "the fixtures of tests/fixtures/parquet are missing";
   size_t rows_checked = 0;
   for (const Fixture& f : all) {
     SCOPED_TRACE(f.parquet);
