@@ -151,20 +151,17 @@ void run_document_pipeline(const std::vector<InputFile>& inputs, const DocumentP
   for (const InputFile& file : inputs) {
     if (file.format == InputFormat::Parquet) {
       uint64_t accounted = 0;
-      parquet::read_text_runs(file.path, opts.text_field, kBatchBytes, [&](parquet::TextRun&& run, uint64_t disk_bytes) {
+      auto submit_run = [&](parquet::TextRun&& run, uint64_t disk_bytes) {
         auto batch = std::make_unique<Batch>();
         batch->file = &file;
         batch->parquet = std::move(run);
         batch->disk_bytes = disk_bytes;
         accounted += disk_bytes;
         submit(std::move(batch));
-      });
-      if (accounted < file.bytes) {  // the footer: an empty batch, so that the disk bytes add up
-        auto batch = std::make_unique<Batch>();
-        batch->file = &file;
-        batch->disk_bytes = file.bytes - accounted;
-        submit(std::move(batch));
-      }
+      };
+      parquet::read_text_runs(file.path, opts.text_field, kBatchBytes, submit_run);
+      // The footer's bytes: an empty batch, so that the disk bytes add up to the file's size.
+      if (accounted < file.bytes) submit_run({}, file.bytes - accounted);
       continue;
     }
     RecordReader reader(file);

@@ -156,9 +156,10 @@ void check_codec(int32_t codec) {
     case Codec::Lzo:
     case Codec::Lz4Hadoop: break;
   }
-  fail("the compression codec {} is not one tokamak reads (it reads UNCOMPRESSED, SNAPPY, GZIP, ZSTD, BROTLI and "
-       "LZ4_RAW)",
-       codec_name(codec));
+  fail(
+      "the compression codec {} is not one tokamak reads (it reads UNCOMPRESSED, SNAPPY, GZIP, ZSTD, BROTLI and "
+      "LZ4_RAW)",
+      codec_name(codec));
 }
 
 std::string decompress(int32_t codec, std::string_view compressed, size_t uncompressed_size) {

@@ -39,7 +39,9 @@ SchemaElement parse_schema_element(ThriftReader& r) {
         e.name = std::string(r.read_binary(f, "SchemaElement.name"));
         has_name = true;
         break;
-      case 5: e.num_children = int32_t(non_negative(r.read_i32(f, "SchemaElement.num_children"), "num_children")); break;
+      case 5:
+        e.num_children = int32_t(non_negative(r.read_i32(f, "SchemaElement.num_children"), "num_children"));
+        break;
       case 6: e.converted_type = r.read_i32(f, "SchemaElement.converted_type"); break;
       case 10:
         r.expect_struct(f, "SchemaElement.logicalType");
@@ -66,7 +68,9 @@ ColumnMetaData parse_column_meta_data(ThriftReader& r) {
         break;
       }
       case 4: m.codec = r.read_i32(f, "ColumnMetaData.codec"); break;
-      case 5: m.num_values = non_negative(r.read_i64(f, "ColumnMetaData.num_values"), "a column chunk's num_values"); break;
+      case 5:
+        m.num_values = non_negative(r.read_i64(f, "ColumnMetaData.num_values"), "a column chunk's num_values");
+        break;
       case 6:
         m.total_uncompressed_size = non_negative(r.read_i64(f, "ColumnMetaData.total_uncompressed_size"),
                                                  "a column chunk's total_uncompressed_size");
@@ -143,7 +147,9 @@ DataPageHeader parse_data_page_header(ThriftReader& r) {
   for (ThriftField f; r.next_field(f);) {
     if (f.id >= 1 && f.id <= 4) seen[f.id] = true;
     switch (f.id) {
-      case 1: h.num_values = int32_t(non_negative(r.read_i32(f, "DataPageHeader.num_values"), "a page's num_values")); break;
+      case 1:
+        h.num_values = int32_t(non_negative(r.read_i32(f, "DataPageHeader.num_values"), "a page's num_values"));
+        break;
       case 2: h.encoding = r.read_i32(f, "DataPageHeader.encoding"); break;
       case 3: h.definition_level_encoding = r.read_i32(f, "DataPageHeader.definition_level_encoding"); break;
       case 4: h.repetition_level_encoding = r.read_i32(f, "DataPageHeader.repetition_level_encoding"); break;
@@ -287,16 +293,10 @@ std::string codec_name(int32_t codec) {
 }
 
 std::string encoding_name(int32_t encoding) {
-  static const char* const kNames[] = {"PLAIN",
-                                       "GROUP_VAR_INT",
-                                       "PLAIN_DICTIONARY",
-                                       "RLE",
-                                       "BIT_PACKED",
-                                       "DELTA_BINARY_PACKED",
-                                       "DELTA_LENGTH_BYTE_ARRAY",
-                                       "DELTA_BYTE_ARRAY",
-                                       "RLE_DICTIONARY",
-                                       "BYTE_STREAM_SPLIT"};
+  static const char* const kNames[] = {
+      "PLAIN",          "GROUP_VAR_INT",       "PLAIN_DICTIONARY",        "RLE",
+      "BIT_PACKED",     "DELTA_BINARY_PACKED", "DELTA_LENGTH_BYTE_ARRAY", "DELTA_BYTE_ARRAY",
+      "RLE_DICTIONARY", "BYTE_STREAM_SPLIT"};
   if (encoding >= 0 && encoding < 10) return kNames[encoding];
   return fmt::format("unknown ({})", encoding);
 }

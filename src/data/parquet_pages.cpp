@@ -54,16 +54,18 @@ void decode_values(int32_t encoding, std::string_view bytes, size_t count, const
     case Encoding::Plain: decode_plain_byte_arrays(bytes, count, out); return;
     case Encoding::PlainDictionary:
     case Encoding::RleDictionary:
-      TK_CHECK(dictionary, "a page's values are {} but the column chunk has no dictionary page", encoding_name(encoding));
+      TK_CHECK(dictionary, "a page's values are {} but the column chunk has no dictionary page",
+               encoding_name(encoding));
       decode_dictionary_values(bytes, count, *dictionary, out);
       return;
     case Encoding::DeltaLengthByteArray: decode_delta_length_byte_arrays(bytes, count, out); return;
     case Encoding::DeltaByteArray: decode_delta_byte_arrays(bytes, count, out); return;
     default: break;
   }
-  fail("the value encoding {} is not one tokamak reads for strings (it reads PLAIN, PLAIN_DICTIONARY, "
-       "RLE_DICTIONARY, DELTA_LENGTH_BYTE_ARRAY and DELTA_BYTE_ARRAY)",
-       encoding_name(encoding));
+  fail(
+      "the value encoding {} is not one tokamak reads for strings (it reads PLAIN, PLAIN_DICTIONARY, "
+      "RLE_DICTIONARY, DELTA_LENGTH_BYTE_ARRAY and DELTA_BYTE_ARRAY)",
+      encoding_name(encoding));
 }
 
 uint64_t page_string_limit(const Page& page) {

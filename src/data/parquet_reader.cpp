@@ -60,7 +60,8 @@ ParquetFile::ParquetFile(std::string path) : path_(std::move(path)) {
     TK_CHECK(footer <= size_ - 12, "{} is truncated or corrupt: its footer of {} bytes is longer than the file holds",
              path_, footer);
     data_end_ = size_ - 8 - footer;
-    meta_ = in_context(path_ + ": the footer is corrupt", [&] { return parse_file_metadata(read_at(data_end_, footer)); });
+    meta_ =
+        in_context(path_ + ": the footer is corrupt", [&] { return parse_file_metadata(read_at(data_end_, footer)); });
     if (meta_.encrypted)
       fail("{} is an encrypted Parquet file (its columns are encrypted): tokamak does not read encrypted files", path_);
     schema_ = in_context(path_ + ": the schema is corrupt", [&] { return Schema(meta_.schema); });
@@ -129,8 +130,8 @@ ColumnChunkPages ParquetFile::read_chunk(size_t row_group, const StringColumn& c
     std::string path;
     for (const std::string& p : m.path_in_schema) path += (path.empty() ? "" : ".") + p;
     const std::string& schema_path = schema_.node(schema_.leaves()[size_t(column.leaf)]).path;
-    TK_CHECK(path == schema_path, "the column chunk is \"{}\", where the schema has \"{}\": the footer is corrupt", path,
-             schema_path);
+    TK_CHECK(path == schema_path, "the column chunk is \"{}\", where the schema has \"{}\": the footer is corrupt",
+             path, schema_path);
     TK_CHECK(m.type == int32_t(PhysicalType::ByteArray), "the column chunk holds {}, not BYTE_ARRAY as the schema says",
              physical_type_name(m.type));
     check_codec(m.codec);
@@ -157,8 +158,7 @@ DecodedLevels ParquetFile::decode_chunk(size_t row_group, const StringColumn& co
   return in_context(where(column.name, row_group), [&] {
     std::optional<ByteArrays> dictionary;
     if (chunk.dictionary) dictionary = decode_dictionary_page(levels, *chunk.dictionary, chunk.data(*chunk.dictionary));
-    DecodedLevels d =
-        decode_data_pages(levels, chunk, dictionary ? &*dictionary : nullptr, 0, chunk.data_pages.size());
+    DecodedLevels d = decode_data_pages(levels, chunk, dictionary ? &*dictionary : nullptr, 0, chunk.data_pages.size());
     TK_CHECK(levels.max_repetition > 0 || d.levels == size_t(rows(row_group)),
              "the pages hold {} values for the row group's {} rows", d.levels, rows(row_group));
     return d;
@@ -185,8 +185,8 @@ MessageLists ParquetFile::read_messages(size_t row_group, const MessagesColumn& 
     for (size_t i = 0; i < role.levels; i++) {
       const int rep = role.repetition[i], def = role.definition[i];
       // The two fields share every level above their own.
-      TK_CHECK(rep == content.repetition[i] &&
-                   std::min(def, column.element_defined) == std::min<int>(content.definition[i], column.element_defined),
+      TK_CHECK(rep == content.repetition[i] && std::min(def, column.element_defined) ==
+                                                   std::min<int>(content.definition[i], column.element_defined),
                "its role and content columns disagree on the lists' shape at level {}", i);
       if (rep == 0) {
         TK_CHECK(lists.size() < size_t(rows(row_group)), "its levels hold more rows than the row group's {}",

@@ -93,7 +93,7 @@ class ParquetRowReader {
   ParquetRowReader(std::string path, const std::vector<std::string>& string_columns,
                    const std::string& messages_column = "");
 
-  bool next(ParquetRow& row);  // false after the last row
+  bool next(ParquetRow& row);                        // false after the last row
   uint64_t row_index() const { return row_index_; }  // 0-based in the file: of the row next() gave last
   const ParquetFile& file() const { return file_; }
 

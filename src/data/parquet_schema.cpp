@@ -4,9 +4,9 @@
 // child is the element. A repeated group outside a LIST is a required list of required elements.
 #include "data/parquet_schema.h"
 
-#include <fmt/format.h>
-
 #include <iterator>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 
@@ -22,9 +22,9 @@ bool is_list_annotated(const SchemaElement& e) {
 }
 
 std::string logical_name(int32_t member) {
-  static const char* const kNames[] = {"",        "STRING",  "MAP",  "LIST", "ENUM",    "DECIMAL",
-                                       "DATE",    "TIME",    "TIMESTAMP", "", "INTEGER", "UNKNOWN",
-                                       "JSON",    "BSON",    "UUID", "FLOAT16", "VARIANT", "GEOMETRY", "GEOGRAPHY"};
+  static const char* const kNames[] = {"",     "STRING",    "MAP",     "LIST",     "ENUM",     "DECIMAL", "DATE",
+                                       "TIME", "TIMESTAMP", "",        "INTEGER",  "UNKNOWN",  "JSON",    "BSON",
+                                       "UUID", "FLOAT16",   "VARIANT", "GEOMETRY", "GEOGRAPHY"};
   if (member > 0 && member < int32_t(std::size(kNames)) && *kNames[member]) return kNames[member];
   return fmt::format("logical type {}", member);
 }
@@ -44,10 +44,11 @@ std::string describe(const SchemaNode& n) {
 }
 
 bool is_text_annotation(const SchemaElement& e) {
-  if (e.logical_type) return *e.logical_type == kLogicalString || *e.logical_type == kLogicalEnum ||
-                             *e.logical_type == kLogicalJson;
-  if (e.converted_type) return *e.converted_type == kConvertedUtf8 || *e.converted_type == kConvertedEnum ||
-                               *e.converted_type == kConvertedJson;
+  if (e.logical_type)
+    return *e.logical_type == kLogicalString || *e.logical_type == kLogicalEnum || *e.logical_type == kLogicalJson;
+  if (e.converted_type)
+    return *e.converted_type == kConvertedUtf8 || *e.converted_type == kConvertedEnum ||
+           *e.converted_type == kConvertedJson;
   return true;  // plain BYTE_ARRAY: many writers store strings without the annotation
 }
 

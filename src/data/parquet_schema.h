@@ -18,7 +18,7 @@ struct SchemaNode {
   std::vector<int> children;
   int leaf = -1;  // a primitive's column index (its column chunk in each row group); -1 for a group
   int definition = 0, repetition = 0;  // the maximum levels of the path down to and including this node
-  std::string path;                     // dotted, from the top-level field: "messages.list.element.role"
+  std::string path;                    // dotted, from the top-level field: "messages.list.element.role"
 };
 
 class Schema {

@@ -19,8 +19,9 @@ struct TextChunk {
   // next one); null when the chunk has none.
   const ByteArrays* dictionary() const {
     if (!pages.dictionary) return nullptr;
-    std::call_once(dictionary_once_,
-                   [&] { dictionary_ = decode_dictionary_page(levels, *pages.dictionary, pages.data(*pages.dictionary)); });
+    std::call_once(dictionary_once_, [&] {
+      dictionary_ = decode_dictionary_page(levels, *pages.dictionary, pages.data(*pages.dictionary));
+    });
     return &dictionary_;
   }
 
@@ -58,7 +59,8 @@ void read_text_runs(const std::string& path, const std::string& column, uint64_t
       text_bytes += uint64_t(pages[i].header.uncompressed_page_size);
       if (text_bytes < run_bytes && i + 1 < pages.size()) continue;
       // The row group's last run accounts for its other columns too.
-      if (i + 1 == pages.size()) disk += file.stored_bytes(g) - std::min(file.stored_bytes(g), chunk->pages.bytes.size());
+      if (i + 1 == pages.size())
+        disk += file.stored_bytes(g) - std::min(file.stored_bytes(g), chunk->pages.bytes.size());
       take(TextRun{chunk, first, i + 1}, give(disk));
       first = i + 1;
       disk = text_bytes = 0;

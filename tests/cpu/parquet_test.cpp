@@ -54,7 +54,8 @@ TEST(Parquet, PagesWithCrcsReadAndAWrongCrcIsAnError) {
   const std::string body = pq::optional_strings_v1(kValues);
   EXPECT_EQ(read_text(write(dir, "v1.parquet", text_file(pq::data_page_v1(5, body, {.crc = true})))), kValues);
   std::string v2_defs = pq::rle({1, 0, 1, 1, 1}, 1);
-  const std::string v2 = pq::data_page_v2(5, 5, "", v2_defs, pq::plain({"alpha", "", "δέλτα 🙂", "alpha"}), {.crc = true});
+  const std::string v2 =
+      pq::data_page_v2(5, 5, "", v2_defs, pq::plain({"alpha", "", "δέλτα 🙂", "alpha"}), {.crc = true});
   EXPECT_EQ(read_text(write(dir, "v2.parquet", text_file(v2))), kValues);
   const std::string dict = pq::dictionary_page({"alpha", "", "δέλτα 🙂"}, {.crc = true});
   const std::string indices = std::string(1, '\2') + pq::rle({0, 1, 2, 0}, 2);
@@ -123,9 +124,9 @@ TEST(Parquet, EncryptedFilesAreRefused) {
   EXPECT_EQ(error_of([&] { ParquetFile f(a); }),
             a + " is an encrypted Parquet file (its footer is encrypted): tokamak does not read encrypted files");
   // FileMetaData.encryption_algorithm (8): an EncryptionAlgorithm union.
-  const std::string b = write(dir, "b.parquet", pq::parquet_file(pq::text_schema(), {}, [](pq::Thrift& t) {
-                                t.begin(8).begin(1).end().end();
-                              }));
+  const std::string b =
+      write(dir, "b.parquet",
+            pq::parquet_file(pq::text_schema(), {}, [](pq::Thrift& t) { t.begin(8).begin(1).end().end(); }));
   EXPECT_NE(error_of([&] { ParquetFile f(b); }).find("its columns are encrypted"), std::string::npos);
 }
 
@@ -136,15 +137,15 @@ TEST(Parquet, ColumnsOfOtherShapesAreRefusedByName) {
   number.type = 2;
   number.repetition = 1;
   SchemaElement tags = pq::string_field("tags", 2);
-  const std::string path = write(dir, "shapes.parquet",
-                                 pq::parquet_file({pq::group("schema", 3, std::nullopt), pq::string_field("text"),
-                                                   number, tags},
-                                                  {}));
+  const std::string path =
+      write(dir, "shapes.parquet",
+            pq::parquet_file({pq::group("schema", 3, std::nullopt), pq::string_field("text"), number, tags}, {}));
   const ParquetFile file(path);
   EXPECT_EQ(error_of([&] { file.string_column("n"); }),
             path + ": column \"n\" is INT64, not a string column (BYTE_ARRAY, STRING)");
-  EXPECT_EQ(error_of([&] { file.string_column("tags"); }),
-            path + ": column \"tags\" is a repeated (list) field of BYTE_ARRAY, not a string column (BYTE_ARRAY, STRING)");
+  EXPECT_EQ(
+      error_of([&] { file.string_column("tags"); }),
+      path + ": column \"tags\" is a repeated (list) field of BYTE_ARRAY, not a string column (BYTE_ARRAY, STRING)");
   EXPECT_EQ(error_of([&] { file.string_column("missing"); }), path + ": there is no column \"missing\"");
   EXPECT_NE(error_of([&] { file.messages_column("text"); }).find("column \"text\" is BYTE_ARRAY, not a list of {role"),
             std::string::npos);
@@ -158,23 +159,23 @@ TEST(Parquet, TheTwoLevelListFormReadsAsMessages) {
   for (const std::string repeated_name : {"array", "element"}) {
     SCOPED_TRACE(repeated_name);
     // optional group messages (LIST) { repeated group <name> { required binary role; optional binary content } }
-    const std::vector<SchemaElement> schema = {pq::group("schema", 1, std::nullopt),
-                                               pq::group("messages", 1, 1, parquet::kConvertedList),
-                                               pq::group(repeated_name, 2, 2), pq::string_field("role", 0),
-                                               pq::string_field("content", 1)};
+    const std::vector<SchemaElement> schema = {
+        pq::group("schema", 1, std::nullopt), pq::group("messages", 1, 1, parquet::kConvertedList),
+        pq::group(repeated_name, 2, 2), pq::string_field("role", 0), pq::string_field("content", 1)};
     // Row 0: [{user, "hi"}, {assistant, null}]; row 1: null; row 2: [].
     const std::vector<int> reps = {0, 1, 0, 0};
     const std::vector<int> role_defs = {2, 2, 0, 1}, content_defs = {3, 2, 0, 1};
     auto page = [&](const std::vector<int>& defs, int max_def, const std::vector<std::string>& values) {
       const std::string r = pq::rle(reps, 1), d = pq::rle(defs, max_def > 1 ? 2 : 1);
-      return pq::data_page_v1(4, pq::le32(uint32_t(r.size())) + r + pq::le32(uint32_t(d.size())) + d + pq::plain(values));
+      return pq::data_page_v1(4,
+                              pq::le32(uint32_t(r.size())) + r + pq::le32(uint32_t(d.size())) + d + pq::plain(values));
     };
     const std::string role = page(role_defs, 2, {"user", "assistant"}), content = page(content_defs, 3, {"hi"});
-    const std::string path = write(
-        dir, repeated_name + ".parquet",
-        pq::parquet_file(schema, {{3,
-                                   {{{"messages", repeated_name, "role"}, 4, role, 0},
-                                    {{"messages", repeated_name, "content"}, 4, content, 0}}}}));
+    const std::string path =
+        write(dir, repeated_name + ".parquet",
+              pq::parquet_file(schema, {{3,
+                                         {{{"messages", repeated_name, "role"}, 4, role, 0},
+                                          {{"messages", repeated_name, "content"}, 4, content, 0}}}}));
     const ParquetFile file(path);
     const parquet::MessageLists rows = file.read_messages(0, file.messages_column("messages"));
     ASSERT_EQ(rows.size(), 3u);
@@ -188,14 +189,14 @@ TEST(Parquet, TheTextColumnsErrorsNameTheFileColumnAndFlag) {
   TempDir dir;
   const std::string path = write(dir, "in.parquet", text_file(pq::data_page_v1(5, pq::optional_strings_v1(kValues))));
   const std::string err = error_of([&] {
-    run_document_pipeline<int>(find_inputs({path}), {"content", 1}, [](Documents&, int) { return 0; },
-                               [](int&, uint64_t) {});
+    run_document_pipeline<int>(
+        find_inputs({path}), {"content", 1}, [](Documents&, int) { return 0; }, [](int&, uint64_t) {});
   });
   EXPECT_EQ(err, path + ": no column \"content\" (the file has: text); name the text column with --text-field");
   const std::string empty = write(dir, "empty.parquet", pq::parquet_file(pq::text_schema(), {}));
   EXPECT_EQ(error_of([&] {
-              run_document_pipeline<int>(find_inputs({empty}), {"text", 1}, [](Documents&, int) { return 0; },
-                                         [](int&, uint64_t) {});
+              run_document_pipeline<int>(
+                  find_inputs({empty}), {"text", 1}, [](Documents&, int) { return 0; }, [](int&, uint64_t) {});
             }),
             "input " + empty + " holds no rows");
 }
@@ -282,8 +283,8 @@ TEST(ParquetEncodings, DeltaBinaryPackedAsTheFormatDefinesIt) {
   EXPECT_EQ(out, (std::vector<int32_t>{1, 2, 3, 4, 5}));
   // 7 5 3 1 2 3 4 5: minimum delta -2, deltas above it 0 0 0 3 3 3 3 in one miniblock of width 2 (32 values, 8
   // bytes: 0b11000000, 0b00111111, then padding).
-  const std::string second = std::string("\x80\x01\x04\x08\x0e\x03\x02\x00\x00\x00", 10) +
-                             std::string("\xc0\x3f\x00\x00\x00\x00\x00\x00", 8);
+  const std::string second =
+      std::string("\x80\x01\x04\x08\x0e\x03\x02\x00\x00\x00", 10) + std::string("\xc0\x3f\x00\x00\x00\x00\x00\x00", 8);
   out.clear();
   EXPECT_EQ(parquet::decode_delta_binary_packed(second, 8, out), second.size());
   EXPECT_EQ(out, (std::vector<int32_t>{7, 5, 3, 1, 2, 3, 4, 5}));
@@ -319,8 +320,9 @@ TEST(ParquetEncodings, DeltaStringsAndTheirLimits) {
             std::string::npos);
   const std::string bad_prefix = dbp({0, 9, 5}) + dbp({7, 2, 1}) + "tokamak" + "en" + "s";
   parquet::ByteArrays again;
-  EXPECT_NE(error_of([&] { parquet::decode_delta_byte_arrays(bad_prefix, 3, again); })
-                .find("a DELTA_BYTE_ARRAY prefix of 9 bytes from a value of 7"),
+  EXPECT_NE(error_of([&] {
+              parquet::decode_delta_byte_arrays(bad_prefix, 3, again);
+            }).find("a DELTA_BYTE_ARRAY prefix of 9 bytes from a value of 7"),
             std::string::npos);
 }
 

@@ -94,7 +94,7 @@ inline std::string rle(const std::vector<int>& values, int width) {
   for (size_t i = 0; i < values.size();) {
     size_t j = i;
     while (j < values.size() && values[j] == values[i]) j++;
-    for (uint64_t h = uint64_t(j - i) << 1; ; h >>= 7) {
+    for (uint64_t h = uint64_t(j - i) << 1;; h >>= 7) {
       if (h < 0x80) {
         out.push_back(char(h));
         break;
@@ -119,9 +119,9 @@ inline uint32_t crc_of(std::string_view data) {
 }
 
 struct PageOptions {
-  int32_t encoding = 0;           // PLAIN
-  bool crc = false;               // write the data's CRC
-  std::optional<uint32_t> crc_value;  // write this CRC instead
+  int32_t encoding = 0;                      // PLAIN
+  bool crc = false;                          // write the data's CRC
+  std::optional<uint32_t> crc_value;         // write this CRC instead
   std::optional<int32_t> uncompressed_size;  // instead of the data's size
 };
 

@@ -47,9 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
       });
     }
-    read_text_runs(path, "text", 1 << 10, [&](TextRun&& run, uint64_t) {
-      fuzz::expect_clear_errors([&] { text_documents(run); });
-    });
+    read_text_runs(path, "text", 1 << 10,
+                   [&](TextRun&& run, uint64_t) { fuzz::expect_clear_errors([&] { text_documents(run); }); });
   });
   return 0;
 }
