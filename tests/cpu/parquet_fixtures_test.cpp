@@ -2,7 +2,8 @@
 // TOKAMAK_PARQUET_FIXTURES) read as its NAME.expected.json says it must be: every row of every column listed, or the
 // error named. Files with a "text"
 // column are also read through the document pipeline, as prepare and train-tokenizer read them; and prepare makes
-// the same shards of a Parquet copy of Brown Corpus files as of the files themselves and of their .jsonl copy.
+// the same shards of a Parquet copy of Brown Corpus files as of the files themselves and of their .jsonl copy, and
+// train-tokenizer counts the same pieces.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/bpe_trainer.h"
 #include "data/document_pipeline.h"
 #include "data/parquet_reader.h"
 #include "data/prepare.h"
@@ -192,6 +194,17 @@ TEST(ParquetFixtures, PrepareMakesTheSameShardsOfBrownAsParquetAsOfItsText) {
   EXPECT_GE(from_parquet.size(), 3u);
   EXPECT_EQ(from_parquet, prepare_into(dir.path("txt"), "txt"));
   EXPECT_EQ(from_parquet, prepare_into(dir.path("brown.jsonl"), "jsonl"));
+
+  // train-tokenizer reads them alike: the same pieces, so the same merges.
+  auto pieces_of = [](const std::string& input) {
+    return count_input_pieces(find_inputs({input}), "text", 2, nullptr);
+  };
+  const PieceCounts from_text = pieces_of(dir.path("txt"));
+  const PieceCounts from_table =
+      pieces_of(std::string(TK_SOURCE_DIR) + "/tests/fixtures/parquet/brown/brown_slice.parquet");
+  EXPECT_EQ(from_table.counts(), from_text.counts());
+  EXPECT_EQ(from_table.text_bytes(), from_text.text_bytes());
+  EXPECT_GT(from_text.pieces(), 10'000u);
 }
 
 }  // namespace
