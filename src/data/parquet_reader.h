@@ -60,6 +60,8 @@ class ParquetFile {
   StringColumn string_column(const std::string& name) const;
   MessagesColumn messages_column(const std::string& name) const;
 
+  // One row group's values of a column. These read the file with pread and change nothing: threads may read
+  // row groups of one ParquetFile at once (a pipeline's workers, a row group each).
   StringValues read_strings(size_t row_group, const StringColumn& column) const;
   MessageLists read_messages(size_t row_group, const MessagesColumn& column) const;
 

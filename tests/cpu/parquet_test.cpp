@@ -6,11 +6,15 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "data/document_pipeline.h"
 #include "data/parquet_encodings.h"
 #include "data/parquet_reader.h"
+#include "data/parquet_text.h"
 #include "data/prepare.h"
 #include "data_testing.h"
 #include "parquet_testing.h"
@@ -213,6 +217,32 @@ TEST(Parquet, PrepareSkipsNullAndEmptyTextsAsEmptyDocuments) {
   EXPECT_EQ(s.train.documents, 3u);
   EXPECT_EQ(s.empty_documents, 2u);
   EXPECT_EQ(s.train.tokens, 5u + 15u + 5u + 3u);  // the bytes of "alpha", "δέλτα 🙂", "alpha" and their ends
+}
+
+// A chunk cut into runs of one page each, decoded on several threads at once: the runs share the chunk's
+// dictionary, decoded once, and give the rows in order.
+TEST(Parquet, RunsOfOneChunkDecodeOnManyThreads) {
+  const std::string path = std::string(TK_SOURCE_DIR) + "/tests/fixtures/parquet/parquet-rs/text_dictionary_fallback";
+  std::vector<parquet::TextRun> runs;
+  uint64_t disk = 0;
+  parquet::read_text_runs(path + ".parquet", "text", 1, [&](parquet::TextRun&& run, uint64_t bytes) {
+    runs.push_back(std::move(run));
+    disk += bytes;
+  });
+  ASSERT_GE(runs.size(), 10u);
+  EXPECT_LE(disk, std::filesystem::file_size(path + ".parquet"));
+  std::vector<std::vector<std::string>> docs(runs.size());
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; t++)
+    threads.emplace_back([&, t] {
+      for (size_t i = size_t(t); i < runs.size(); i += 4) docs[i] = parquet::text_documents(runs[i]);
+    });
+  for (std::thread& t : threads) t.join();
+  std::vector<std::string> got, want;
+  for (const auto& d : docs) got.insert(got.end(), d.begin(), d.end());
+  const nlohmann::json expected = nlohmann::json::parse(testing::read_text(path + ".expected.json"));
+  for (const auto& row : expected["rows"]) want.push_back(row["text"].is_null() ? "" : row["text"].get<std::string>());
+  EXPECT_EQ(got, want);
 }
 
 // Every truncation and a byte flip at every position of a small real file: values or a tk::Error, never a crash.
