@@ -196,13 +196,13 @@ MessageLists ParquetFile::read_messages(size_t row_group, const MessagesColumn& 
       } else {
         TK_CHECK(!lists.empty(), "its first level continues a row (repetition level {})", rep);
         TK_CHECK(def >= column.entry_defined, "a repeated level (repetition {}) holds no entry", rep);
+        TK_CHECK(lists.back() && !lists.back()->empty(), "a null or empty list continues at level {}", i);
       }
       if (def < column.entry_defined) continue;
       ChatMessage m;
       if (def >= column.element_defined) {
-        const size_t at = i;
-        m.role = flat_value(role, column.role.levels.max_definition, at, next_role);
-        m.content = flat_value(content, column.content.levels.max_definition, at, next_content);
+        m.role = flat_value(role, column.role.levels.max_definition, i, next_role);
+        m.content = flat_value(content, column.content.levels.max_definition, i, next_content);
       }
       lists.back()->push_back(std::move(m));
     }

@@ -157,35 +157,63 @@ TEST(Parquet, ColumnsOfOtherShapesAreRefusedByName) {
             std::string::npos);
 }
 
-// Two rows of messages in the legacy 2-level form: a LIST group whose repeated child is the struct itself.
+// A messages column in the legacy 2-level form, `rows` rows: optional group messages (LIST) { repeated group
+// <repeated_name> { required binary role; optional binary content } }, its levels and values given.
+std::string two_level_messages(const std::string& repeated_name, int64_t rows, const std::vector<int>& reps,
+                               const std::vector<int>& role_defs, const std::vector<std::string>& roles,
+                               const std::vector<int>& content_defs, const std::vector<std::string>& contents) {
+  const std::vector<SchemaElement> schema = {pq::group("schema", 1, std::nullopt),
+                                             pq::group("messages", 1, 1, parquet::kConvertedList),
+                                             pq::group(repeated_name, 2, 2), pq::string_field("role", 0),
+                                             pq::string_field("content", 1)};
+  auto page = [&](const std::vector<int>& defs, const std::vector<std::string>& values) {
+    const std::string r = pq::rle(reps, 1), d = pq::rle(defs, 2);
+    return pq::data_page_v1(int32_t(reps.size()),
+                            pq::le32(uint32_t(r.size())) + r + pq::le32(uint32_t(d.size())) + d + pq::plain(values));
+  };
+  const int64_t n = int64_t(reps.size());
+  return pq::parquet_file(schema, {{rows,
+                                    {{{"messages", repeated_name, "role"}, n, page(role_defs, roles), 0},
+                                     {{"messages", repeated_name, "content"}, n, page(content_defs, contents), 0}}}});
+}
+
+// Three rows of messages in the legacy 2-level form: a LIST group whose repeated child is the struct itself.
 TEST(Parquet, TheTwoLevelListFormReadsAsMessages) {
   TempDir dir;
   for (const std::string repeated_name : {"array", "element"}) {
     SCOPED_TRACE(repeated_name);
-    // optional group messages (LIST) { repeated group <name> { required binary role; optional binary content } }
-    const std::vector<SchemaElement> schema = {
-        pq::group("schema", 1, std::nullopt), pq::group("messages", 1, 1, parquet::kConvertedList),
-        pq::group(repeated_name, 2, 2), pq::string_field("role", 0), pq::string_field("content", 1)};
     // Row 0: [{user, "hi"}, {assistant, null}]; row 1: null; row 2: [].
-    const std::vector<int> reps = {0, 1, 0, 0};
-    const std::vector<int> role_defs = {2, 2, 0, 1}, content_defs = {3, 2, 0, 1};
-    auto page = [&](const std::vector<int>& defs, int max_def, const std::vector<std::string>& values) {
-      const std::string r = pq::rle(reps, 1), d = pq::rle(defs, max_def > 1 ? 2 : 1);
-      return pq::data_page_v1(4,
-                              pq::le32(uint32_t(r.size())) + r + pq::le32(uint32_t(d.size())) + d + pq::plain(values));
-    };
-    const std::string role = page(role_defs, 2, {"user", "assistant"}), content = page(content_defs, 3, {"hi"});
-    const std::string path =
-        write(dir, repeated_name + ".parquet",
-              pq::parquet_file(schema, {{3,
-                                         {{{"messages", repeated_name, "role"}, 4, role, 0},
-                                          {{"messages", repeated_name, "content"}, 4, content, 0}}}}));
+    const std::string path = write(dir, repeated_name + ".parquet",
+                                   two_level_messages(repeated_name, 3, {0, 1, 0, 0}, {2, 2, 0, 1},
+                                                      {"user", "assistant"}, {3, 2, 0, 1}, {"hi"}));
     const ParquetFile file(path);
     const parquet::MessageLists rows = file.read_messages(0, file.messages_column("messages"));
     ASSERT_EQ(rows.size(), 3u);
     EXPECT_EQ(rows[0], (std::vector<ChatMessage>{{"user", "hi"}, {"assistant", std::nullopt}}));
     EXPECT_EQ(rows[1], std::nullopt);
     EXPECT_EQ(rows[2], std::vector<ChatMessage>{});
+  }
+}
+
+TEST(Parquet, ListLevelsThatContradictThemselvesAreErrors) {
+  TempDir dir;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {two_level_messages("array", 1, {0, 1}, {0, 2}, {"user"}, {0, 2}, {}), "a null or empty list continues"},
+      {two_level_messages("array", 1, {0, 1}, {1, 2}, {"user"}, {1, 2}, {}), "a null or empty list continues"},
+      {two_level_messages("array", 2, {1, 0}, {2, 2}, {"a", "b"}, {2, 2}, {}), "its first level continues a row"},
+      {two_level_messages("array", 1, {0, 0}, {2, 2}, {"a", "b"}, {2, 2}, {}), "more rows than the row group's 1"},
+      {two_level_messages("array", 3, {0, 0}, {2, 2}, {"a", "b"}, {2, 2}, {}), "hold 2 rows, not the row group's 3"},
+      {two_level_messages("array", 2, {0, 0}, {2, 2}, {"a", "b"}, {2, 0}, {}), "disagree on the lists' shape"},
+  };
+  for (size_t i = 0; i < cases.size(); i++) {
+    SCOPED_TRACE(cases[i].second);
+    const std::string path = write(dir, "case" + std::to_string(i) + ".parquet", cases[i].first);
+    const std::string err = error_of([&] {
+      const ParquetFile file(path);
+      file.read_messages(0, file.messages_column("messages"));
+    });
+    EXPECT_EQ(err.find(path + ": column \"messages\", row group 0: "), 0u) << err;
+    EXPECT_NE(err.find(cases[i].second), std::string::npos) << err;
   }
 }
 
