@@ -167,7 +167,7 @@ size_t decode_delta_binary_packed(std::string_view bytes, size_t count, std::vec
 
 void decode_plain_byte_arrays(std::string_view bytes, size_t count, ByteArrays& out) {
   Cursor c(bytes);
-  out.ends.reserve(out.ends.size() + count);
+  out.ends.reserve(out.ends.size() + std::min(count, bytes.size() / 4));  // each value takes 4 bytes at least
   for (size_t i = 0; i < count; i++) {
     const uint32_t n = c.le32("PLAIN data");
     out.push(c.take(n, "PLAIN data"));
