@@ -10,7 +10,7 @@ ROOT=$(pwd)
 # tests/fuzz/run.sh clang and its libFuzzer).
 APT_PACKAGES="build-essential cmake ninja-build pkg-config perl python3 nodejs npm \
   libpcre2-dev nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev libzstd-dev zlib1g-dev libicu-dev libgtest-dev libxxhash-dev \
-  libtomlplusplus-dev \
+  libtomlplusplus-dev libsnappy-dev libbrotli-dev liblz4-dev \
   libopenmpi-dev openmpi-bin \
   ${TOKAMAK_EXTRA_APT:-}"
 missing=()

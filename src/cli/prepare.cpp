@@ -1,5 +1,5 @@
-// `tokamak prepare`: tokenizes text and JSON Lines into packed token shards plus meta.json, the input
-// of `tokamak train`. The work is in data/prepare.h; this file declares the options and prints the summary.
+// `tokamak prepare`: tokenizes text, JSON Lines and Parquet into packed token shards plus meta.json, the
+// input of `tokamak train`. The work is in data/prepare.h; this file declares the options and prints the summary.
 #include <fmt/format.h>
 
 #include <fstream>
@@ -34,7 +34,7 @@ std::string invoked_command() {
 }
 
 tk::cli::Command prepare_cmd(
-    "prepare", "Tokenize .txt/.jsonl/.jsonl.gz/.jsonl.zst files into packed token shards for training",
+    "prepare", "Tokenize .txt/.jsonl/.jsonl.gz/.jsonl.zst/.parquet files into packed token shards for training",
     [](CLI::App& app) -> tk::cli::Runner {
       auto opts = std::make_shared<tk::PrepareOptions>();
       app.add_option("--tokenizer", opts->tokenizer_path,
@@ -43,10 +43,11 @@ tk::cli::Command prepare_cmd(
           ->required();
       app.add_option("--input", opts->inputs,
                      "Input files and directories (searched recursively, in sorted order) of .txt (one document per "
-                     "file), .jsonl, .jsonl.gz, .jsonl.zst")
+                     "file), .jsonl, .jsonl.gz, .jsonl.zst, .parquet")
           ->required();
       app.add_option("--out", opts->out_dir, "Output directory for the shards and meta.json")->required();
-      app.add_option("--text-field", opts->text_field, "The JSON Lines field that holds a document's text")
+      app.add_option("--text-field", opts->text_field,
+                     "The JSON Lines field or Parquet column that holds a document's text")
           ->capture_default_str();
       app.add_option_function<double>(
           "--val-fraction", [opts](double fraction) { opts->val_fraction = fraction; },

@@ -64,7 +64,7 @@ tk::cli::Runner setup_train_tokenizer(CLI::App& app) {
   auto a = std::make_shared<TrainTokenizerArgs>();
   app.add_option("--input", a->inputs,
                  "Input files and directories (searched recursively, in sorted order) of .txt (one document per "
-                 "file), .jsonl, .jsonl.gz, .jsonl.zst")
+                 "file), .jsonl, .jsonl.gz, .jsonl.zst, .parquet")
       ->required();
   app.add_option("--vocab-size", a->bpe.vocab_size, "Tokens in all: 256 bytes + merges + special tokens")
       ->required();
@@ -74,7 +74,7 @@ tk::cli::Runner setup_train_tokenizer(CLI::App& app) {
   app.add_option("--special-tokens", a->bpe.special_tokens,
                  "Special tokens, placed after the BPE tokens; the first one separates documents")
       ->capture_default_str();
-  app.add_option("--text-field", a->text_field, "The JSON Lines field that holds a document's text")
+  app.add_option("--text-field", a->text_field, "The JSON Lines field or Parquet column that holds a document's text")
       ->capture_default_str();
   app.add_option("--threads", a->threads, "Threads counting the text's pieces (0: one per core)")
       ->capture_default_str();

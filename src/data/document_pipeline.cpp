@@ -1,5 +1,7 @@
 // The document pipeline (document_pipeline.h): a pool of workers takes batches from a queue; the batches
 // stay in submission order in a second queue, from which the calling thread takes the oldest once it is done.
+// A batch holds raw records (a .txt file, JSON lines) or a run of a Parquet text column's pages, which its
+// worker decodes: a Parquet file's row groups and pages are parallel work.
 #include "data/document_pipeline.h"
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "data/parquet_text.h"
 
 namespace tk {
 namespace {
@@ -24,6 +27,7 @@ constexpr size_t kBatchesInFlightPerThread = 4;
 struct Batch {
   const InputFile* file = nullptr;
   std::vector<Record> records;
+  parquet::TextRun parquet;  // for a Parquet file, instead of records
   uint64_t text_bytes = 0;
   uint64_t disk_bytes = 0;
   std::any result;
@@ -31,8 +35,14 @@ struct Batch {
   bool done = false;
 };
 
-// The text of each record: a .txt file's is the record; a JSON line's is its text field.
+// The text of each record: a .txt file's is the record; a JSON line's is its text field; a Parquet run's rows'.
 Documents documents_of(Batch& b, const std::string& text_field) {
+  if (b.file->format == InputFormat::Parquet) {
+    if (!b.parquet.chunk) return {};  // the footer's batch
+    Documents docs = parquet::text_documents(b.parquet);
+    b.parquet = {};  // the chunk is freed once its last run is decoded
+    return docs;
+  }
   Documents docs;
   docs.reserve(b.records.size());
   for (Record& r : b.records)
@@ -139,6 +149,21 @@ void run_document_pipeline(const std::vector<InputFile>& inputs, const DocumentP
     while (pool.in_flight() >= kBatchesInFlightPerThread * size_t(threads)) take_oldest();
   };
   for (const InputFile& file : inputs) {
+    if (file.format == InputFormat::Parquet) {
+      uint64_t accounted = 0;
+      auto submit_run = [&](parquet::TextRun&& run, uint64_t disk_bytes) {
+        auto batch = std::make_unique<Batch>();
+        batch->file = &file;
+        batch->parquet = std::move(run);
+        batch->disk_bytes = disk_bytes;
+        accounted += disk_bytes;
+        submit(std::move(batch));
+      };
+      parquet::read_text_runs(file.path, opts.text_field, kBatchBytes, submit_run);
+      // The footer's bytes: an empty batch, so that the disk bytes add up to the file's size.
+      if (accounted < file.bytes) submit_run({}, file.bytes - accounted);
+      continue;
+    }
     RecordReader reader(file);
     uint64_t accounted = 0;  // disk bytes already given to earlier batches of this file
     auto batch = std::make_unique<Batch>();

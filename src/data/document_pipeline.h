@@ -14,18 +14,20 @@
 namespace tk {
 
 struct DocumentPipelineOptions {
-  std::string text_field = "text";  // a JSON line's document is this string field
+  std::string text_field = "text";  // a JSON line's document is this string field, a Parquet row's this column
   int threads = 0;                  // workers; 0: one per core
 };
 
-// A batch's documents, on a worker: the whole text of a .txt file, or the text field of each JSON line.
+// A batch's documents, on a worker: the whole text of a .txt file, the text field of each JSON line, or the text
+// column of each Parquet row (a null one as "").
 using Documents = std::vector<std::string>;
 
 // Runs work(documents, worker) for every batch on worker `worker` (0 <= worker < threads, so that a worker may
 // keep state of its own), then take(result, disk_bytes) on the calling thread, batch by batch in input order;
 // disk_bytes are the input file's bytes on disk that the batch accounts for (summing to the inputs' sizes: a
-// progress bar's measure). A JSON line that is not a document (json_document_text), or an error thrown by
-// `work`, is rethrown on the calling thread when its batch's turn comes; an error reading a file, at once.
+// progress bar's measure). A JSON line that is not a document (json_document_text), a corrupt Parquet page, or an
+// error thrown by `work`, is rethrown on the calling thread when its batch's turn comes; an error reading a file
+// (a Parquet file's footer, a missing column), at once.
 template <class Result>
 void run_document_pipeline(const std::vector<InputFile>& inputs, const DocumentPipelineOptions& opts,
                            const std::function<Result(Documents& documents, int worker)>& work,

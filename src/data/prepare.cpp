@@ -195,7 +195,7 @@ void check_options(const PrepareOptions& o) {
              *o.val_fraction);
   TK_CHECK(o.shard_tokens > 0, "--shard-tokens must be positive");
   TK_CHECK(o.threads >= 0, "--threads must be positive (or 0 for one per core), not {}", o.threads);
-  TK_CHECK(!o.text_field.empty(), "--text-field must name a JSON field");
+  TK_CHECK(!o.text_field.empty(), "--text-field must name a JSON field or Parquet column");
 }
 
 // One batch of documents, tokenized: document i's tokens are tokens[ends[i-1] .. ends[i]).

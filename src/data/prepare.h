@@ -1,4 +1,4 @@
-// `tokamak prepare` as a library: text and JSON Lines in, token shards and meta.json out (the format:
+// `tokamak prepare` as a library: text, JSON Lines and Parquet in, token shards and meta.json out (the format:
 // docs/shard-format.md). Tokenizes on every core with an output that does not depend on the thread
 // count, splits documents into train and validation by a seeded hash, and writes meta.json last, so an
 // interrupted run leaves nothing the loader accepts.
@@ -15,7 +15,7 @@ namespace tk {
 struct PrepareOptions {
   std::vector<std::string> inputs;  // files and directories (see find_inputs in data/text_input.h)
   std::string out_dir;
-  std::string text_field = "text";  // the JSON Lines field holding a document
+  std::string text_field = "text";  // the JSON Lines field or Parquet column holding a document
   // The share of documents in the validation split, in [0, 1) (--val-fraction); unset: the default split,
   // about 0.5% of the tokens with a minimum (docs/data.md).
   std::optional<double> val_fraction;

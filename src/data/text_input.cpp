@@ -37,6 +37,7 @@ std::optional<InputFormat> format_of(const std::string& path) {
   if (ends(".jsonl")) return InputFormat::Jsonl;
   if (ends(".jsonl.gz")) return InputFormat::JsonlGzip;
   if (ends(".jsonl.zst")) return InputFormat::JsonlZstd;
+  if (ends(".parquet")) return InputFormat::Parquet;
   return std::nullopt;
 }
 
@@ -46,8 +47,8 @@ const char* why_unread(const std::string& path) {
   auto ends = [&](std::string_view suffix) {
     return path.size() >= suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
-  if (ends(".parquet") || ends(".arrow"))
-    return "Parquet and Arrow files are not supported (this build has no Arrow library): convert them to .jsonl";
+  if (ends(".arrow") || ends(".feather"))
+    return "Arrow IPC files are not supported: convert them to .parquet or .jsonl";
   for (const char* json : {".json", ".json.gz", ".json.zst"})
     if (ends(json))
       return "a .json file is one JSON document, not JSON Lines: name it .jsonl if it holds one object a line";
@@ -94,7 +95,8 @@ std::vector<std::string> files_in_directory(const std::string& dir) {
 }  // namespace
 
 std::vector<InputFile> find_inputs(const std::vector<std::string>& paths) {
-  TK_CHECK(!paths.empty(), "no input given: name .txt/.jsonl/.jsonl.gz/.jsonl.zst files or directories with --input");
+  TK_CHECK(!paths.empty(),
+           "no input given: name .txt/.jsonl/.jsonl.gz/.jsonl.zst/.parquet files or directories with --input");
   std::vector<InputFile> files;
   std::set<std::string> seen;
   auto add = [&](const std::string& path) {
@@ -112,10 +114,10 @@ std::vector<InputFile> find_inputs(const std::vector<std::string>& paths) {
     if (!stdfs::exists(st)) fail("input {} does not exist", p);
     if (stdfs::is_directory(st)) {
       std::vector<std::string> found = files_in_directory(p);
-      if (found.empty()) fail("input directory {} holds no .txt, .jsonl, .jsonl.gz or .jsonl.zst files", p);
+      if (found.empty()) fail("input directory {} holds no .txt, .jsonl, .jsonl.gz, .jsonl.zst or .parquet files", p);
       for (const std::string& f : found) add(f);
     } else {
-      if (!format_of(p)) fail("input {} is not a .txt, .jsonl, .jsonl.gz or .jsonl.zst file", p);
+      if (!format_of(p)) fail("input {} is not a .txt, .jsonl, .jsonl.gz, .jsonl.zst or .parquet file", p);
       add(p);
     }
   }
@@ -229,6 +231,7 @@ std::unique_ptr<RecordReader::Source> open_source(const InputFile& f) {
     case InputFormat::JsonlZstd: return std::make_unique<ZstdSource>(f.path);
     case InputFormat::Text:
     case InputFormat::Jsonl: break;
+    case InputFormat::Parquet: fail("{} is a Parquet file: it is read by column, not as records", f.path);
   }
   return std::make_unique<PlainSource>(f.path);
 }

@@ -1,6 +1,6 @@
-// Prepare's input: the files under the paths a user names (.txt, .jsonl, .jsonl.gz, .jsonl.zst), read
+// Prepare's input: the files under the paths a user names (.txt, .jsonl, .jsonl.gz, .jsonl.zst, .parquet), read
 // as records (a whole .txt file, or one JSON line), decompressing while streaming so that a corpus never
-// has to fit in memory or be unpacked first.
+// has to fit in memory or be unpacked first. Parquet files are read by column instead (parquet_text.h).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -10,7 +10,7 @@
 
 namespace tk {
 
-enum class InputFormat { Text, Jsonl, JsonlGzip, JsonlZstd };
+enum class InputFormat { Text, Jsonl, JsonlGzip, JsonlZstd, Parquet };
 
 struct InputFile {
   std::string path;
@@ -30,7 +30,7 @@ struct Record {
   uint64_t line = 0;  // 1-based line number of a JSON line; 0 for a .txt file
 };
 
-// Reads one input file as records. Blank JSON lines are skipped; a file holding no record, a truncated
+// Reads one input file, not a Parquet one, as records. Blank JSON lines are skipped; a file holding no record, a truncated
 // or corrupt compressed stream, and read errors are tk::Errors naming the file.
 class RecordReader {
  public:

@@ -232,8 +232,8 @@ TEST(Prepare, UnusableInputsAreClearErrors) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{dir.path("missing.txt")}, "input " + dir.path("missing.txt") + " does not exist"},
       {{dir.path("empty.txt")}, "input " + dir.path("empty.txt") + " is empty"},
-      {{dir.path("doc.pdf")}, "is not a .txt, .jsonl, .jsonl.gz or .jsonl.zst file"},
-      {{dir.path("nothing")}, "holds no .txt, .jsonl, .jsonl.gz or .jsonl.zst files"},
+      {{dir.path("doc.pdf")}, "is not a .txt, .jsonl, .jsonl.gz, .jsonl.zst or .parquet file"},
+      {{dir.path("nothing")}, "holds no .txt, .jsonl, .jsonl.gz, .jsonl.zst or .parquet files"},
       {{dir.path("a.txt"), dir.path("a.txt")}, "is named twice"},
       {{}, "no input given"},
   };
@@ -508,7 +508,7 @@ TEST(Prepare, DefaultSplitOfTheBrownCorpus) {
 TEST(Prepare, UnreadableFilesInADirectoryAreNamed) {
   TempDir dir;
   write_text(dir.path("in/a.jsonl"), "{\"text\": \"read\"}\n");
-  write_text(dir.path("in/b.parquet"), "PAR1");
+  write_text(dir.path("in/b.arrow"), "ARROW1");
   write_text(dir.path("in/c.json"), "[{\"text\": \"not read\"}]");
   write_text(dir.path("in/sub/d.txt.gz"), "gz");
   write_text(dir.path("in/README.md"), "about the data");
@@ -516,8 +516,8 @@ TEST(Prepare, UnreadableFilesInADirectoryAreNamed) {
   ::testing::internal::CaptureStderr();
   prepare(tok, options(dir, {dir.path("in")}));
   const std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("skipping 1 file that tokamak cannot read: " + dir.path("in/b.parquet") +
-                     " (Parquet and Arrow files are not supported"),
+  EXPECT_NE(err.find("skipping 1 file that tokamak cannot read: " + dir.path("in/b.arrow") +
+                     " (Arrow IPC files are not supported"),
             std::string::npos)
       << err;
   EXPECT_NE(err.find(dir.path("in/c.json") + " (a .json file is one JSON document, not JSON Lines"), std::string::npos)

@@ -2,7 +2,7 @@
 # CUDA but not these -dev packages, and no apt), unpack the carried .debs of scripts/gpu_debs.sh
 # into /tmp/deps and point pkg-config, CMake and the loader at them. Sets TK_CMAKE_ARGS.
 TK_CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=90 -DCUDNN_INCLUDE_DIR=/usr/include/x86_64-linux-gnu"
-if ! pkg-config --exists libpcre2-8 tomlplusplus libxxhash 2>/dev/null && [ -d .shared/debs ]; then
+if ! pkg-config --exists libpcre2-8 tomlplusplus libxxhash snappy libbrotlidec liblz4 2>/dev/null && [ -d .shared/debs ]; then
   D=/tmp/deps
   L=$D/usr/lib/x86_64-linux-gnu
   mkdir -p $D
