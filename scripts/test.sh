@@ -9,10 +9,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 # chromium (and a font for it): the test of `tokamak report` renders its page headless and checks the screenshot.
+# python3-jinja2: the chat template tests render every construct with jinja2 too and compare.
 # Every CUDA generation tokamak builds for by default (CMakeLists.txt), so that the CUDA code compiles in CI, also
 # after scripts/run_default.sh configured build/ for this machine alone.
 TOKAMAK_CMAKE_ARGS="-DTOKAMAK_CUDA=ON -UCMAKE_CUDA_ARCHITECTURES ${TOKAMAK_CMAKE_ARGS:-}" \
-  TOKAMAK_EXTRA_APT="chromium fonts-dejavu-core" bash scripts/setup.sh
+  TOKAMAK_EXTRA_APT="chromium fonts-dejavu-core python3-jinja2" bash scripts/setup.sh
 BUILD=${TOKAMAK_BUILD_DIR:-$ROOT/build}
 (cd "$BUILD" && ctest -L cpu --output-on-failure --timeout 900 -j "$(nproc)")
 

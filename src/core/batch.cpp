@@ -68,6 +68,12 @@ void OwnedBatch::set_row(int b, const int32_t* window, std::span<const int32_t> 
   std::copy(window, window + batch_.T, batch_.inputs + at);
   std::copy(window + 1, window + batch_.T + 1, batch_.targets + at);
   fill_batch_positions(batch_, b, doc_starts);
+  batch_.trained = count_trained(batch_);
+}
+
+int64_t count_trained(const Batch& batch) {
+  return int64_t(std::count_if(batch.targets, batch.targets + batch.tokens(),
+                               [](int32_t t) { return t != kUntrainedTarget; }));
 }
 
 }  // namespace tk

@@ -55,6 +55,18 @@ class TokenStream {
     }
   }
 
+  // Into `out`, one byte a token of [begin, begin + n): 1 where the shards' loss mask trains on it.
+  void read_trained(uint64_t begin, uint64_t n, uint8_t* out) const {
+    while (n > 0) {
+      const size_t i = shard_of(begin);
+      const uint64_t take = std::min(n, starts_[i + 1] - begin);
+      shards_[i].read_trained(begin - starts_[i], take, out);
+      out += take;
+      begin += take;
+      n -= take;
+    }
+  }
+
   // Into `out`: 0, then every offset t in (0, n) at which a document begins at stream position begin + t.
   void doc_starts(uint64_t begin, uint64_t n, std::vector<int32_t>& out) const {
     out.assign(1, 0);
@@ -128,6 +140,7 @@ struct Slot {
   HostBuffer memory;
   Batch batch;
   std::vector<int32_t> doc_starts;  // one row's, while the slot is filled
+  std::vector<uint8_t> trained;     // one row's targets' loss mask, while the slot is filled
 };
 
 // Reads up to 32 MB of a shard with its cached pages dropped first, so the rate is the mount's.
@@ -166,6 +179,19 @@ struct Split {
   uint64_t fingerprint;
 };
 
+// Examples packed into sequences of P tokens (prepare --seq P) are read as they were packed only at T = P: rows of
+// another length would cut examples apart from their prompts.
+void check_packing(const DatasetListing& listing, const LoaderOptions& o) {
+  if (listing.packed_sequence == 0) return;
+  if (o.T != listing.packed_sequence)
+    fail("{} holds examples packed into sequences of {} tokens (prepare --seq {}), but this run reads rows of {}: "
+         "train with --seq {}, or prepare the data again with --seq {}",
+         o.data_dir, listing.packed_sequence, listing.packed_sequence, o.T, listing.packed_sequence, o.T);
+  if (!o.doc_mask)
+    log::warn("{} holds packed examples: without --doc-mask each example also attends to the ones packed before it",
+              o.data_dir);
+}
+
 // Opens every shard meta.json lists for the split, checking each against meta.json and the caller's
 // expectations: a dataset that was modified or half-replaced after prepare is refused here.
 Split open_split(const LoaderOptions& o) {
@@ -176,6 +202,7 @@ Split open_split(const LoaderOptions& o) {
   if (split->second.empty())
     fail("the {} split of {} is empty{}", o.split, o.data_dir,
          o.split == "val" ? ": prepare it with --val-fraction above 0" : "");
+  check_packing(listing, o);
   std::vector<ShardReader> shards;
   for (const ShardEntry& e : split->second) {
     ShardReader r(e.path, {o.expect_vocab, o.expect_fingerprint});
@@ -289,16 +316,24 @@ class ShardLoader final : public DataLoader {
             {"T", opts_.T},         {"shuffle", opts_.shuffle},       {"seed", opts_.seed}};
   }
 
-  // Row b: the window's first T tokens as inputs, its last T as targets, then positions and segments.
+  // Row b: the window's first T tokens as inputs, its last T as targets (kUntrainedTarget where the loss mask leaves
+  // the token out), then positions and segments.
   void fill(Slot& slot, uint64_t batch) const {
     const uint64_t T = uint64_t(opts_.T);
-    const Batch& out = slot.batch;
+    Batch& out = slot.batch;
+    out.trained = 0;
+    slot.trained.resize(T);
     for (int b = 0; b < opts_.B; b++) {
       const uint64_t begin = order_.window(batch, b) * T;
       int32_t *inputs = out.inputs + b * T, *targets = out.targets + b * T;
       split_.stream.read(begin, T, inputs);
       std::copy(inputs + 1, inputs + T, targets);
       split_.stream.read(begin + T, 1, targets + T - 1);
+      split_.stream.read_trained(begin + 1, T, slot.trained.data());
+      for (uint64_t t = 0; t < T; t++) {
+        if (!slot.trained[t]) targets[t] = kUntrainedTarget;
+        out.trained += slot.trained[t];
+      }
       split_.stream.doc_starts(begin, T + 1, slot.doc_starts);
       fill_batch_positions(out, b, slot.doc_starts);
     }

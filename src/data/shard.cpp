@@ -1,6 +1,7 @@
-// ShardWriter streams tokens to a temporary file and patches the header in at the end; ShardReader
-// maps a shard and refuses, with the file's name and the reason, anything its header does not describe
-// and any token stream that breaks the format's promises; read_dataset_listing reads meta.json.
+// ShardWriter streams tokens to a temporary file, then the offsets and the loss mask, and patches the header in at
+// the end; ShardReader maps a shard (version 1 or 2) and refuses, with the file's name and the reason, anything its
+// header does not describe, data whose checksum does not match, and any token stream that breaks the format's
+// promises; read_dataset_listing reads meta.json.
 #include "data/shard.h"
 
 #include <fcntl.h>
@@ -16,6 +17,7 @@
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
+#include <xxhash.h>
 
 #include "core/confined_path.h"
 #include "core/error.h"
@@ -30,7 +32,7 @@ static_assert(std::endian::native == std::endian::little, "shards are little-end
 namespace {
 
 constexpr char kMagic[8] = {'T', 'K', 'S', 'H', 'A', 'R', 'D', '\0'};
-constexpr size_t kReservedOffset = 48;  // 8 bytes, zero
+constexpr size_t kReservedOffset = 48;  // version 1: 8 bytes, zero; version 2: the data checksum
 constexpr size_t kChecksumOffset = 56;  // FNV-1a 64 of bytes [0, 56)
 
 using HeaderBytes = std::array<uint8_t, kShardHeaderBytes>;
@@ -52,6 +54,7 @@ HeaderBytes encode_header(const ShardHeader& h) {
   put(b, 24, h.tokens);
   put(b, 32, h.documents);
   put(b, 40, h.fingerprint);
+  put(b, kReservedOffset, h.data_checksum);
   put(b, kChecksumOffset, fnv1a64(b.data(), kChecksumOffset));
   return b;
 }
@@ -70,6 +73,14 @@ constexpr uint64_t align8(uint64_t n) { return (n + 7) & ~uint64_t(7); }
 // Where the document offsets start: after the tokens, padded so that the uint64 array is aligned.
 constexpr uint64_t offsets_position(uint64_t tokens, uint32_t token_bytes) {
   return kShardHeaderBytes + align8(tokens * token_bytes);
+}
+
+// The loss mask's bytes: one bit a token.
+constexpr uint64_t mask_bytes(uint64_t tokens) { return (tokens + 7) / 8; }
+
+// The file's size as the header describes it (the counts bounded by the file's size first, so this cannot overflow).
+constexpr uint64_t shard_size(uint64_t tokens, uint64_t documents, uint32_t token_bytes, uint32_t version) {
+  return offsets_position(tokens, token_bytes) + documents * 8 + (version >= 2 ? mask_bytes(tokens) : 0);
 }
 
 // What one pass over a shard's tokens finds: how many are end-of-text, and the largest id.
@@ -109,8 +120,10 @@ TokenCensus census(const uint8_t* bytes, uint64_t n, uint32_t eot_id) {
 }  // namespace
 
 ShardWriter::ShardWriter(std::string path, uint32_t vocab_size, uint32_t eot_id, uint64_t fingerprint)
-    : file_(std::move(path)) {
+    : file_(std::move(path)), checksum_(XXH3_createState(), [](void* p) { XXH3_freeState(static_cast<XXH3_state_t*>(p)); }) {
   TK_CHECK(vocab_size > 0 && eot_id < vocab_size, "internal error: shard vocab {} with eot {}", vocab_size, eot_id);
+  TK_CHECK(checksum_ && XXH3_64bits_reset(static_cast<XXH3_state_t*>(checksum_.get())) == XXH_OK,
+           "out of memory starting the checksum of {}", file_.path());
   header_.token_bytes = token_bytes_for_vocab(vocab_size);
   header_.vocab_size = vocab_size;
   header_.eot_id = eot_id;
@@ -119,8 +132,15 @@ ShardWriter::ShardWriter(std::string path, uint32_t vocab_size, uint32_t eot_id,
   file_.write(placeholder.data(), placeholder.size());
 }
 
-void ShardWriter::add_document(std::span<const int32_t> tokens) {
-  TK_CHECK(!tokens.empty(), "internal error: an empty document for {}", file_.path());
+void ShardWriter::write(const void* data, size_t n) {
+  file_.write(data, n);
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(checksum_.get()), data, n);
+}
+
+void ShardWriter::add_document(std::span<const int32_t> tokens, std::span<const uint8_t> trained) {
+  TK_CHECK(trained.empty() || trained.size() == tokens.size() + 1,
+           "internal error: {} mask values for a document of {} tokens and its end-of-text in {}", trained.size(),
+           tokens.size(), file_.path());
   const uint32_t width = header_.token_bytes;
   encoded_.resize((tokens.size() + 1) * width);
   for (size_t i = 0; i < tokens.size(); i++) {
@@ -132,7 +152,12 @@ void ShardWriter::add_document(std::span<const int32_t> tokens) {
     store_token(&encoded_[i * width], uint32_t(t), width);
   }
   store_token(&encoded_[tokens.size() * width], header_.eot_id, width);
-  file_.write(encoded_.data(), encoded_.size());
+  write(encoded_.data(), encoded_.size());
+  mask_.resize(mask_bytes(header_.tokens + tokens.size() + 1));
+  for (size_t i = 0; i <= tokens.size(); i++) {
+    const uint64_t at = header_.tokens + i;
+    if (trained.empty() || trained[i]) mask_[at / 8] |= uint8_t(1u << (at % 8));
+  }
   doc_offsets_.push_back(header_.tokens);
   header_.tokens += tokens.size() + 1;
   header_.documents++;
@@ -142,8 +167,10 @@ void ShardWriter::finish() {
   TK_CHECK(header_.documents > 0, "internal error: {} would hold no documents", file_.path());
   const uint64_t pad = offsets_position(header_.tokens, header_.token_bytes) - file_.size();
   const uint64_t zeros = 0;
-  file_.write(&zeros, pad);
-  file_.write(doc_offsets_.data(), doc_offsets_.size() * sizeof(uint64_t));
+  write(&zeros, pad);
+  write(doc_offsets_.data(), doc_offsets_.size() * sizeof(uint64_t));
+  write(mask_.data(), mask_.size());
+  header_.data_checksum = XXH3_64bits_digest(static_cast<XXH3_state_t*>(checksum_.get()));
   HeaderBytes h = encode_header(header_);
   file_.write_at(0, h.data(), h.size());
   file_.commit();
@@ -154,10 +181,13 @@ ShardReader::ShardReader(std::string path, const ShardExpectation& expect) : pat
   try {
     parse_header();
     check_sizes();
-    doc_offsets_ = {reinterpret_cast<const uint64_t*>(map_ + offsets_position(header_.tokens, header_.token_bytes)),
-                    header_.documents};
+    check_data_checksum();
+    const uint64_t offsets_at = offsets_position(header_.tokens, header_.token_bytes);
+    doc_offsets_ = {reinterpret_cast<const uint64_t*>(map_ + offsets_at), header_.documents};
+    if (has_loss_mask()) mask_ = map_ + offsets_at + header_.documents * 8;
     check_doc_offsets();
     check_tokens();
+    check_loss_mask();
     check_expectation(expect);
   } catch (...) {
     unmap();
@@ -168,7 +198,12 @@ ShardReader::ShardReader(std::string path, const ShardExpectation& expect) : pat
 ShardReader::~ShardReader() { unmap(); }
 
 ShardReader::ShardReader(ShardReader&& o) noexcept
-    : path_(std::move(o.path_)), map_(o.map_), map_bytes_(o.map_bytes_), header_(o.header_), doc_offsets_(o.doc_offsets_) {
+    : path_(std::move(o.path_)),
+      map_(o.map_),
+      map_bytes_(o.map_bytes_),
+      header_(o.header_),
+      doc_offsets_(o.doc_offsets_),
+      mask_(o.mask_) {
   o.map_ = nullptr;
   o.map_bytes_ = 0;
 }
@@ -181,6 +216,7 @@ ShardReader& ShardReader::operator=(ShardReader&& o) noexcept {
     map_bytes_ = o.map_bytes_;
     header_ = o.header_;
     doc_offsets_ = o.doc_offsets_;
+    mask_ = o.mask_;
     o.map_ = nullptr;
     o.map_bytes_ = 0;
   }
@@ -217,13 +253,17 @@ void ShardReader::parse_header() {
   if (std::memcmp(map_, kMagic, sizeof kMagic) != 0)
     fail("{} is not a tokamak token shard: bad magic (its first 8 bytes are not \"TKSHARD\\0\")", path_);
   header_.version = get<uint32_t>(map_, 8);
-  if (header_.version != kShardVersion)
-    fail("shard {} has format version {}; this tokamak reads version {}: prepare the data again with this tokamak",
-         path_, header_.version, kShardVersion);
+  if (header_.version < kOldestShardVersion || header_.version > kShardVersion)
+    fail("shard {} has format version {}; this tokamak reads versions {} to {}: prepare the data again with this "
+         "tokamak",
+         path_, header_.version, kOldestShardVersion, kShardVersion);
   if (get<uint64_t>(map_, kChecksumOffset) != fnv1a64(map_, kChecksumOffset))
     fail("shard {} has a corrupt header: its checksum does not match its contents", path_);
-  if (const uint64_t reserved = get<uint64_t>(map_, kReservedOffset); reserved != 0)
+  if (header_.version >= 2) {
+    header_.data_checksum = get<uint64_t>(map_, kReservedOffset);
+  } else if (const uint64_t reserved = get<uint64_t>(map_, kReservedOffset); reserved != 0) {
     fail("shard {} has a corrupt header: its reserved field (bytes 48 to 55) is {:#x}, not zero", path_, reserved);
+  }
   header_.token_bytes = get<uint32_t>(map_, 12);
   header_.vocab_size = get<uint32_t>(map_, 16);
   header_.eot_id = get<uint32_t>(map_, 20);
@@ -237,16 +277,18 @@ void ShardReader::parse_header() {
   if (h.token_bytes != token_bytes_for_vocab(h.vocab_size))
     fail("shard {} has a corrupt header: {}-byte tokens for a vocabulary of {} (expected {})", path_, h.token_bytes,
          h.vocab_size, token_bytes_for_vocab(h.vocab_size));
-  if (h.documents == 0 || h.documents > h.tokens / 2)
-    fail("shard {} has a corrupt header: {} tokens cannot hold {} documents (each needs a token and an end-of-text)",
-         path_, h.tokens, h.documents);
+  // Version 1: each document holds a token and its end-of-text; version 2 allows a lone end-of-text (packing's filler).
+  const uint64_t most = h.version >= 2 ? h.tokens : h.tokens / 2;
+  if (h.documents == 0 || h.documents > most)
+    fail("shard {} has a corrupt header: {} tokens cannot hold {} documents (each needs {}an end-of-text)", path_,
+         h.tokens, h.documents, h.version >= 2 ? "" : "a token and ");
 }
 
 void ShardReader::check_sizes() const {
   const ShardHeader& h = header_;
   // Bound the counts by the file size first, so that the expected size below cannot overflow.
   const bool fits = h.tokens <= map_bytes_ && h.documents <= map_bytes_;
-  const uint64_t expected = fits ? offsets_position(h.tokens, h.token_bytes) + h.documents * 8 : 0;
+  const uint64_t expected = fits ? shard_size(h.tokens, h.documents, h.token_bytes, h.version) : 0;
   if (!fits || map_bytes_ < expected)
     fail("shard {} is truncated: its header describes {} tokens and {} documents ({} bytes) but the file has {} bytes",
          path_, h.tokens, h.documents, fits ? fmt::to_string(expected) : "more", map_bytes_);
@@ -255,16 +297,25 @@ void ShardReader::check_sizes() const {
          map_bytes_ - expected);
 }
 
-// Each document holds at least one token and then the end-of-text token: offsets start at 0, grow by
-// at least 2, and the token before each (and the shard's last) is eot_id.
+// XXH3-64 over every byte after the header, at memory speed (docs/shard-format.md gives the cost).
+void ShardReader::check_data_checksum() const {
+  if (!has_loss_mask()) return;
+  if (XXH3_64bits(map_ + kShardHeaderBytes, map_bytes_ - kShardHeaderBytes) != header_.data_checksum)
+    fail("shard {} is corrupt: the checksum of its tokens, document index and loss mask does not match its header "
+         "(the file was changed or damaged after it was written)",
+         path_);
+}
+
+// Each document holds its tokens (version 1: at least one) and then the end-of-text token: offsets start at 0, grow
+// by at least 2 (version 2: 1), and the token before each (and the shard's last) is eot_id.
 void ShardReader::check_doc_offsets() const {
-  const uint64_t tokens = header_.tokens;
+  const uint64_t tokens = header_.tokens, gap = has_loss_mask() ? 1 : 2;
   for (uint64_t i = 0; i < header_.documents; i++) {
     const uint64_t o = doc_offsets_[i], prev = i > 0 ? doc_offsets_[i - 1] : 0;
-    if ((i == 0 && o != 0) || (i > 0 && (o <= prev || o - prev < 2)) || o >= tokens - 1)
+    if ((i == 0 && o != 0) || (i > 0 && (o <= prev || o - prev < gap)) || o > tokens - gap)
       fail("shard {} has a corrupt document index: document {} starts at {} (previous start {}, {} tokens in the shard; "
-           "a document holds at least one token and its end-of-text)",
-           path_, i, o, prev, tokens);
+           "a document holds {}its end-of-text)",
+           path_, i, o, prev, tokens, gap == 2 ? "at least one token and " : "");
   }
   for (uint64_t i = 0; i < header_.documents; i++) {
     const uint64_t end = i + 1 < header_.documents ? doc_offsets_[i + 1] - 1 : tokens - 1;
@@ -301,6 +352,24 @@ void ShardReader::fail_at_inner_eot() const {
   }
   fail("internal error: shard {} counts {} end-of-text tokens, but none lies inside a document", path_,
        header_.documents);
+}
+
+// The mask's bits past the last token are zero.
+void ShardReader::check_loss_mask() const {
+  if (!has_loss_mask() || header_.tokens % 8 == 0) return;
+  const uint8_t last = mask_[mask_bytes(header_.tokens) - 1];
+  if (last >> (header_.tokens % 8) != 0)
+    fail("shard {} is corrupt: its loss mask has bits set past its {} tokens", path_, header_.tokens);
+}
+
+void ShardReader::read_trained(uint64_t begin, uint64_t n, uint8_t* out) const {
+  TK_CHECK(begin + n <= header_.tokens, "internal error: reading the mask of tokens [{}, {}) of {}, which has {}", begin,
+           begin + n, path_, header_.tokens);
+  if (!has_loss_mask()) {
+    std::fill(out, out + n, uint8_t(1));
+    return;
+  }
+  for (uint64_t i = 0; i < n; i++) out[i] = (mask_[(begin + i) / 8] >> ((begin + i) % 8)) & 1;
 }
 
 void ShardReader::check_expectation(const ShardExpectation& expect) const {
@@ -398,8 +467,11 @@ DatasetListing read_dataset_listing(const std::string& dir) {
     TK_CHECK(meta.is_object() && meta.value("format", "") == "tokamak-shards", "{} does not describe a tokamak dataset",
              meta_path);
     const uint32_t version = json_integer<uint32_t>(meta.at("version"), meta_path, "version");
-    TK_CHECK(version == kShardVersion, "{} has dataset version {}; this tokamak reads version {}", meta_path, version,
+    TK_CHECK(version >= kOldestShardVersion && version <= kShardVersion,
+             "{} has dataset version {}; this tokamak reads versions {} to {}", meta_path, version, kOldestShardVersion,
              kShardVersion);
+    if (meta.contains("packing") && meta["packing"].is_object() && meta["packing"].contains("sequence"))
+      d.packed_sequence = json_integer<int64_t>(meta["packing"]["sequence"], meta_path, "packing.sequence", 1, INT32_MAX);
     const json& tok = meta.at("tokenizer");
     d.tokenizer_kind = tok.at("kind").get<std::string>();
     d.tokenizer_path = tok.value("path", std::string());

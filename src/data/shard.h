@@ -1,9 +1,11 @@
 // Token shards: the binary files `tokamak prepare` writes and the loader memory-maps. A 64-byte
-// header, the tokens (2 or 4 bytes each; every document followed by the end-of-text token), then each
-// document's start offset. The layout and every check a reader makes: docs/shard-format.md.
+// header, the tokens (2 or 4 bytes each; every document followed by the end-of-text token), each
+// document's start offset, and (version 2) the loss mask, one bit a token, with a checksum of all of it.
+// The layout and every check a reader makes: docs/shard-format.md. Version 1 shards still load.
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -12,7 +14,8 @@
 
 namespace tk {
 
-inline constexpr uint32_t kShardVersion = 1;
+inline constexpr uint32_t kShardVersion = 2;   // what ShardWriter writes
+inline constexpr uint32_t kOldestShardVersion = 1;  // the oldest ShardReader reads: no mask, no data checksum
 inline constexpr size_t kShardHeaderBytes = 64;
 
 // 2 when every id of the vocabulary fits in a uint16, else 4.
@@ -26,6 +29,7 @@ struct ShardHeader {
   uint64_t tokens = 0;     // eot tokens included
   uint64_t documents = 0;
   uint64_t fingerprint = 0;  // Tokenizer::fingerprint() of the tokenizer that wrote the shard
+  uint64_t data_checksum = 0;  // version 2: XXH3-64 of every byte after the header
 };
 
 // What a reader requires of a shard beyond being well formed.
@@ -40,9 +44,11 @@ class ShardWriter {
  public:
   ShardWriter(std::string path, uint32_t vocab_size, uint32_t eot_id, uint64_t fingerprint);
 
-  // Appends the document's tokens, then the end-of-text token. A document has at least one token,
-  // and its ids are in [0, vocab) and never the end-of-text id.
-  void add_document(std::span<const int32_t> tokens);
+  // Appends the document's tokens, then the end-of-text token. Its ids are in [0, vocab) and never the end-of-text
+  // id; a document of no tokens is the end-of-text token alone (packing's filler). `trained` holds one value per
+  // token and one for the end-of-text token (tokens.size() + 1): nonzero where that token is a target trained on;
+  // empty: every one is.
+  void add_document(std::span<const int32_t> tokens, std::span<const uint8_t> trained = {});
   void finish();
 
   uint64_t tokens() const { return header_.tokens; }
@@ -51,10 +57,14 @@ class ShardWriter {
   const std::string& path() const { return file_.path(); }
 
  private:
+  void write(const void* data, size_t n);  // to the file and into the data checksum
+
   fs::AtomicFile file_;
   ShardHeader header_;
   std::vector<uint64_t> doc_offsets_;
+  std::vector<uint8_t> mask_;     // the loss mask's bytes so far, bit i % 8 of byte i / 8 for token i
   std::vector<uint8_t> encoded_;  // one document at the shard's token width
+  std::shared_ptr<void> checksum_;  // XXH3's streaming state
 };
 
 // A shard memory-mapped read-only, every header field, size, document offset and token checked against
@@ -76,6 +86,11 @@ class ShardReader {
   // end-of-text token it holds.
   std::span<const uint64_t> doc_offsets() const { return doc_offsets_; }
 
+  // Whether tokens [begin, begin + n) are trained on as targets, one byte each (1 or 0): the loss mask of a version 2
+  // shard; every token of a version 1 shard is.
+  void read_trained(uint64_t begin, uint64_t n, uint8_t* out) const;
+  bool has_loss_mask() const { return header_.version >= 2; }
+
   // Copies tokens [begin, begin + n) widened to int32. An id outside the vocabulary is a tk::Error naming
   // the shard and position: the open checked every id, but the mapping is shared with the file, which
   // may have been changed in place since.
@@ -85,7 +100,9 @@ class ShardReader {
   void map_file();
   void parse_header();
   void check_sizes() const;
+  void check_data_checksum() const;
   void check_doc_offsets() const;
+  void check_loss_mask() const;
   void check_tokens() const;
   [[noreturn]] void fail_at_inner_eot() const;
   void check_expectation(const ShardExpectation& expect) const;
@@ -97,6 +114,7 @@ class ShardReader {
   size_t map_bytes_ = 0;
   ShardHeader header_;
   std::span<const uint64_t> doc_offsets_;
+  const uint8_t* mask_ = nullptr;  // version 2
 };
 
 // One shard as meta.json lists it.
@@ -114,6 +132,7 @@ struct DatasetListing {
   int64_t vocab_size = 0;
   int64_t eot_id = -1;  // -1 when not recorded
   uint64_t fingerprint = 0;
+  int64_t packed_sequence = 0;  // > 0: examples were packed into sequences of this many tokens (prepare --seq)
   std::map<std::string, std::vector<ShardEntry>> splits;  // "train", "val"
 };
 

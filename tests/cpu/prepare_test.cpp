@@ -108,7 +108,7 @@ TEST(Prepare, MetaJsonDescribesTheDataset) {
   prepare(tok, o);
   const nlohmann::json m = meta_of(dir.path("out"));
   EXPECT_EQ(m["format"], "tokamak-shards");
-  EXPECT_EQ(m["version"], 1);
+  EXPECT_EQ(m["version"], 2);
   EXPECT_EQ(m["tokenizer"]["kind"], "bytes");
   EXPECT_EQ(m["tokenizer"]["path"], dir.path("tok"));
   EXPECT_EQ(m["tokenizer"]["fingerprint"], "00000000feedbeef");

@@ -1,5 +1,5 @@
-// Fuzzes ShardReader: any bytes as a token shard. A shard that opens must read back whole, its
-// documents' offsets increasing and inside the token stream.
+// Fuzzes ShardReader: any bytes as a token shard. A shard that opens must read back whole (its tokens and its loss
+// mask), its documents' offsets increasing and inside the token stream.
 #include <algorithm>
 #include <vector>
 
@@ -13,6 +13,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ShardReader r(path);
     std::vector<int32_t> tokens(r.tokens());
     r.read(0, r.tokens(), tokens.data());
+    std::vector<uint8_t> trained(r.tokens());
+    r.read_trained(0, r.tokens(), trained.data());
+    fuzz::require(std::all_of(trained.begin(), trained.end(), [](uint8_t b) { return b <= 1; }));
     uint64_t prev = 0;
     for (uint64_t i = 0; i < r.documents(); i++) {
       const uint64_t o = r.doc_offsets()[i];
