@@ -72,6 +72,33 @@ TEST(ConfigFile, ErrorsNameTheFileAndLine) {
   EXPECT_NE(msg.find("absent.toml: there is no such file"), std::string::npos) << msg;
 }
 
+// toml++ nests a table per part of a dotted key by recursion: 50,000 parts overflowed the stack (SIGSEGV). Keys are
+// bounded before the parse; dots in strings, multi-line strings and comments count for nothing.
+TEST(ConfigFile, DeeplyDottedKeysAreRefusedBeforeTheParse) {
+  TempDir dir;
+  std::string deep = "a";
+  for (int i = 1; i < 50'000; i++) deep += ".a";
+  testing::write_text(dir.path("deep.toml"), "batch = 8\n" + deep + " = 1\n");
+  std::string msg = error_of([&] { read_config_file(dir.path("deep.toml")); });
+  EXPECT_NE(msg.find("deep.toml:2: a key nested more than 64 levels deep"), std::string::npos) << msg;
+  testing::write_text(dir.path("table.toml"), "[" + deep + "]\n");
+  msg = error_of([&] { read_config_file(dir.path("table.toml")); });
+  EXPECT_NE(msg.find("table.toml:1: a key nested more than 64 levels deep"), std::string::npos) << msg;
+
+  const std::string dots(200, '.');
+  testing::write_text(dir.path("strings.toml"), "data = \"" + dots + "\" # " + dots + "\n" +
+                                                    "model = \"\"\"\n" + dots + "\n\\\"" + dots + "\"\"\"\n" +
+                                                    "out = '" + dots + "'\n" +
+                                                    "tokenizer = '''" + dots + "\n" + dots + "'''\n" +
+                                                    "lr = 3.0e-3\n");
+  const ConfigFile f = read_config_file(dir.path("strings.toml"));
+  ASSERT_EQ(f.entries.size(), 5u);
+  EXPECT_EQ(f.entries[0].value, dots);
+  EXPECT_EQ(f.entries[1].value, dots + "\n\"" + dots);
+  EXPECT_EQ(f.entries[3].value, dots + "\n" + dots);
+  EXPECT_EQ(f.entries[4].line, 8);
+}
+
 const std::string kTokamak = std::string(TK_BINARY_DIR) + "/tokamak";
 
 struct CliResult {
