@@ -13,6 +13,7 @@
 
 #include "cli/command.h"
 #include "cli/conventions.h"
+#include "core/checked.h"
 #include "core/format.h"
 #include "core/log.h"
 #include "model/model.h"
@@ -73,11 +74,7 @@ tk::Recipe bench_recipe(const BenchOptions& o, const tk::ModelConfig& cfg, bool 
   r.gpu = gpu;
   r.batch = o.batch;
   r.seq = o.seq;
-  const int64_t micro_tokens = int64_t(o.batch) * o.seq, batch_tokens = o.batch_tokens > 0 ? o.batch_tokens : micro_tokens;
-  TK_CHECK(batch_tokens % micro_tokens == 0,
-           "--batch-tokens {} is not a multiple of the micro-batch's {} tokens (--batch {} x --seq {})", batch_tokens,
-           micro_tokens, o.batch, o.seq);
-  r.accumulation = int(batch_tokens / micro_tokens);
+  r.accumulation = tk::micro_batches_per_step(o.batch_tokens, o.batch, o.seq);
   r.recompute = tk::Recompute::parse(o.recompute);
   r.optimizer.moments = tk::parse_moments(o.moments);
   r.set_offload(o.offload);

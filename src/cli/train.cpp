@@ -12,6 +12,7 @@
 #include "cli/command.h"
 #include "cli/conventions.h"
 #include "cli/train_options.h"
+#include "core/checked.h"
 #include "core/error.h"
 #include "train/checkpoint.h"
 #include "train/config_file.h"
@@ -366,6 +367,11 @@ tk::cli::Command train_cmd("train", "Train a model on prepared data", [](CLI::Ap
       refuse_replacing_the_recorded_run(args->config_file, c);
     }
     c.overwrite = args->config.overwrite;
+    try {  // a batch whose sizes do not fit is a mistake in the flags, refused before anything is written
+      tk::micro_batches_per_step(c.batch_tokens, c.batch, c.seq);
+    } catch (const tk::Error& e) {
+      tk::cli::usage_error("{}", e.what());
+    }
     tk::Trainer trainer(c, tk::cli::communicator());
     return trainer.run().exit_code;
   };

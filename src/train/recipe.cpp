@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/checked.h"
 #include "core/error.h"
 #include "model/params.h"
 #include "ops/cuda/fp8_shapes.h"
@@ -68,7 +69,7 @@ Recipe train_recipe(const TrainConfig& c, const ModelConfig& model, bool gpu) {
   r.gpu = gpu;
   r.batch = c.batch;
   r.seq = c.seq;
-  r.accumulation = c.batch_tokens > 0 ? int(c.batch_tokens / r.micro_tokens()) : 1;
+  r.accumulation = micro_batches_per_step(c.batch_tokens, c.batch, c.seq);
   r.zero_stage = std::max(c.zero, 0);  // -1: not given (0, unless --memory-budget on many ranks chooses)
   r.doc_mask = c.doc_mask;
   r.recompute = Recompute::parse(c.recompute);

@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "core/checked.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "core/log.h"
@@ -54,12 +55,10 @@ void TrainingRun::resolve_config() {
   if (!is_preset_name(cfg_.model)) cfg_.model = absolute_if_exists(cfg_.model);
   cfg_.tokenizer = absolute_if_exists(cfg_.tokenizer);
 
+  accum_steps_ = micro_batches_per_step(cfg_.batch_tokens, cfg_.batch, cfg_.seq);
   const int64_t micro_tokens = int64_t(cfg_.batch) * cfg_.seq;
   if (cfg_.batch_tokens == 0) cfg_.batch_tokens = micro_tokens;
-  TK_CHECK(cfg_.batch_tokens > 0 && cfg_.batch_tokens % micro_tokens == 0,
-           "--batch-tokens {} is not a multiple of the micro-batch's {} tokens (--batch {} x --seq {})",
-           cfg_.batch_tokens, micro_tokens, cfg_.batch, cfg_.seq);
-  accum_steps_ = int(cfg_.batch_tokens / micro_tokens);
+  checked_mul(cfg_.steps, cfg_.batch_tokens, "the run's tokens (--steps x --batch-tokens)");
   global_batch_tokens_ = cfg_.batch_tokens;
   zero_given_ = cfg_.zero >= 0;
   if (!zero_given_) cfg_.zero = 0;

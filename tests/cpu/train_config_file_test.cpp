@@ -200,6 +200,38 @@ TEST_F(TrainConfigCli, MistakesNameTheLineAndExit2) {
   expect_usage_error("steps = \n", ":1:");
 }
 
+// Sizes derived from the flags are checked: --batch-tokens 2^63 - 32 made -1 micro-batches a step (loss 0, grad 0,
+// checkpoints saved), 2^37 + 32 one micro-batch of 32 tokens logged as 137 G a step. Both, and a micro-batch of more
+// tokens than an int counts, are usage errors (exit 2) before anything is written; so is the same value in a file.
+TEST_F(TrainConfigCli, SizesThatOverflowAreUsageErrors) {
+  const std::string run = "train --config " + dir_.path("run.toml") + " --out " + dir_.path("sized");
+  struct Case {
+    std::string flags, words;
+  };
+  for (const Case& k : {Case{"--batch-tokens 9223372036854775776",
+                             "--batch-tokens 9223372036854775776 is 288230376151711743 micro-batches of 32 tokens"},
+                        Case{"--batch-tokens 137438953504", "--batch-tokens 137438953504 is 4294967297 micro-batches"},
+                        Case{"--batch 2147483647 --seq 2147483647",
+                             "--batch 2147483647 x --seq 2147483647 is 4611686014132420609 tokens a micro-batch"}}) {
+    SCOPED_TRACE(k.flags);
+    const CliResult r = tokamak(run + " " + k.flags);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find("error: " + k.words), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir_.path("sized")));
+  }
+  testing::write_text(dir_.path("big.toml"), fs::read_file(dir_.path("run.toml")) + "batch-tokens = 137438953504\n");
+  CliResult r = tokamak("train --config " + dir_.path("big.toml") + " --out " + dir_.path("sized"));
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("--batch-tokens 137438953504 is 4294967297 micro-batches"), std::string::npos) << r.err;
+  // The run's tokens, steps x tokens a step, fit the int64 that counts them.
+  r = tokamak(run + " --steps 4611686018427387904");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("the run's tokens (--steps x --batch-tokens) overflows: 4611686018427387904 x 32"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_.path("sized")));
+}
+
 TEST_F(TrainConfigCli, RunDirectoryConfigRepeatsTheRunBitwise) {
   ASSERT_EQ(tokamak("train --config " + dir_.path("run.toml") + " --out " + dir_.path("a")).status, 0);
   const std::vector<double> first = losses("a");
