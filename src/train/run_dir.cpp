@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -174,8 +175,7 @@ RunDirLock::RunDirLock(std::string dir) : dir_(std::move(dir)), path_(file_in(di
   std::error_code ec;
   created_dir_ = stdfs::create_directories(dir_, ec);
   if (ec) fail("cannot create the run directory {}: {}", dir_, ec.message());
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail("cannot open the run directory's lock file {}: {}", path_, fs::error_cause(errno));
+  open_lock_file();
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     const std::string holder = err == EWOULDBLOCK ? describe_holder(fd_, path_) : "";
@@ -192,6 +192,30 @@ RunDirLock::RunDirLock(std::string dir) : dir_(std::move(dir)), path_(file_in(di
     ::close(fd_);
     throw;
   }
+}
+
+// The lock file is written (the holder's record) and emptied at the end, so it must be tokamak's own: a symbolic
+// link is not followed (O_NOFOLLOW), and a file that is not a regular one, or one with another name (a hard link),
+// is refused. O_NONBLOCK: opening a FIFO never waits for a writer.
+void RunDirLock::open_lock_file() {
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  if (fd_ < 0 && errno == ELOOP)
+    fail("{} is a symbolic link: a run directory's lock file is a regular file that tokamak makes and writes, and "
+         "it does not follow a link there into the file it names; remove the link",
+         path_);
+  if (fd_ < 0) fail("cannot open the run directory's lock file {}: {}", path_, fs::error_cause(errno));
+  struct stat st {};
+  const bool stat_ok = ::fstat(fd_, &st) == 0;
+  const std::string why = !stat_ok             ? fs::error_cause(errno)
+                          : !S_ISREG(st.st_mode) ? "it is not a regular file"
+                          : st.st_nlink != 1     ? fmt::format("it has {} names (hard links)", st.st_nlink)
+                                                 : "";
+  if (why.empty()) return;
+  ::close(fd_);
+  fd_ = -1;
+  fail("{} cannot be the run directory's lock file: {}. tokamak makes that file itself and writes into it; remove "
+       "what is there",
+       path_, why);
 }
 
 void RunDirLock::record_holder() const {

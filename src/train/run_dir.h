@@ -46,7 +46,8 @@ class RunDir {
 // `tokamak profile` before they write anything there, and held until destruction. The kernel releases it
 // when its process ends, however it ends, so the lock of a killed run never blocks the next one. The file
 // records the holder (pid, host, command line, start time) for the refusal's message only: whether the
-// directory is taken is decided by the flock alone, and the record is checked before it is repeated.
+// directory is taken is decided by the flock alone, and the record is checked before it is repeated. The lock
+// file is a regular file of one name: a symbolic link there is not followed, anything else is refused.
 class RunDirLock {
  public:
   // Creates the directory when missing. A tk::Error naming the holder when another process (or another
@@ -59,6 +60,7 @@ class RunDirLock {
   static constexpr const char* kFileName = ".lock";
 
  private:
+  void open_lock_file();
   void record_holder() const;
 
   std::string dir_, path_;
