@@ -174,6 +174,44 @@ TEST_F(RunDirCli, TrainRefusesALockFileThatIsASymbolicLink) {
   EXPECT_FALSE(stdfs::exists(run + "/log.jsonl"));
 }
 
+// --overwrite replaces a run, never a directory that no run made: on a Hugging Face model's directory it deleted
+// the model's config.json (`--model m --out m --overwrite`). Each run directory carries a marker; one of an earlier
+// version, without it, is told by its config.json (a run's record, which a model's config.json is not).
+TEST_F(RunDirCli, OverwriteReplacesOnlyADirectoryARunMade) {
+  const std::string hf = dir_.path("hf");
+  const std::string model_config = testing::tiny_llama_config().to_hf_json().dump(2);
+  testing::write_text(hf + "/config.json", model_config);
+  testing::write_text(hf + "/model.safetensors", "weights");
+  testing::write_text(hf + "/README.md", "a model card");
+  for (const bool overwrite : {true, false}) {
+    std::vector<std::string> args = train_args(hf);
+    if (overwrite) args.push_back("--overwrite");
+    std::string err;
+    const testing::ChildExit e = testing::run_tokamak(args, dir_.path("hf-run"), &err);
+    EXPECT_EQ(e.code, 1) << err;
+    EXPECT_NE(err.find(hf + " is not a run directory: it holds config.json, which a run would replace, but no "
+                            ".tokamak-run"),
+              std::string::npos)
+        << err;
+    EXPECT_EQ(err.find("--overwrite replaces only a run's directory") != std::string::npos, overwrite) << err;
+    EXPECT_EQ(testing::read_text(hf + "/config.json"), model_config);
+    EXPECT_EQ(testing::read_text(hf + "/model.safetensors"), "weights");
+    EXPECT_FALSE(stdfs::exists(hf + "/log.jsonl"));
+    EXPECT_FALSE(stdfs::exists(hf + "/.tokamak-run"));
+  }
+
+  const std::string run = dir_.path("run");
+  std::vector<std::string> args = train_args(run);
+  args.push_back("--overwrite");
+  ASSERT_EQ(testing::run_tokamak(args, dir_.path("first")).code, 0);
+  EXPECT_TRUE(stdfs::is_regular_file(run + "/.tokamak-run"));
+  std::string err;
+  EXPECT_EQ(testing::run_tokamak(args, dir_.path("again"), &err).code, 0) << err;
+  stdfs::remove(run + "/.tokamak-run");  // as a run of an earlier version left it
+  EXPECT_EQ(testing::run_tokamak(args, dir_.path("earlier"), &err).code, 0) << err;
+  EXPECT_TRUE(stdfs::is_regular_file(run + "/.tokamak-run"));
+}
+
 // Under `ulimit -f` a write past the limit used to end tokamak with SIGXFSZ and no word; it is now a write error:
 // exit 1, the file and the cause named, and a failed checkpoint leaves nothing half written.
 TEST_F(RunDirCli, AFileSizeLimitIsAWriteErrorNamingTheFile) {

@@ -492,7 +492,7 @@ TEST(RunDir, ClearingRemovesTheRunsFilesAndNothingElse) {
   run.clear();
   std::set<std::string> left;
   for (const auto& e : stdfs::directory_iterator(run.path())) left.insert(e.path().filename().string());
-  EXPECT_EQ(left, (std::set<std::string>{"memory.json", "report.html"}));
+  EXPECT_EQ(left, (std::set<std::string>{".tokamak-run", "memory.json", "report.html"}));
   run.check_free(false);
 }
 
@@ -924,8 +924,9 @@ TEST_F(TrainerTest, LeftoversOfAKilledRunAreCleanedAtTheNextStart) {
   train(c);
   std::set<std::string> left;
   for (const auto& e : stdfs::directory_iterator(run)) left.insert(e.path().filename().string());
-  EXPECT_EQ(left, (std::set<std::string>{".lock", "config.json", "config.toml", "log.jsonl", "memory.json", "notes.txt",
-                                         "report.html.tmp.9", "step_000001", "step_000002", "step_000003"}));
+  EXPECT_EQ(left, (std::set<std::string>{".lock", ".tokamak-run", "config.json", "config.toml", "log.jsonl",
+                                         "memory.json", "notes.txt", "report.html.tmp.9", "step_000001", "step_000002",
+                                         "step_000003"}));
 }
 
 // Keeping the newest checkpoints also removes the incomplete step directories older than them, by name.
