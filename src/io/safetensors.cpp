@@ -50,6 +50,9 @@ size_t dtype_bytes(const std::string& dtype) {
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr const char* kChecksumPrefix = "xxh3_64:";
 constexpr size_t kChecksumDigits = 16;
+// The mark of a file tokamak wrote: every tensor's checksum is there (a file without one of them was altered).
+constexpr const char* kFormatKey = "tokamak_format";
+constexpr const char* kFormatValue = "1";
 
 std::string shape_str(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
@@ -271,7 +274,9 @@ void MappedSafeTensors::check_data_layout() const {
            "appended to", path_, data_size_ - expected, prev ? " (\"" + prev->name + "\")" : "");
 }
 
-// "xxh3_64:<name>" metadata entries: each must name a tensor of the file and hold 16 hex digits.
+// "xxh3_64:<name>" metadata entries: each must name a tensor of the file and hold 16 hex digits. Checksums cannot
+// be switched off by the file: one that says tokamak wrote it (tokamak_format), or that holds any checksum, must
+// hold every tensor's, so that a checksum key renamed by one flipped byte is an error, not a tensor unchecked.
 void MappedSafeTensors::attach_checksums() {
   for (const auto& [key, value] : metadata_) {
     if (!key.starts_with(kChecksumPrefix)) continue;
@@ -284,6 +289,19 @@ void MappedSafeTensors::attach_checksums() {
              value, kChecksumDigits);
     tensors_[it->second].checksum = h;
   }
+  const auto format = metadata_.find(kFormatKey);
+  TK_CHECK(format == metadata_.end() || format->second == kFormatValue,
+           "{}: __metadata__ {} is \"{}\"; this version of tokamak reads and writes \"{}\": the file is corrupt or "
+           "from a newer tokamak",
+           path_, kFormatKey, format->second, kFormatValue);
+  const bool any = std::any_of(tensors_.begin(), tensors_.end(), [](const SafeTensorInfo& t) { return t.checksum; });
+  if (format == metadata_.end() && !any) return;  // a file of another writer (Hugging Face's): none to check
+  for (const SafeTensorInfo& t : tensors_)
+    TK_CHECK(t.checksum, "{}: tensor \"{}\" has no checksum (no __metadata__ \"{}\"), though the file {}: every "
+             "tensor of a file tokamak writes has one, so the header was altered or is corrupt",
+             path_, t.name, safetensors_checksum_key(t.name),
+             format != metadata_.end() ? fmt::format("says tokamak wrote it ({} {})", kFormatKey, kFormatValue)
+                                       : "records checksums for other tensors");
 }
 
 }  // namespace
@@ -369,7 +387,8 @@ void SafeTensorsWriter::add_f32_as_bf16(const std::string& name, std::vector<int
 }
 
 void SafeTensorsWriter::set_metadata(const std::string& key, const std::string& value) {
-  TK_CHECK(!key.starts_with(kChecksumPrefix), "safetensors: metadata key \"{}\" is reserved for checksums", key);
+  TK_CHECK(!key.starts_with(kChecksumPrefix) && key != kFormatKey,
+           "safetensors: metadata key \"{}\" is reserved for checksums", key);
   metadata_[key] = value;
 }
 
@@ -382,7 +401,7 @@ void SafeTensorsWriter::add_generated(const std::string& name, const std::string
 // checksum_at[i] is where entry i's digits start in the returned text.
 std::string SafeTensorsWriter::header_text(std::vector<size_t>& checksum_at) const {
   using json = nlohmann::json;
-  std::string text = "{\"__metadata__\":{";
+  std::string text = "{\"__metadata__\":{" + json(kFormatKey).dump() + ":" + json(kFormatValue).dump() + ",";
   for (const auto& [key, value] : metadata_) text += json(key).dump() + ":" + json(value).dump() + ",";
   for (const Entry& e : entries_) {
     text += json(kChecksumPrefix + e.name).dump() + ":\"";

@@ -1,8 +1,9 @@
 // safetensors: the Hugging Face tensor file format (8-byte little-endian header length, a JSON
 // header of name -> {dtype, shape, data_offsets}, then the raw bytes). Reader maps the file;
 // writer builds one in memory order and writes it atomically. Files tokamak writes carry an XXH3-64
-// checksum of every tensor's bytes in __metadata__ ("xxh3_64:<name>": 16 hex digits); the reader
-// verifies them, and reads files without them (Hugging Face's) as they are.
+// checksum of every tensor's bytes in __metadata__ ("xxh3_64:<name>": 16 hex digits) and the mark
+// "tokamak_format": "1"; the reader verifies them, requires every tensor's in a file that has the mark or
+// any checksum, and reads files with neither (Hugging Face's) as they are.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -61,18 +61,14 @@ int64_t global_batch_tokens(const StepOptions& o, int world) {
 }
 
 int accumulation_steps(const StepOptions& o, int world) {
-  const int64_t micro = int64_t(o.batch) * o.seq, global = global_batch_tokens(o, world);
-  TK_CHECK(global % micro == 0, "--batch-tokens {} is not a multiple of the micro-batch's {} tokens (--batch {} x --seq {})",
-           global, micro, o.batch, o.seq);
-  const int64_t micro_batches = global / micro;
+  const int64_t micro = int64_t(o.batch) * o.seq;
+  // The sizes' own rule (checked.h): positive, a micro-batch an int indexes, a whole number of them that an int counts.
+  const int micro_batches = micro_batches_per_step(global_batch_tokens(o, world), o.batch, o.seq);
   TK_CHECK(micro_batches % world == 0,
            "--batch-tokens {} is {} micro-batches of {} tokens, which {} ranks cannot share equally: each rank takes "
            "a whole number of them (raise --batch-tokens to a multiple of {} tokens, or lower --batch)",
-           global, micro_batches, micro, world, micro * world);
-  TK_CHECK(micro_batches / world <= std::numeric_limits<int>::max(),
-           "--batch-tokens {} is {} micro-batches of {} tokens a rank: more than a step can count ({})", global,
-           micro_batches / world, micro, std::numeric_limits<int>::max());
-  return int(micro_batches / world);
+           global_batch_tokens(o, world), micro_batches, micro, world, micro * world);
+  return micro_batches / world;
 }
 
 Recipe make_recipe(const StepOptions& o, const ModelConfig& model, bool gpu, const std::optional<GpuInfo>& device,

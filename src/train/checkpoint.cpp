@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "io/hf.h"
 #include "io/safetensors.h"
+#include "train/checkpoint_checksums.h"
 #include "train/data_parallel.h"
 
 namespace tk {
@@ -30,8 +31,9 @@ constexpr const char* kPrefix = "step_";
 constexpr const char* kTempPrefix = ".tmp-step_";
 constexpr const char* kDeletePrefix = ".del-";  // a checkpoint being deleted: renamed out of sight first
 constexpr const char* kCompleteMarker = "complete.json";
-// trainer_state.json's "checkpoint_format": 2 since checkpoints end with complete.json; absent (1) before.
-constexpr int kMarkedFormat = 2;
+// trainer_state.json's "checkpoint_format": 2 since checkpoints end with complete.json, 3 since complete.json records
+// the JSON files' checksums (checkpoint_checksums.h); absent (1) before.
+constexpr int kMarkedFormat = kChecksummedCheckpointFormat;
 // The files of a checkpoint written before complete.json existed.
 constexpr const char* kUnmarkedFiles[] = {"config.json", "model.safetensors", "optimizer.safetensors",
                                           "trainer_state.json"};
@@ -231,13 +233,14 @@ void warn_incomplete(const std::string& dir, const std::string& reason) {
               reason);
 }
 
-// complete.json: every other file of the checkpoint with its size, taken once they are all durable.
+// complete.json: every other file of the checkpoint with its size, and the JSON files' checksums, taken once they are
+// all durable.
 void write_complete_marker(const std::string& dir, int64_t step) {
   json files = json::object();
   for (const auto& e : stdfs::directory_iterator(dir))
     if (e.is_regular_file()) files[e.path().filename().string()] = e.file_size();
   fs::write_file_atomic(join_path(dir, kCompleteMarker),
-                        json{{"step", step}, {"files", files}}.dump(2) + "\n");
+                        json{{"step", step}, {"files", files}, {"fnv1a64", json_file_checksums(dir)}}.dump(2) + "\n");
 }
 
 std::string check_marker(const std::string& dir) {
@@ -394,12 +397,16 @@ std::string resolve_checkpoint(const std::string& path) {
     const std::string why = checkpoint_incomplete_reason(path);
     TK_CHECK(why.empty(), "{} is not a complete checkpoint ({}): it is what an interrupted save or deletion left; "
              "use an earlier checkpoint of its run", path, why);
+    check_json_files(path);
     return path;
   }
   std::string run_dir = latest ? stdfs::path(path).parent_path().string() : path;
   TK_CHECK(stdfs::is_directory(run_dir), "{} is neither a checkpoint nor a run directory", path);
   std::vector<std::string> all = list_checkpoints(run_dir);
-  if (!all.empty()) return all.back();
+  if (!all.empty()) {
+    check_json_files(all.back());
+    return all.back();
+  }
   const std::vector<std::pair<int64_t, std::string>> dirs = step_dirs(run_dir);
   TK_CHECK(!dirs.empty(), "{} holds no checkpoint (no step_* directory)", run_dir);
   const std::string& newest = dirs.back().second;
@@ -513,7 +520,9 @@ std::string save_checkpoint(const std::string& run_dir, const Model& model, cons
 TrainerState read_trainer_state(const std::string& checkpoint_dir) {
   const std::string path = join_path(checkpoint_dir, "trainer_state.json");
   try {
-    return TrainerState::from_json(json::parse(fs::read_file(path)), path);
+    const std::string text = fs::read_file(path);
+    check_json_file(checkpoint_dir, "trainer_state.json", text);
+    return TrainerState::from_json(json::parse(text), path);
   } catch (const json::exception& e) {
     fail("{} is not valid JSON: {}", path, e.what());
   }

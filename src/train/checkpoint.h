@@ -2,7 +2,8 @@
 // names, so the directory loads as an HF model), optimizer.safetensors (the AdamW moments; under ZeRO 1-3 one
 // optimizer-RRRRR-of-NNNNN.safetensors per rank instead, each its slice of every parameter), trainer_state.json
 // (step, tokens seen, seeds, loader position, train config, tokenizer, FP8 scales) and, written last once the
-// others are durable, complete.json (each file's size): a directory counts as a checkpoint only when complete.
+// others are durable, complete.json (each file's size, and the JSON files' checksums, checked when they are read): a
+// directory counts as a checkpoint only when complete.
 // Each is written into .tmp-step_N/ and renamed into place whole; the last K are kept, the older ones renamed to
 // .del-step_N/ before they are deleted (docs/reliability.md).
 #pragma once
@@ -58,7 +59,8 @@ bool is_checkpoint(const std::string& dir);
 // Hugging Face model directory.
 bool looks_like_checkpoint(const std::string& dir);
 // A complete checkpoint directory as given, or the latest complete checkpoint of a run directory (also
-// spelled RUN_DIR/latest). A tk::Error for an incomplete checkpoint, or a run directory with none.
+// spelled RUN_DIR/latest). A tk::Error for an incomplete checkpoint, a run directory with none, or a checkpoint whose
+// JSON files differ from the checksums its complete.json records (an edited checkpoint is never taken for another).
 std::string resolve_checkpoint(const std::string& path);
 // Deletes a checkpoint: renamed to .del-step_N first, so that a kill never leaves half of one as step_N.
 void remove_checkpoint(const std::string& dir);
@@ -77,6 +79,7 @@ class DataParallel;
 std::string save_checkpoint(const std::string& run_dir, const Model& model, const AdamW& optimizer,
                             const TrainerState& state, int keep_last, DataParallel* dp = nullptr);
 
+// The checkpoint's trainer_state.json, after checking it against the checksum its complete.json records.
 TrainerState read_trainer_state(const std::string& checkpoint_dir);
 
 // A tk::Error naming the first field in which the checkpoint's model differs from the one built,

@@ -12,6 +12,7 @@
 #include <toml++/toml.h>
 
 #include "core/error.h"
+#include "core/fs.h"
 
 namespace tk {
 namespace {
@@ -62,6 +63,42 @@ std::string toml_value(const nlohmann::json& v, const std::string& key) {
   fail("internal error: the config value {} = {} has no TOML form", key, v.dump());
 }
 
+// The most dots a line may hold outside its strings and comments: a flat file needs one (a float), and toml++
+// builds a table per part of a dotted key by recursion, so `a.a.a...` of 50,000 parts would overflow the stack.
+constexpr int kMaxDotsPerLine = 64;
+
+// Refuses a line whose keys nest deeper than kMaxDotsPerLine, before toml++ sees the text. Strings (basic,
+// literal, multi-line) and comments are skipped, so that dots in paths and prose count for nothing. Arrays and
+// inline tables need no bound here: toml++ limits their nesting itself (TOML_MAX_NESTED_VALUES).
+void check_nesting(const std::string& text, const std::string& path) {
+  int64_t line = 1;
+  int dots = 0;
+  for (size_t i = 0; i < text.size(); i++) {
+    const char c = text[i];
+    if (c == '\n') {
+      line++;
+      dots = 0;
+    } else if (c == '#') {
+      i = std::min(text.find('\n', i), text.size()) - 1;
+    } else if (c == '"' || c == '\'') {
+      const bool multi_line = text.compare(i, 3, std::string(3, c)) == 0;
+      const std::string end = multi_line ? std::string(3, c) : std::string(1, c);
+      size_t j = i + end.size();
+      while (j < text.size() && text.compare(j, end.size(), end) != 0 && (multi_line || text[j] != '\n')) {
+        if (c == '"' && text[j] == '\\') j++;  // an escaped character (basic strings only)
+        if (j < text.size() && text[j] == '\n') line++;
+        j++;
+      }
+      // An unclosed string ends at its line's end, which the next turn counts.
+      i = j < text.size() && text[j] == '\n' && !multi_line ? j - 1 : std::min(j + end.size(), text.size()) - 1;
+    } else if (c == '.' && ++dots > kMaxDotsPerLine) {
+      fail("{}:{}: a key nested more than {} levels deep (a.b.c...): a config file is flat, each key a flag of "
+           "`tokamak train` (batch-tokens = 65536)",
+           path, line, kMaxDotsPerLine);
+    }
+  }
+}
+
 const char* const kLogitsChunkKey = "logits_chunk_mib";
 const char* const kLogitsChunkFlag = "logits-chunk";
 
@@ -85,9 +122,11 @@ ConfigFile read_config_file(const std::string& path) {
   ConfigFile file{path, {}};
   TK_CHECK(std::filesystem::is_regular_file(path), "cannot read the config file {}: {}", path,
            std::filesystem::exists(path) ? "it is not a file" : "there is no such file");
+  const std::string text = fs::read_file(path);
+  check_nesting(text, path);
   toml::table table;
   try {
-    table = toml::parse_file(path);
+    table = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     const toml::source_position at = e.source().begin;
     fail("{}:{}:{}: not valid TOML: {}", path, at.line, at.column, e.description());

@@ -6,8 +6,10 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
@@ -98,20 +100,53 @@ std::string describe_holder(int fd, const std::string& lock_path) {
   return who;
 }
 
-// Only the lock file is left in the directory.
+// Only the lock file (and the marker of a run that wrote nothing else) is left in the directory.
 bool holds_only_the_lock(const std::string& dir) {
   std::error_code ec;
   for (const auto& e : stdfs::directory_iterator(dir, ec))
-    if (e.path().filename() != RunDirLock::kFileName) return false;
+    if (e.path().filename() != RunDirLock::kFileName && e.path().filename() != RunDir::kMarkerName) return false;
   return !ec;
+}
+
+// A run's config.json as every version of tokamak train writes it: an object with the train flags and the model.
+// (A Hugging Face config.json has neither.)
+bool is_run_config(const std::string& path) {
+  std::error_code ec;
+  if (!stdfs::is_regular_file(path, ec)) return false;
+  const nlohmann::json j = nlohmann::json::parse(fs::read_file(path), nullptr, false);
+  return j.is_object() && j.contains("train") && j["train"].is_object() && j.contains("model") &&
+         j["model"].is_object();
+}
+
+// The run entries' names, for a message: "config.json, log.jsonl and 2 more".
+std::string some_names(const std::vector<stdfs::path>& entries) {
+  std::string s;
+  for (size_t i = 0; i < entries.size() && i < 4; i++) s += (i ? ", " : "") + entries[i].filename().string();
+  if (entries.size() > 4) s += fmt::format(" and {} more", entries.size() - 4);
+  return s;
 }
 
 }  // namespace
 
 std::string RunDir::log_path() const { return file_in(path_, "log.jsonl"); }
 
+bool RunDir::made_by_a_run() const {
+  std::error_code ec;
+  return stdfs::is_regular_file(file_in(path_, kMarkerName), ec) || is_run_config(file_in(path_, "config.json"));
+}
+
 void RunDir::check_free(bool overwrite) const {
-  if (overwrite || run_entries(path_).empty()) return;
+  std::vector<stdfs::path> entries = run_entries(path_);
+  if (entries.empty()) return;
+  std::sort(entries.begin(), entries.end());
+  TK_CHECK(made_by_a_run(),
+           "{} is not a run directory: it holds {}, which a run would replace, but no {} (the mark tokamak train "
+           "leaves in each run directory it makes) and no config.json of a run; {}choose another --out",
+           path_, some_names(entries), kMarkerName,
+           overwrite ? "--overwrite replaces only a run's directory, never one holding other files (a model, an "
+                       "export); "
+                     : "");
+  if (overwrite) return;
   fail("{} already holds a run ({} checkpoint(s), {}): pass --resume to continue it, --overwrite to replace it, "
        "or choose another --out",
        path_, list_checkpoints(path_).size(), stdfs::exists(log_path()) ? "a log" : "no log");
@@ -130,6 +165,7 @@ void RunDir::clear() const {
   std::error_code ec;
   stdfs::create_directories(path_, ec);
   if (ec) fail("cannot create the run directory {}: {}", path_, ec.message());
+  fs::write_file_atomic(file_in(path_, kMarkerName), "{\"written_by\": \"tokamak train\"}\n");
 }
 
 void RunDir::remove_interrupted_work() const {
@@ -174,8 +210,7 @@ RunDirLock::RunDirLock(std::string dir) : dir_(std::move(dir)), path_(file_in(di
   std::error_code ec;
   created_dir_ = stdfs::create_directories(dir_, ec);
   if (ec) fail("cannot create the run directory {}: {}", dir_, ec.message());
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail("cannot open the run directory's lock file {}: {}", path_, fs::error_cause(errno));
+  open_lock_file();
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     const std::string holder = err == EWOULDBLOCK ? describe_holder(fd_, path_) : "";
@@ -192,6 +227,30 @@ RunDirLock::RunDirLock(std::string dir) : dir_(std::move(dir)), path_(file_in(di
     ::close(fd_);
     throw;
   }
+}
+
+// The lock file is written (the holder's record) and emptied at the end, so it must be tokamak's own: a symbolic
+// link is not followed (O_NOFOLLOW), and a file that is not a regular one, or one with another name (a hard link),
+// is refused. O_NONBLOCK: opening a FIFO never waits for a writer.
+void RunDirLock::open_lock_file() {
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  if (fd_ < 0 && errno == ELOOP)
+    fail("{} is a symbolic link: a run directory's lock file is a regular file that tokamak makes and writes, and "
+         "it does not follow a link there into the file it names; remove the link",
+         path_);
+  if (fd_ < 0) fail("cannot open the run directory's lock file {}: {}", path_, fs::error_cause(errno));
+  struct stat st {};
+  const bool stat_ok = ::fstat(fd_, &st) == 0;
+  const std::string why = !stat_ok             ? fs::error_cause(errno)
+                          : !S_ISREG(st.st_mode) ? "it is not a regular file"
+                          : st.st_nlink != 1     ? fmt::format("it has {} names (hard links)", st.st_nlink)
+                                                 : "";
+  if (why.empty()) return;
+  ::close(fd_);
+  fd_ = -1;
+  fail("{} cannot be the run directory's lock file: {}. tokamak makes that file itself and writes into it; remove "
+       "what is there",
+       path_, why);
 }
 
 void RunDirLock::record_holder() const {

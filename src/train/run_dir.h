@@ -1,5 +1,7 @@
 // A training run's directory (`tokamak train --out`) and the rules for the files a run keeps there:
 //   .lock         held by the one process that writes into the directory (RunDirLock)
+//   .tokamak-run  the mark that a run made the directory: --overwrite replaces only such a directory (or one of an
+//                 earlier version, which its config.json, a run's, tells), never one that holds other files
 //   config.json   the resolved recipe, the model and the device, written before step 1
 //   config.toml   the resolved train flags as a config file: `tokamak train --config` repeats the run from it
 //   log.jsonl     one JSON record per step and per validation (run_log.h)
@@ -23,10 +25,15 @@ class RunDir {
   const std::string& path() const { return path_; }
   std::string log_path() const;
 
-  // A fresh run needs a directory holding no other run, unless `overwrite` allows replacing it.
+  // A fresh run needs a directory holding no other run, unless `overwrite` allows replacing it; a directory holding
+  // files of a run's names (config.json, step_*, ...) that no run made is refused either way.
   void check_free(bool overwrite) const;
-  // Removes the old run's files (only those: other files stay) and creates the directory.
+  // Whether a run made the directory: it holds the marker, or a run's config.json (runs of earlier versions).
+  bool made_by_a_run() const;
+  // Removes the old run's files (only those: other files stay), creates the directory and leaves the marker.
   void clear() const;
+
+  static constexpr const char* kMarkerName = ".tokamak-run";
   // Removes what a killed run left half done: checkpoints being saved or deleted, and the temporary files of
   // config.json, memory.json and log.jsonl. Only for the holder of the directory's lock.
   void remove_interrupted_work() const;
@@ -46,7 +53,8 @@ class RunDir {
 // `tokamak profile` before they write anything there, and held until destruction. The kernel releases it
 // when its process ends, however it ends, so the lock of a killed run never blocks the next one. The file
 // records the holder (pid, host, command line, start time) for the refusal's message only: whether the
-// directory is taken is decided by the flock alone, and the record is checked before it is repeated.
+// directory is taken is decided by the flock alone, and the record is checked before it is repeated. The lock
+// file is a regular file of one name: a symbolic link there is not followed, anything else is refused.
 class RunDirLock {
  public:
   // Creates the directory when missing. A tk::Error naming the holder when another process (or another
@@ -59,6 +67,7 @@ class RunDirLock {
   static constexpr const char* kFileName = ".lock";
 
  private:
+  void open_lock_file();
   void record_holder() const;
 
   std::string dir_, path_;

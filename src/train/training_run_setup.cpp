@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "core/checked.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "core/log.h"
@@ -56,6 +57,7 @@ void TrainingRun::resolve_config() {
   cfg_.tokenizer = absolute_if_exists(cfg_.tokenizer);
 
   tk::accumulation_steps(cfg_, world());  // the ranks can share the global batch (checked before anything is written)
+  checked_mul(cfg_.steps, global_batch_tokens(cfg_, world()), "the run's tokens (--steps x --batch-tokens)");
 
   if (cfg_.warmup > cfg_.steps && cfg_.steps > 0) {
     log::warn("--warmup {} is longer than the run: warming up over all {} steps", cfg_.warmup, cfg_.steps);

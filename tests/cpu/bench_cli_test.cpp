@@ -91,6 +91,12 @@ TEST_F(BenchCli, RefusesWhatItCannotRun) {
   EXPECT_EQ(ragged.status, 2) << "a usage error, as train's";
   EXPECT_NE(ragged.err.find("--batch-tokens 100 is not a multiple of the micro-batch's 96 tokens"), std::string::npos)
       << ragged.err;
+  // 2^37 tokens a step at 64 a micro-batch: 2^31 micro-batches, a count no int holds (it wrapped to -2^31).
+  const BenchRun huge = bench("--batch 2 --batch-tokens 137438953472");
+  EXPECT_EQ(huge.status, 1);
+  EXPECT_NE(huge.err.find("--batch-tokens 137438953472 is 2147483648 micro-batches of 64 tokens"),
+            std::string::npos)
+      << huge.err;
   EXPECT_EQ(bench("--recompute everything").status, 2);
   EXPECT_EQ(bench("--offload gradients").status, 2);
 }

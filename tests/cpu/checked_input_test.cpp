@@ -69,6 +69,27 @@ TEST(CheckedArithmetic, ExactOrAnErrorNamingTheQuantity) {
             std::string::npos);
 }
 
+// The micro-batches of a step: exact, or an error naming the flags (never a count wrapped through an int).
+TEST(CheckedArithmetic, MicroBatchesPerStepFitAnInt) {
+  EXPECT_EQ(micro_batches_per_step(0, 2, 16), 1);
+  EXPECT_EQ(micro_batches_per_step(32, 2, 16), 1);
+  EXPECT_EQ(micro_batches_per_step(int64_t(INT_MAX) * 32, 2, 16), INT_MAX);
+  EXPECT_EQ(micro_batches_per_step(INT_MAX, INT_MAX, 1), 1);
+  std::string msg = error_of([] { micro_batches_per_step(9223372036854775776, 2, 16); });
+  EXPECT_NE(msg.find("--batch-tokens 9223372036854775776 is 288230376151711743 micro-batches of 32 tokens"),
+            std::string::npos)
+      << msg;
+  msg = error_of([] { micro_batches_per_step(137438953504, 2, 16); });
+  EXPECT_NE(msg.find("is 4294967297 micro-batches of 32 tokens (--batch 2 x --seq 16)"), std::string::npos) << msg;
+  msg = error_of([] { micro_batches_per_step(0, 65536, 65536); });
+  EXPECT_NE(msg.find("--batch 65536 x --seq 65536 is 4294967296 tokens a micro-batch"), std::string::npos) << msg;
+  msg = error_of([] { micro_batches_per_step(33, 2, 16); });
+  EXPECT_NE(msg.find("--batch-tokens 33 is not a multiple of the micro-batch's 32 tokens"), std::string::npos) << msg;
+  EXPECT_NE(error_of([] { micro_batches_per_step(-32, 2, 16); }).find("--batch-tokens -32 is not a multiple"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { micro_batches_per_step(32, 0, 16); }).find("must be positive"), std::string::npos);
+}
+
 TEST(PathInside, JoinsNamesThatStayInside) {
   TempDir dir;
   testing::write_text(dir.path("data/train_000000.bin"), "x");

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <limits>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "data_testing.h"
 #include "io/safetensors.h"
@@ -115,6 +117,61 @@ TEST_F(CheckpointIntegrityTest, NonFiniteWeightsOrMomentsAreRefused) {
   msg = load();
   EXPECT_NE(msg.find("tensor \"exp_avg.model.embed_tokens.weight\" holds an infinity at element 3"), std::string::npos)
       << msg;
+}
+
+// trainer_state.json and config.json are checksummed in complete.json: an edit that keeps a file's size (renaming
+// "lr", next_batch 2 -> 7, a digit of the model's config) used to resume at the default learning rate or on other
+// data; now reading the checkpoint is an error naming the file. A checkpoint of the version before checksums
+// (format 2: complete.json with sizes only) still loads; one of format 3 whose complete.json lost its checksums does
+// not.
+TEST_F(CheckpointIntegrityTest, EditedJsonFilesAreRefused) {
+  TrainerState state;
+  state.step = 3;
+  state.train_config = {{"lr", 0.003}, {"batch", 2}};
+  state.loader = {{"next_batch", 2}, {"epoch", 0}};
+  checkpoint_ = save_checkpoint(dir_.path("run"), model_, optimizer_, state, 0);
+  const std::string trainer_state = checkpoint_ + "/trainer_state.json", config = checkpoint_ + "/config.json";
+  const std::string saved_state = testing::read_text(trainer_state), saved_config = testing::read_text(config);
+  ASSERT_EQ(load(), "");
+  auto edit = [&](const std::string& path, const std::string& text, const std::string& from, const std::string& to) {
+    std::string edited = text;
+    ASSERT_NE(edited.find(from), std::string::npos) << from;
+    edited.replace(edited.find(from), from.size(), to);
+    testing::write_text(path, edited);
+  };
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"\"lr\"", "\"lx\""},
+                                 {"\"next_batch\": 2", "\"next_batch\": 7"}}) {
+    SCOPED_TRACE(from);
+    edit(trainer_state, saved_state, from, to);
+    const std::string changed = trainer_state + " was changed after its checkpoint was saved";
+    EXPECT_NE(error_of([&] { read_trainer_state(checkpoint_); }).find(changed), std::string::npos);
+    EXPECT_NE(error_of([&] { resolve_checkpoint(dir_.path("run")); }).find(changed), std::string::npos);
+    EXPECT_NE(error_of([&] { resolve_checkpoint(checkpoint_); }).find(changed), std::string::npos);
+    EXPECT_NE(load().find(changed), std::string::npos);
+  }
+  testing::write_text(trainer_state, saved_state);
+  edit(config, saved_config, "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1");
+  EXPECT_NE(error_of([&] { resolve_checkpoint(dir_.path("run")); }).find(config + " was changed"), std::string::npos);
+  testing::write_text(config, saved_config);
+  EXPECT_EQ(resolve_checkpoint(dir_.path("run")), checkpoint_);
+
+  // The version before: checkpoint_format 2, complete.json without checksums (its sizes made to agree).
+  nlohmann::json old_state = nlohmann::json::parse(saved_state), marker =
+      nlohmann::json::parse(testing::read_text(checkpoint_ + "/complete.json"));
+  old_state["checkpoint_format"] = 2;
+  testing::write_text(trainer_state, old_state.dump(2) + "\n");
+  marker.erase("fnv1a64");
+  marker["files"]["trainer_state.json"] = std::filesystem::file_size(trainer_state);
+  testing::write_text(checkpoint_ + "/complete.json", marker.dump(2) + "\n");
+  EXPECT_EQ(load(), "");
+  EXPECT_EQ(resolve_checkpoint(dir_.path("run")), checkpoint_);
+  // The same complete.json beside a trainer state of format 3: its checksums were taken away.
+  testing::write_text(trainer_state, saved_state);
+  marker["files"]["trainer_state.json"] = std::filesystem::file_size(trainer_state);
+  testing::write_text(checkpoint_ + "/complete.json", marker.dump(2) + "\n");
+  EXPECT_NE(load().find("complete.json records no checksums of the checkpoint's JSON files, which a checkpoint of "
+                        "format 3 does"),
+            std::string::npos);
 }
 
 TEST(TrainerStateJson, IntegersAndTheFingerprintAreChecked) {

@@ -1,8 +1,10 @@
 // The kill test: `tokamak train` saving every step and keeping two checkpoints is killed with SIGKILL at
 // random moments (in a step, a save, a prune, a resume's set-up), then resumed, a few times per trial. After
 // every kill each step_* directory left is a complete checkpoint, and in the end the run's log holds the
-// losses of an uninterrupted run and its last checkpoint the same weights, bit for bit. The moments come
-// from a seed (TOKAMAK_KILL_SEED, printed), so that a failing trial can be run again.
+// losses of an uninterrupted run and its last checkpoint the same weights, bit for bit. The lock: a second
+// writer started while a run is frozen at its kill's moment is refused naming it, and after each kill the
+// directory can be locked at once. The moments come from a seed (TOKAMAK_KILL_SEED, printed), so that a
+// failing trial can be run again.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -18,6 +20,7 @@
 #include "core/fs.h"
 #include "run_testing.h"
 #include "train/checkpoint.h"
+#include "train/run_dir.h"
 
 namespace tk {
 namespace {
@@ -56,6 +59,22 @@ struct RunTimes {
   // What a run from `done` steps has left: where a kill still finds it running.
   double left_ms(int64_t done) const { return start_ms + double(kSteps - done) * step_ms; }
 };
+
+// The pid the run directory's lock file names as its holder, or -1 (no record, or not one that parses).
+int64_t recorded_holder(const std::string& run_dir) {
+  std::error_code ec;
+  if (!stdfs::is_regular_file(run_dir + "/.lock", ec)) return -1;
+  const nlohmann::json j = nlohmann::json::parse(fs::read_file(run_dir + "/.lock"), nullptr, false);
+  return j.is_object() && j.contains("pid") && j["pid"].is_number_integer() ? j["pid"].get<int64_t>() : -1;
+}
+
+// Every entry of the run directory with its size (0 for a directory), to see that nothing changed.
+std::map<std::string, uintmax_t> listing(const std::string& run_dir) {
+  std::map<std::string, uintmax_t> out;
+  for (const auto& e : stdfs::recursive_directory_iterator(run_dir))
+    out[e.path().string()] = e.is_regular_file() ? e.file_size() : 0;
+  return out;
+}
 
 uint64_t kill_seed() {
   const char* s = std::getenv("TOKAMAK_KILL_SEED");
@@ -105,9 +124,10 @@ TEST_F(KillAndResume, EveryKillLeavesCompleteCheckpointsAndTheRunContinuesBitwis
   const std::string last = "/" + checkpoint_dir_name(kSteps) + "/model.safetensors";
   const std::string expected_weights = fs::read_file(reference + last);
 
-  int kills = 0;
+  int kills = 0, refusals = 0;
   for (int trial = 0; trial < kTrials; trial++) {
     const std::string out = dir_.path(fmt::format("trial{}", trial));
+    bool second_writer_tried = false;
     const int planned = 1 + int(rng() % kMaxKillsPerTrial);
     std::string moments;
     for (int k = 0; k < planned; k++) {
@@ -118,13 +138,31 @@ TEST_F(KillAndResume, EveryKillLeavesCompleteCheckpointsAndTheRunContinuesBitwis
       moments += fmt::format(" {}ms", delay_ms);
       testing::TokamakChild child(next_args(out), out + "-run");
       std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      // Frozen at the kill's moment: when it has recorded itself as the lock's holder, a second writer (once a
+      // trial) is refused naming it and changes nothing.
+      child.signal(SIGSTOP);
+      SCOPED_TRACE(fmt::format("trial {}, kills at{}", trial, moments));
+      if (!second_writer_tried && recorded_holder(out) == child.pid()) {
+        second_writer_tried = true;
+        const std::map<std::string, uintmax_t> before = listing(out);
+        std::string second;
+        const testing::ChildExit refused = testing::run_tokamak(next_args(out), out + "-second", &second);
+        EXPECT_EQ(refused.code, 1) << second;
+        EXPECT_NE(second.find("is in use by another process: pid " + std::to_string(child.pid())), std::string::npos)
+            << second;
+        EXPECT_EQ(listing(out), before) << "a second writer changed the directory of a live run";
+        refusals++;
+      }
       child.signal(SIGKILL);
       const testing::ChildExit e = child.wait();
-      SCOPED_TRACE(fmt::format("trial {}, kills at{}", trial, moments));
       ASSERT_TRUE(e.signaled || e.code == 0) << child.err();
       if (!e.signaled) break;  // it finished before the kill
       kills++;
       if (!stdfs::exists(out)) continue;
+      // The killed holder's lock is gone with it: the directory can be taken at once, and the lock file (when the
+      // run got that far) is a regular file.
+      EXPECT_NO_THROW({ const RunDirLock lock(out); });
+      EXPECT_FALSE(stdfs::is_symlink(out + "/.lock"));
       std::vector<std::string> complete = list_checkpoints(out), dirs;
       for (const auto& entry : stdfs::directory_iterator(out))
         if (entry.path().filename().string().rfind("step_", 0) == 0) dirs.push_back(entry.path().string());
@@ -137,9 +175,11 @@ TEST_F(KillAndResume, EveryKillLeavesCompleteCheckpointsAndTheRunContinuesBitwis
     EXPECT_EQ(logged_losses(out), expected);
     EXPECT_EQ(fs::read_file(out + last), expected_weights);
   }
-  std::printf("%d kills over %d trials (seed %llu; an uninterrupted run: %.0f ms, %.0f of them to start)\n", kills,
-              kTrials, (unsigned long long)seed, run_ms, times.start_ms);
+  std::printf("%d kills over %d trials, %d second writers refused (seed %llu; an uninterrupted run: %.0f ms, %.0f of "
+              "them to start)\n",
+              kills, kTrials, refusals, (unsigned long long)seed, run_ms, times.start_ms);
   EXPECT_GE(kills, kTrials / 2);
+  EXPECT_GE(refusals, kTrials / 3);
 }
 
 }  // namespace

@@ -107,7 +107,8 @@ TEST(Recipe, FlagsThatNameNoSettingAreRefused) {
   };
   refused([](TrainConfig& c) { c.offload = "disk"; }, "--offload must be none, optimizer or optimizer,gradients");
   refused([](TrainConfig& c) { c.fp8_lm_head = true; }, "needs --fp8");
-  refused([](TrainConfig& c) { c.fp8 = true, c.fp8_scaling = "sometimes"; }, "--fp8-scaling must be one of delayed, current, not 'sometimes'");
+  refused([](TrainConfig& c) { c.fp8 = true, c.fp8_scaling = "sometimes"; },
+          "--fp8-scaling must be one of delayed, current, not 'sometimes'");
   refused([](TrainConfig& c) { c.fp8 = true, c.fp8_margin = 9; }, "--fp8-margin must be 0 to 8, not 9");
   refused([](TrainConfig& c) { c.moments = "fp4"; }, "fp4");
 }

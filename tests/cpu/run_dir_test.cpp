@@ -5,6 +5,7 @@
 // and export reading complete checkpoints only.
 #include <gtest/gtest.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -85,6 +86,40 @@ TEST(RunDirLock, LeavesNoDirectoryForARunThatWroteNothing) {
   EXPECT_EQ(testing::read_text(dir.path("used/.lock")), "");
 }
 
+// RUN/.lock is written (the holder's record) and emptied when the holder ends: a symbolic link there made train
+// overwrite the file it named and empty it at exit. A link is not followed, and a FIFO, a directory or a second name
+// (hard link) of another file is refused; the file named stays as it was.
+TEST(RunDirLock, ALockFileThatIsALinkOrNotARegularFileIsRefusedAndLeftAlone) {
+  TempDir dir;
+  const std::string run = dir.path("run"), lock_file = run + "/" + RunDirLock::kFileName;
+  testing::write_text(dir.path("notes.txt"), "the user's own words\n");
+  stdfs::create_directories(run);
+  stdfs::create_symlink(dir.path("notes.txt"), lock_file);
+  std::string msg = error_of([&] { RunDirLock lock(run); });
+  EXPECT_NE(msg.find(lock_file + " is a symbolic link"), std::string::npos) << msg;
+  EXPECT_EQ(testing::read_text(dir.path("notes.txt")), "the user's own words\n");
+  EXPECT_TRUE(stdfs::is_symlink(lock_file));
+
+  stdfs::remove(lock_file);
+  stdfs::create_hard_link(dir.path("notes.txt"), lock_file);
+  msg = error_of([&] { RunDirLock lock(run); });
+  EXPECT_NE(msg.find(lock_file + " cannot be the run directory's lock file: it has 2 names"), std::string::npos)
+      << msg;
+  EXPECT_EQ(testing::read_text(dir.path("notes.txt")), "the user's own words\n");
+
+  stdfs::remove(lock_file);
+  ASSERT_EQ(::mkfifo(lock_file.c_str(), 0644), 0);
+  msg = error_of([&] { RunDirLock lock(run); });  // at once: opening the FIFO waits for no writer
+  EXPECT_NE(msg.find(lock_file + " cannot be the run directory's lock file: it is not a regular file"),
+            std::string::npos)
+      << msg;
+  stdfs::remove(lock_file);
+  stdfs::create_directories(lock_file);
+  EXPECT_NE(error_of([&] { RunDirLock lock(run); }).find(lock_file), std::string::npos);
+  stdfs::remove(lock_file);
+  { const RunDirLock lock(run); }  // a lock file of its own, then
+}
+
 class RunDirCli : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -121,6 +156,60 @@ TEST_F(RunDirCli, TrainAndProfileRefuseADirectoryAnotherProcessHolds) {
   }
   EXPECT_EQ(testing::read_text(run + "/log.jsonl"), log);
   EXPECT_TRUE(stdfs::exists(run + "/step_000003/complete.json"));
+}
+
+// The same through the binary: `tokamak train` refuses a run directory whose .lock is a link to a user's file, exit
+// 1 naming it, and the file keeps its bytes (it used to be overwritten with the holder's record, then emptied).
+TEST_F(RunDirCli, TrainRefusesALockFileThatIsASymbolicLink) {
+  const std::string run = dir_.path("run");
+  testing::write_text(dir_.path("notes.txt"), "the user's own words\n");
+  stdfs::create_directories(run);
+  stdfs::create_symlink(dir_.path("notes.txt"), run + "/.lock");
+  std::string err;
+  const testing::ChildExit e = testing::run_tokamak(train_args(run), dir_.path("linked"), &err);
+  EXPECT_FALSE(e.signaled);
+  EXPECT_EQ(e.code, 1) << err;
+  EXPECT_NE(err.find(run + "/.lock is a symbolic link"), std::string::npos) << err;
+  EXPECT_EQ(testing::read_text(dir_.path("notes.txt")), "the user's own words\n");
+  EXPECT_FALSE(stdfs::exists(run + "/log.jsonl"));
+}
+
+// --overwrite replaces a run, never a directory that no run made: on a Hugging Face model's directory it deleted
+// the model's config.json (`--model m --out m --overwrite`). Each run directory carries a marker; one of an earlier
+// version, without it, is told by its config.json (a run's record, which a model's config.json is not).
+TEST_F(RunDirCli, OverwriteReplacesOnlyADirectoryARunMade) {
+  const std::string hf = dir_.path("hf");
+  const std::string model_config = testing::tiny_llama_config().to_hf_json().dump(2);
+  testing::write_text(hf + "/config.json", model_config);
+  testing::write_text(hf + "/model.safetensors", "weights");
+  testing::write_text(hf + "/README.md", "a model card");
+  for (const bool overwrite : {true, false}) {
+    std::vector<std::string> args = train_args(hf);
+    if (overwrite) args.push_back("--overwrite");
+    std::string err;
+    const testing::ChildExit e = testing::run_tokamak(args, dir_.path("hf-run"), &err);
+    EXPECT_EQ(e.code, 1) << err;
+    EXPECT_NE(err.find(hf + " is not a run directory: it holds config.json, which a run would replace, but no "
+                            ".tokamak-run"),
+              std::string::npos)
+        << err;
+    EXPECT_EQ(err.find("--overwrite replaces only a run's directory") != std::string::npos, overwrite) << err;
+    EXPECT_EQ(testing::read_text(hf + "/config.json"), model_config);
+    EXPECT_EQ(testing::read_text(hf + "/model.safetensors"), "weights");
+    EXPECT_FALSE(stdfs::exists(hf + "/log.jsonl"));
+    EXPECT_FALSE(stdfs::exists(hf + "/.tokamak-run"));
+  }
+
+  const std::string run = dir_.path("run");
+  std::vector<std::string> args = train_args(run);
+  args.push_back("--overwrite");
+  ASSERT_EQ(testing::run_tokamak(args, dir_.path("first")).code, 0);
+  EXPECT_TRUE(stdfs::is_regular_file(run + "/.tokamak-run"));
+  std::string err;
+  EXPECT_EQ(testing::run_tokamak(args, dir_.path("again"), &err).code, 0) << err;
+  stdfs::remove(run + "/.tokamak-run");  // as a run of an earlier version left it
+  EXPECT_EQ(testing::run_tokamak(args, dir_.path("earlier"), &err).code, 0) << err;
+  EXPECT_TRUE(stdfs::is_regular_file(run + "/.tokamak-run"));
 }
 
 // Under `ulimit -f` a write past the limit used to end tokamak with SIGXFSZ and no word; it is now a write error:

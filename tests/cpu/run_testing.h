@@ -125,6 +125,7 @@ class TokamakChild {
     e.code = e.signaled ? WTERMSIG(status) : WEXITSTATUS(status);
     return e;
   }
+  pid_t pid() const { return pid_; }
   std::string err() const { return read_text(output_ + ".err"); }
   std::string out() const { return read_text(output_ + ".out"); }
 

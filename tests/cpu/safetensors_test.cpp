@@ -16,6 +16,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "io/safetensors.h"
 
 namespace {
@@ -315,6 +316,46 @@ TEST_F(SafeTensorsTest, ChecksumsAreRecordedAndAFlippedByteIsFound) {
               std::string::npos)
         << e.what();
   }
+}
+
+// A file cannot switch its checksums off: renaming `xxh3_64:NAME` by one byte made it an unknown key, the tensor
+// unchecked and its corrupted bytes loaded. A file tokamak wrote says so (tokamak_format), and a file that says so,
+// or holds any checksum, must hold every tensor's.
+TEST_F(SafeTensorsTest, ChecksumsCannotBeSwitchedOffByTheFile) {
+  const auto a = random_floats(16, 21), b = random_floats(8, 22);
+  auto write = [&](const std::string& name, bool two) {
+    SafeTensorsWriter w;
+    w.add_f32("a", {16}, a.data());
+    if (two) w.add_f32("b", {8}, b.data());
+    w.write(path(name));
+    return path(name);
+  };
+  // Replaces the first `from` in the file's header with `to` (as long), and flips a byte of the last tensor.
+  auto edit = [&](const std::string& p, const std::string& from, const std::string& to, bool corrupt) {
+    std::string bytes = tk::fs::read_file(p);
+    const size_t at = bytes.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    bytes.replace(at, from.size(), to);
+    if (corrupt) bytes[bytes.size() - 3] ^= 0x40;
+    std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
+  };
+  const std::string one = write("one.safetensors", false);
+  EXPECT_EQ(SafeTensorsFile::open(one)->metadata().at("tokamak_format"), "1");
+  edit(one, "\"xxh3_64:a\"", "\"xxh3_65:a\"", true);
+  expect_open_error(one, {one, "tensor \"a\" has no checksum (no __metadata__ \"xxh3_64:a\"), though the file says "
+                               "tokamak wrote it (tokamak_format 1)"});
+
+  const std::string marker_gone = write("marker.safetensors", true);
+  edit(marker_gone, "\"tokamak_format\"", "\"tokamak_formaT\"", false);
+  EXPECT_EQ(SafeTensorsFile::open(marker_gone)->read_f32("b"), b);  // every checksum is still there and checked
+  edit(marker_gone, "\"xxh3_64:b\"", "\"xxh3_64_b\"", true);
+  expect_open_error(marker_gone, {"tensor \"b\" has no checksum", "records checksums for other tensors"});
+
+  const std::string newer = write("newer.safetensors", false);
+  edit(newer, "\"tokamak_format\":\"1\"", "\"tokamak_format\":\"2\"", false);
+  expect_open_error(newer, {newer, "__metadata__ tokamak_format is \"2\""});
+  SafeTensorsWriter w;
+  EXPECT_THROW(w.set_metadata("tokamak_format", "1"), tk::Error);
 }
 
 TEST_F(SafeTensorsTest, FilesWithoutChecksumsLoadAsTheyAre) {

@@ -67,9 +67,9 @@ TEST(StepOptions, GlobalBatchesThatOverflowAreRefused) {
   o.batch = 1;
   o.seq = 32;
   o.batch_tokens = 9223372036854775776;  // -1 micro-batches once cut to an int
-  EXPECT_TRUE(has(error_of([&] { check_step_options(o); }), "more than a step can count"));
+  EXPECT_TRUE(has(error_of([&] { check_step_options(o); }), "a step can take"));
   o.batch_tokens = 137438953504;  // 4,294,967,297 micro-batches of 32: 1 once cut to an int
-  EXPECT_TRUE(has(error_of([&] { check_step_options(o); }), "more than a step can count"));
+  EXPECT_TRUE(has(error_of([&] { check_step_options(o); }), "a step can take"));
   o.batch_tokens = 100;
   EXPECT_TRUE(has(error_of([&] { check_step_options(o); }), "is not a multiple of the micro-batch's 32 tokens"));
   o.batch_tokens = 128;

@@ -72,6 +72,33 @@ TEST(ConfigFile, ErrorsNameTheFileAndLine) {
   EXPECT_NE(msg.find("absent.toml: there is no such file"), std::string::npos) << msg;
 }
 
+// toml++ nests a table per part of a dotted key by recursion: 50,000 parts overflowed the stack (SIGSEGV). Keys are
+// bounded before the parse; dots in strings, multi-line strings and comments count for nothing.
+TEST(ConfigFile, DeeplyDottedKeysAreRefusedBeforeTheParse) {
+  TempDir dir;
+  std::string deep = "a";
+  for (int i = 1; i < 50'000; i++) deep += ".a";
+  testing::write_text(dir.path("deep.toml"), "batch = 8\n" + deep + " = 1\n");
+  std::string msg = error_of([&] { read_config_file(dir.path("deep.toml")); });
+  EXPECT_NE(msg.find("deep.toml:2: a key nested more than 64 levels deep"), std::string::npos) << msg;
+  testing::write_text(dir.path("table.toml"), "[" + deep + "]\n");
+  msg = error_of([&] { read_config_file(dir.path("table.toml")); });
+  EXPECT_NE(msg.find("table.toml:1: a key nested more than 64 levels deep"), std::string::npos) << msg;
+
+  const std::string dots(200, '.');
+  testing::write_text(dir.path("strings.toml"), "data = \"" + dots + "\" # " + dots + "\n" +
+                                                    "model = \"\"\"\n" + dots + "\n\\\"" + dots + "\"\"\"\n" +
+                                                    "out = '" + dots + "'\n" +
+                                                    "tokenizer = '''" + dots + "\n" + dots + "'''\n" +
+                                                    "lr = 3.0e-3\n");
+  const ConfigFile f = read_config_file(dir.path("strings.toml"));
+  ASSERT_EQ(f.entries.size(), 5u);
+  EXPECT_EQ(f.entries[0].value, dots);
+  EXPECT_EQ(f.entries[1].value, dots + "\n\"" + dots);
+  EXPECT_EQ(f.entries[3].value, dots + "\n" + dots);
+  EXPECT_EQ(f.entries[4].line, 8);
+}
+
 const std::string kTokamak = std::string(TK_BINARY_DIR) + "/tokamak";
 
 struct CliResult {
@@ -180,6 +207,38 @@ TEST_F(TrainConfigCli, MistakesNameTheLineAndExit2) {
   EXPECT_EQ(r.status, 2) << r.err;
   EXPECT_NE(r.err.find("--grad-clip must be a finite number"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(dir_.path("nan_run")));
+}
+
+// Sizes derived from the flags are checked: --batch-tokens 2^63 - 32 made -1 micro-batches a step (loss 0, grad 0,
+// checkpoints saved), 2^37 + 32 one micro-batch of 32 tokens logged as 137 G a step. Both, and a micro-batch of more
+// tokens than an int counts, are usage errors (exit 2) before anything is written; so is the same value in a file.
+TEST_F(TrainConfigCli, SizesThatOverflowAreUsageErrors) {
+  const std::string run = "train --config " + dir_.path("run.toml") + " --out " + dir_.path("sized");
+  struct Case {
+    std::string flags, words;
+  };
+  for (const Case& k : {Case{"--batch-tokens 9223372036854775776",
+                             "--batch-tokens 9223372036854775776 is 288230376151711743 micro-batches of 32 tokens"},
+                        Case{"--batch-tokens 137438953504", "--batch-tokens 137438953504 is 4294967297 micro-batches"},
+                        Case{"--batch 2147483647 --seq 2147483647",
+                             "--batch 2147483647 x --seq 2147483647 is 4611686014132420609 tokens a micro-batch"}}) {
+    SCOPED_TRACE(k.flags);
+    const CliResult r = tokamak(run + " " + k.flags);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find("error: " + k.words), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir_.path("sized")));
+  }
+  testing::write_text(dir_.path("big.toml"), fs::read_file(dir_.path("run.toml")) + "batch-tokens = 137438953504\n");
+  CliResult r = tokamak("train --config " + dir_.path("big.toml") + " --out " + dir_.path("sized"));
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("--batch-tokens 137438953504 is 4294967297 micro-batches"), std::string::npos) << r.err;
+  // The run's tokens, steps x tokens a step, fit the int64 that counts them.
+  r = tokamak(run + " --steps 4611686018427387904");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("the run's tokens (--steps x --batch-tokens) overflows: 4611686018427387904 x 32"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_.path("sized")));
 }
 
 TEST_F(TrainConfigCli, RunDirectoryConfigRepeatsTheRunBitwise) {

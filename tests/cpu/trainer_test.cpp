@@ -274,7 +274,9 @@ TEST_F(TrainerTest, Fp8ScalingOtherThanCurrentOrDelayedIsAClearError) {
     train(c);
     FAIL() << "--fp8-scaling sometimes trained";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--fp8-scaling is 'sometimes'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--fp8-scaling must be one of delayed, current, not 'sometimes'"),
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -494,7 +496,7 @@ TEST(RunDir, ClearingRemovesTheRunsFilesAndNothingElse) {
   run.clear();
   std::set<std::string> left;
   for (const auto& e : stdfs::directory_iterator(run.path())) left.insert(e.path().filename().string());
-  EXPECT_EQ(left, (std::set<std::string>{"memory.json", "report.html"}));
+  EXPECT_EQ(left, (std::set<std::string>{".tokamak-run", "memory.json", "report.html"}));
   run.check_free(false);
 }
 
@@ -926,8 +928,9 @@ TEST_F(TrainerTest, LeftoversOfAKilledRunAreCleanedAtTheNextStart) {
   train(c);
   std::set<std::string> left;
   for (const auto& e : stdfs::directory_iterator(run)) left.insert(e.path().filename().string());
-  EXPECT_EQ(left, (std::set<std::string>{".lock", "config.json", "config.toml", "log.jsonl", "memory.json", "notes.txt",
-                                         "report.html.tmp.9", "step_000001", "step_000002", "step_000003"}));
+  EXPECT_EQ(left, (std::set<std::string>{".lock", ".tokamak-run", "config.json", "config.toml", "log.jsonl",
+                                         "memory.json", "notes.txt", "report.html.tmp.9", "step_000001", "step_000002",
+                                         "step_000003"}));
 }
 
 // Keeping the newest checkpoints also removes the incomplete step directories older than them, by name.
