@@ -24,10 +24,6 @@
 namespace tk {
 namespace {
 
-// Every target counts: the loader's windows hold real tokens only. The op still gets an index that
-// no token id can equal.
-constexpr int kNoIgnoredTarget = -1;
-
 // Elements [begin, end) of a tensor of N(0, std_dev^2) values drawn from its seed: element pair k (elements 2k and
 // 2k+1) by Box-Muller from the 2k-th and (2k+1)-th outputs of SplitMix64 seeded with `seed`. Each pair depends only
 // on k, so any range can be drawn on its own (a large tensor by many threads, in batches) and gives the same values.
@@ -171,7 +167,7 @@ struct Model::Impl {
   void check_tokens(const Batch& batch) const;
   void forward_pass(const BlockStep& s);
   void lm_head(const BlockStep& s, bool with_grads, float grad_scale);
-  LossSum read_loss(const BlockStep& s);
+  LossSum read_loss(const BlockStep& s, const Batch& batch);
   void backward_pass(const BlockStep& s);
 };
 
@@ -187,7 +183,8 @@ void Model::Impl::check_tokens(const Batch& batch) const {
   for (int b = 0; b < batch.B; b++) {
     const int64_t row = int64_t(b) * batch.T;
     for (int t = 0; t < batch.T; t++) check(batch.inputs[row + t], b, t);
-    for (int t = 0; t < batch.T; t++) check(batch.targets[row + t], b, t + 1);
+    for (int t = 0; t < batch.T; t++)
+      if (batch.targets[row + t] != kUntrainedTarget) check(batch.targets[row + t], b, t + 1);
   }
 }
 
@@ -257,15 +254,15 @@ void Model::Impl::lm_head(const BlockStep& s, bool with_grads, float grad_scale)
   use_unit(lm_head_group());
   ops.lm_head_cross_entropy(shaped(buf.losses, {N}), with_grads ? shaped(buf.grad.dx, {N, d}) : Tensor(),
                             with_grads ? g.lm_head : Tensor(), shaped(buf.x_final, {N, d}), w.lm_head,
-                            shaped(buf.targets, {N}), grad_scale, kNoIgnoredTarget);
+                            shaped(buf.targets, {N}), grad_scale, kUntrainedTarget);
 }
 
 // Sums the losses on the host, in token order, at the precision the backend computed them in. Called
 // after the backward is queued: the download is the step's one synchronisation.
-LossSum Model::Impl::read_loss(const BlockStep& s) {
+LossSum Model::Impl::read_loss(const BlockStep& s, const Batch& batch) {
   const Tensor losses = shaped(buf.losses, {s.N});
   LossSum sum;
-  sum.count = s.N;
+  sum.count = count_trained(batch);  // an untrained target's loss is 0: the mean is over the trained ones
   if (stat == DType::F64) {
     std::vector<double> host(s.N);
     ops.download(host.data(), losses.data, losses.nbytes());
@@ -475,14 +472,14 @@ LossSum Model::forward_backward(const Batch& batch, float grad_scale) {
   m.lm_head(s, true, grad_scale);
   m.backward_pass(s);
   if (m.staging) m.staging->end_microstep();
-  return m.read_loss(s);
+  return m.read_loss(s, batch);
 }
 
 LossSum Model::forward(const Batch& batch) {
   const BlockStep s = impl_->stage_batch(batch);
   impl_->forward_pass(s);
   impl_->lm_head(s, false, 0.0f);
-  return impl_->read_loss(s);
+  return impl_->read_loss(s, batch);
 }
 
 }  // namespace tk

@@ -290,9 +290,11 @@ double AdamW::gradient_norm() const {
   return std::sqrt(sum_across_ranks_(squares));
 }
 
-OptimizerStep AdamW::step(double lr) {
+OptimizerStep AdamW::step(double lr, double grad_multiplier) {
+  TK_CHECK(std::isfinite(grad_multiplier) && grad_multiplier >= 0, "internal error: a gradient multiplier of {}",
+           grad_multiplier);
   OptimizerStep s;
-  s.grad_norm = gradient_norm();
+  s.grad_norm = grad_multiplier == 1.0 ? gradient_norm() : gradient_norm() * grad_multiplier;
   TK_CHECK(std::isfinite(s.grad_norm),
            "the gradient norm is {} at step {}: the update was not applied (the weights or the learning rate "
            "have diverged; try a lower --lr or a longer --warmup)",
@@ -306,7 +308,7 @@ OptimizerStep AdamW::step(double lr) {
   c.eps = float(opt_.eps);
   c.weight_decay = float(opt_.weight_decay);
   c.step = steps_taken_ + 1;
-  c.grad_scale = float(s.clip_scale);
+  c.grad_scale = float(grad_multiplier == 1.0 ? s.clip_scale : s.clip_scale * grad_multiplier);
   if (opt_.offload) {
     offloaded_update(c);
   } else {

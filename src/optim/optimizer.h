@@ -43,8 +43,8 @@ struct ParamRange {
 using SumAcrossRanks = std::function<double(double)>;
 
 struct OptimizerStep {
-  double grad_norm = 0;   // global L2 norm of the gradients before clipping
-  double clip_scale = 1;  // what the gradients were multiplied by: min(1, max_grad_norm / grad_norm)
+  double grad_norm = 0;   // global L2 norm of the gradients (times the multiplier) before clipping
+  double clip_scale = 1;  // what the gradients were then multiplied by: min(1, max_grad_norm / grad_norm)
 };
 
 class AdamW {
@@ -61,8 +61,11 @@ class AdamW {
   AdamW& operator=(const AdamW&) = delete;
 
   // One update from the model's accumulated gradients (which it leaves as they are) at learning rate
-  // lr. A non-finite gradient norm is a tk::Error and leaves every weight untouched.
-  OptimizerStep step(double lr);
+  // lr, the gradients taken times `grad_multiplier` (their norm, the clipping and the update alike: a loss whose
+  // mean's divisor is known only once the step's micro-batches are counted, a masked fine-tune's trained tokens; at
+  // 1 the update is bitwise that of no multiplier). A non-finite gradient norm is a tk::Error and leaves every weight
+  // untouched.
+  OptimizerStep step(double lr, double grad_multiplier = 1.0);
   int64_t steps_taken() const { return steps_taken_; }
   // Called in each step once the update is queued, before the backend's end_step() (data parallelism agrees the FP8
   // amax of the ranks there).

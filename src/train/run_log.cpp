@@ -75,6 +75,7 @@ void RunLog::step(const StepRecord& r, double elapsed_s) {
   j["grad_norm"] = r.grad_norm;
   j["clip_scale"] = r.clip_scale;
   j["tokens"] = r.tokens_seen;
+  j["trained_tokens"] = r.trained_tokens;
   j["step_time_s"] = r.seconds;
   j["tokens_per_s"] = m.tokens_per_s;
   j["flops_per_s"] = m.achieved_flops;

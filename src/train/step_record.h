@@ -12,7 +12,8 @@ namespace tk {
 
 struct StepRecord {
   int64_t step = 0;
-  double loss = 0;          // mean over the global batch (nats per token)
+  double loss = 0;          // mean over the global batch's trained tokens (nats per token)
+  int64_t trained_tokens = 0;  // the global batch's targets the loss counts (all but those a loss mask leaves out)
   double lr = 0;
   double grad_norm = 0;     // before clipping
   double clip_scale = 1;

@@ -41,6 +41,10 @@
 
 namespace tk {
 
+double trained_mean_multiplier(int64_t tokens, int64_t trained) {
+  return trained == tokens || trained == 0 ? 1.0 : double(tokens) / double(trained);
+}
+
 LossSum accumulate_gradients(Model& model, DataLoader& loader, int micro_steps, int64_t step, DataParallel* dp) {
   const ModelOptions& o = model.options();
   const int ranks = dp ? dp->world() : 1;
@@ -79,7 +83,10 @@ StepRecord TrainingRun::train_step(int64_t step) {
   LossSum loss = accumulate_gradients(*model_, *train_data_, recipe_.accumulation, step, dp_.get());
   if (dp_) loss = dp_->sum(loss);
   r.lr = schedule_.at(step);
-  OptimizerStep os = optimizer_->step(r.lr);
+  // The backward scaled each token's gradient by 1 / (the step's tokens); a loss mask leaves some out, and the mean
+  // is over those trained on in the whole global batch (every rank's): the update takes the gradients times
+  // tokens / trained. Unmasked data trains every token, and its update is bitwise what it was without a mask.
+  OptimizerStep os = optimizer_->step(r.lr, trained_mean_multiplier(tokens_per_step(), loss.count));
   if (dp_) dp_->parameters_updated();
   if (!std::isfinite(os.grad_norm))
     throw DivergedError(fmt::format("training stopped: the gradient norm is {} at step {} (the loss was {:.4f}). The "
@@ -90,6 +97,7 @@ StepRecord TrainingRun::train_step(int64_t step) {
   backend_.ops->synchronize();
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   r.loss = loss.mean();
+  r.trained_tokens = loss.count;
   r.grad_norm = os.grad_norm;
   r.clip_scale = os.clip_scale;
   state_.step = step;
@@ -124,8 +132,11 @@ void TrainingRun::log_step(const StepRecord& r) {
   const double elapsed = std::chrono::duration<double>(Clock::now() - started_).count();
   const std::string comm =
       r.communication.empty() ? "" : " | " + format_step_communication(r.communication.ranks[size_t(comm_->rank())]);
-  fmt::print("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {:>9} tok/s | {} | data {:.2f}s{} | mem {} | {}\n",
-             r.step, int(std::to_string(cfg_.steps).size()), cfg_.steps, r.loss, r.lr, r.grad_norm,
+  const std::string trained = r.trained_tokens == tokens_per_step()
+                                  ? ""
+                                  : fmt::format(" | trained {}", format_count(double(r.trained_tokens)));
+  fmt::print("step {:>{}}/{} | loss {:.4f}{} | lr {:.2e} | grad {:.3f} | {:>9} tok/s | {} | data {:.2f}s{} | mem {} | {}\n",
+             r.step, int(std::to_string(cfg_.steps).size()), cfg_.steps, r.loss, trained, r.lr, r.grad_norm,
              format_count(m.tokens_per_s), format_throughput(m, backend_.gpu), m.data_wait_s, comm,
              format_bytes(double(m.memory_bytes)), format_step_pace(progress_->after_step(r.step, r.seconds, elapsed)));
   std::fflush(stdout);

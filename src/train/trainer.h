@@ -90,10 +90,16 @@ struct DivergedError : Error {
 
 class DataParallel;
 
+// What the update multiplies a step's gradients by so that they are those of the mean loss over the `trained` targets
+// of the global batch, given that the backward scaled each token by 1 / `tokens` (accumulate_gradients): tokens /
+// trained, or exactly 1 when every target is trained (unmasked data) or none is (the gradients are zero).
+double trained_mean_multiplier(int64_t tokens, int64_t trained);
+
 // One optimizer step's gradients on this rank: `micro_steps` batches from the loader, each backpropagated with
 // grad_scale = 1 / (tokens in the global batch, `ranks` x micro_steps micro-batches), so the gradients accumulated
 // (and, with `dp`, summed across the ranks in the last micro-batch's backward) are those of the mean loss over the
-// global batch. A non-finite loss is a DivergedError naming the step and micro-batch. Returns this rank's loss.
+// global batch. A non-finite loss is a DivergedError naming the step and micro-batch. Returns this rank's loss, its
+// count the trained targets (a loss mask's untrained ones left out: the step's update then rescales, train_step).
 LossSum accumulate_gradients(Model& model, DataLoader& loader, int micro_steps, int64_t step,
                              DataParallel* dp = nullptr);
 

@@ -8,7 +8,10 @@ model, llama3.2-rope, has Llama 3.2's RoPE (rope_theta 500000 and its "llama3" r
 2048 positions and is saved in shards with a model.safetensors.index.json, as the Hub ships it; its
 frequencies in transformers are checked against the formula in float64 too. With
 --device cuda each error is printed beside the error of transformers itself run in bf16 on the GPU, and
-passes when under --tol or at most 1.5x transformers' own bf16 error. Then the reverse: `tokamak export` of the saved model, loaded by transformers, must hold
+passes when under --tol or at most 1.5x transformers' own bf16 error. Each model is held on a packed, masked batch too
+(a fine-tune's: each row several documents, attention within each and positions restarting at its start, the loss
+over the targets of a loss mask only; transformers with a block-diagonal 4D mask, position_ids and labels -100):
+loss and every gradient. Then the reverse: `tokamak export` of the saved model, loaded by transformers, must hold
 the same weights and give the same loss. Needs python3 with torch, transformers and safetensors;
 no network.
 
@@ -227,6 +230,75 @@ def compare_gradients(name, model, tokens, tk_out, tol, report, bf16_peer=False)
     return loss_hf
 
 
+def packed_masked_batch(tokens, gen):
+    """Each row cut into documents at random starts, each document's first half left out of the loss (its prompt):
+    a packed fine-tuning batch. Returns the starts and the 0/1 flags of the targets, per row."""
+    rows, length = tokens.shape[0], tokens.shape[1] - 1
+    documents, trained = [], []
+    for _ in range(rows):
+        cuts = sorted(set(torch.randint(2, length - 1, (3,), generator=gen).tolist()))
+        starts = [0] + cuts
+        flags = []
+        for s, e in zip(starts, starts[1:] + [length]):
+            prompt = (e - s) // 2
+            flags += [0] * prompt + [1] * (e - s - prompt)
+        documents.append(starts)
+        trained.append(flags)
+    return documents, trained
+
+
+def hf_packed_masked_loss(model, tokens, documents, trained, device="cpu"):
+    """transformers on the packed batch: a 4D additive mask allowing each position its own document's earlier
+    positions, position_ids restarting at each document, labels -100 where the loss mask leaves a target out."""
+    rows, length = tokens.shape[0], tokens.shape[1] - 1
+    positions = torch.zeros(rows, length, dtype=torch.long)
+    segments = torch.zeros(rows, length, dtype=torch.long)
+    for b, starts in enumerate(documents):
+        for i, (s, e) in enumerate(zip(starts, starts[1:] + [length])):
+            positions[b, s:e] = torch.arange(e - s)
+            segments[b, s:e] = i
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    allowed = (segments[:, :, None] == segments[:, None, :]) & causal
+    mask = torch.zeros(rows, 1, length, length)
+    mask.masked_fill_(~allowed[:, None], torch.finfo(torch.float32).min)
+    labels = tokens[:, 1:].clone()
+    labels[torch.tensor(trained) == 0] = -100
+    mask, positions, labels, tokens = (x.to(device) for x in (mask, positions, labels, tokens))
+    logits = model(input_ids=tokens[:, :-1], attention_mask=mask.to(next(model.parameters()).dtype),
+                   position_ids=positions).logits.float()
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
+    loss.backward()
+    return loss.item()
+
+
+def compare_packed_masked(name, args, hf_dir, work, tokens, gen, tol, report):
+    documents, trained = packed_masked_batch(tokens, gen)
+    batch_json = os.path.join(work, "packed.json")
+    with open(batch_json, "w") as f:
+        json.dump({"tokens": tokens.tolist(), "documents": documents, "trained": trained}, f)
+    tk_out = os.path.join(work, "packed.safetensors")
+    run([args.tokamak, "grads", "--model", hf_dir, "--tokens", batch_json, "--out", tk_out, "--device", args.device])
+    model = load_model(hf_dir)
+    loss_hf = hf_packed_masked_loss(model, tokens, documents, trained)
+    peer = None  # on the GPU: transformers itself in bf16, the scale tokamak's bf16 errors are read against
+    if args.device == "cuda" and torch.cuda.is_available():
+        m = copy.deepcopy(model).to("cuda", torch.bfloat16)
+        m.config._attn_implementation = "sdpa"
+        peer_loss = hf_packed_masked_loss(m, tokens, documents, trained, "cuda")
+        peer = (abs(peer_loss - loss_hf) / abs(loss_hf),
+                {n: rel(q.grad.float().cpu(), dict(model.named_parameters())[n].grad) for n, q in m.named_parameters()})
+    got = load_file(tk_out)
+    loss_tk = got.pop("loss").item()
+    print(f"  packed and masked ({sum(map(sum, trained))} of {tokens.numel() - tokens.shape[0]} targets trained): "
+          f"loss transformers {loss_hf:.6f}  tokamak {loss_tk:.6f}")
+    report.check(name, "packed, masked: loss", abs(loss_tk - loss_hf) / abs(loss_hf), tol, peer[0] if peer else None)
+    for pname, p in model.named_parameters():
+        if pname not in got:
+            report.failures.append(f"{name}: packed, masked: tokamak wrote no gradient for {pname}")
+            continue
+        report.check(name, f"packed, masked: {pname}", rel(got[pname], p.grad), tol, peer[1][pname] if peer else None)
+
+
 def compare_export(name, args, hf_dir, work, tokens, loss_hf, report):
     """tokamak export -> transformers: f32 holds the very same weights and loss; bf16 close to them."""
     reference = load_model(hf_dir).state_dict()
@@ -272,6 +344,8 @@ def compare_model(name, args, work, report):
 
     bf16_peer = args.device == "cuda" and torch.cuda.is_available()
     loss_hf = compare_gradients(name, model, tokens, tk_out, tol, report, bf16_peer)
+    if length <= 64:  # the 4D mask of the long-context model would be large, and packing adds nothing to its RoPE check
+        compare_packed_masked(name, args, hf_dir, work, tokens, gen, tol, report)
     compare_export(name, args, hf_dir, work, tokens, loss_hf, report)
 
 
