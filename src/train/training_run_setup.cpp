@@ -351,6 +351,8 @@ void TrainingRun::set_up() {
   state_.tokenizer_path = tokenizer_path_;
   state_.tokenizer_fingerprint = train_data_->tokenizer_fingerprint();
   if (cfg_.resume) resume_from(resume_checkpoint);
+  // The run directory's own copy of the tokenizer, which its checkpoints name (run_dir.h).
+  if (leader() && !tokenizer_path_.empty()) state_.tokenizer_path = dir_->keep_tokenizer(tokenizer_path_);
 
   print_plan();
   if (!leader()) return;

@@ -401,7 +401,8 @@ TEST(HfExportTokenizer, GptTwoFilesGetTheTokenizerJsonTheyAmountTo) {
   EXPECT_EQ(written->eot_id(), files->eot_id());
   for (int32_t id = 0; id < files->vocab_size(); id++)
     ASSERT_EQ(written->decode({id}), files->decode({id})) << "id " << id;
-  const json texts = json::parse(tk::fs::read_file(std::string(TK_SOURCE_DIR) + "/tests/fixtures/tokenizer/texts.json"));
+  const std::string fixture = std::string(TK_SOURCE_DIR) + "/tests/fixtures/tokenizer/texts.json";
+  const json texts = json::parse(tk::fs::read_file(fixture));
   for (const json& t : texts["texts"]) {
     const std::string text = t["text"].get<std::string>();
     EXPECT_EQ(written->encode(text, true), files->encode(text, true)) << t["name"];
