@@ -31,7 +31,8 @@ constexpr const char* kTokenizerDir = "tokenizer";
 
 bool is_run_entry(const std::string& name) {
   return name == "config.json" || name == "config.toml" || name == "log.jsonl" || name == kTokenizerDir ||
-         starts_with(name, "step_") || starts_with(name, ".tmp-step_") || starts_with(name, ".del-");
+         starts_with(name, "events.out.tfevents.") || starts_with(name, "step_") || starts_with(name, ".tmp-step_") ||
+         starts_with(name, ".del-");
 }
 
 std::vector<stdfs::path> run_entries(const std::string& run_dir) {

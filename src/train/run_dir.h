@@ -3,6 +3,8 @@
 //   config.json   the resolved recipe, the model and the device, written before step 1
 //   config.toml   the resolved train flags as a config file: `tokamak train --config` repeats the run from it
 //   log.jsonl     one JSON record per step and per validation (run_log.h)
+//   events.out.tfevents.*  the same numbers for TensorBoard, a file per process that ran (unless --tensorboard
+//                 puts them elsewhere or nowhere)
 //   memory.json   the memory table after the first step
 //   tokenizer/    a copy of the run's tokenizer, which its checkpoints name as ../tokenizer: the run directory holds
 //                 what generate and export need, wherever the tokenizer it was trained with goes

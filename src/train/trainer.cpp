@@ -44,7 +44,8 @@ namespace tk {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, model, data, out, tokenizer, device, batch, seq,
                                                 batch_tokens, doc_mask, gemm_tuning, logits_chunk_mib, precision, fp8, fp8_scaling, fp8_margin, fp8_lm_head, recompute, offload, offload_chunk, moments, zero, memory_budget, vocab_size, steps, lr, min_lr_ratio, warmup, schedule,
                                                 decay_fraction, beta1, beta2, adam_eps, weight_decay, grad_clip, seed,
-                                                eval_every, eval_tokens, save_every, keep_checkpoints, peak_tflops)
+                                                eval_every, eval_tokens, save_every, keep_checkpoints, peak_tflops,
+                                                log_every, tensorboard)
 
 nlohmann::json TrainConfig::to_json() const { return *this; }
 TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
@@ -138,11 +139,15 @@ void TrainingRun::log_step(const StepRecord& r) {
   const double elapsed = std::chrono::duration<double>(Clock::now() - started_).count();
   const std::string comm =
       r.communication.empty() ? "" : " | " + format_step_communication(r.communication.ranks[size_t(comm_->rank())]);
-  fmt::print("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {:>9} tok/s | {} | data {:.2f}s{} | mem {} | {}\n",
-             r.step, int(std::to_string(cfg_.steps).size()), cfg_.steps, r.loss, r.lr, r.grad_norm,
-             format_count(m.tokens_per_s), format_throughput(m, backend_.gpu), m.data_wait_s, comm,
-             format_bytes(double(m.memory_bytes)), format_step_pace(progress_->after_step(r.step, r.seconds, elapsed)));
-  std::fflush(stdout);
+  const std::string pace = format_step_pace(progress_->after_step(r.step, r.seconds, elapsed));
+  if (shows_step(r.step, cfg_.steps, cfg_.log_every)) {
+    fmt::print("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {:>9} tok/s | {} | data {:.2f}s{} | mem {} | "
+               "{}\n",
+               r.step, int(std::to_string(cfg_.steps).size()), cfg_.steps, r.loss, r.lr, r.grad_norm,
+               format_count(m.tokens_per_s), format_throughput(m, backend_.gpu), m.data_wait_s, comm,
+               format_bytes(double(m.memory_bytes)), pace);
+    std::fflush(stdout);
+  }
   if (log_) log_->step(r, elapsed);
 }
 

@@ -61,6 +61,8 @@ struct TrainConfig {
   int64_t eval_tokens = 65536; // tokens per validation (0: never validate)
   int64_t save_every = 0;      // checkpoint every N steps (0: only at the end)
   int keep_checkpoints = 3;    // keep the newest K checkpoints (0: all)
+  int64_t log_every = 1;       // a terminal line every N steps (log.jsonl keeps every step: run_log.h)
+  std::string tensorboard;     // TensorBoard's event files: "" the run directory, "none" none, else this directory
   double peak_tflops = 0;      // the GPU's peak for MFU when it is not in the table
 
   // What to do with the run directory; not part of the recipe, so not saved with it.

@@ -361,7 +361,7 @@ void TrainingRun::set_up() {
   fmt::print("unigram entropy of the training split: {:.4f} nats{}\n", ue.nats,
              ue.whole_split ? "" : fmt::format(" (over its first {} tokens)", format_count(double(ue.tokens))));
   write_run_config();
-  log_ = std::make_unique<RunLog>(dir_->log_path());
+  log_ = std::make_unique<RunLog>(dir_->log_path(), tensorboard_dir(cfg_.tensorboard, dir_->path()));
 }
 
 // The backend (wrapped when a hook asks), the recipe, the data, the model and its optimizer.
