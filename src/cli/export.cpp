@@ -54,7 +54,7 @@ Source find_source(const std::string& path) {
 std::string tokenizer_source(const ExportOptions& o, const std::string& dir) {
   if (!o.tokenizer.empty()) return o.tokenizer;
   if (tk::is_checkpoint(dir)) {
-    std::string recorded = tk::read_trainer_state(dir).tokenizer_path;
+    const std::string recorded = tk::checkpoint_tokenizer(dir);
     if (!recorded.empty() && stdfs::exists(recorded)) return recorded;
     if (!recorded.empty()) {
       tk::log::warn("the tokenizer this checkpoint was trained with ({}) is gone: exporting the model without one "

@@ -90,6 +90,7 @@ int run_generate(const GenerateArgs& a) {
   s.top_p = a.top_p;
   s.seed = a.seed;
   s.stop_token = tok->eot_id();
+  s.vocab_limit = tok->vocab_size();  // a padded vocabulary's extra rows are no token
   s.max_new_tokens = std::min(a.max_new_tokens, cfg.max_seq - int(prompt.size()));
   if (s.max_new_tokens < a.max_new_tokens)
     tk::log::warn("the model's context is {} tokens: generating {} new tokens, not {}", cfg.max_seq, s.max_new_tokens,

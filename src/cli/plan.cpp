@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "cli/conventions.h"
 #include "cli/step_options.h"
 #include "core/format.h"
+#include "core/log.h"
 #include "plan/gpu_specs.h"
 #include "plan/memory_plan.h"
 #include "plan/metrics.h"
@@ -37,7 +39,7 @@ struct PlanArgs {
   std::string interconnect;  // "": the card's own link
   int gpus = 1;
   double efficiency = tk::PlanTarget{}.matmul_efficiency, attention_fwd = tk::PlanTarget{}.attention_forward_efficiency,
-         attention_bwd = tk::PlanTarget{}.attention_backward_efficiency, bandwidth_gbs = 0, host_gbs = 45;
+         attention_bwd = tk::PlanTarget{}.attention_backward_efficiency, bandwidth_gbs = 0, host_gbs = 0;
   double link_gbs = 0;
   bool json = false, all = false;
   bool gpu_given = false, precision_given = false;
@@ -59,7 +61,7 @@ nlohmann::ordered_json to_json(const tk::MemoryPlan& p, double budget, const tk:
   j["total_bytes"] = p.total_bytes;
   j["host_bytes"] = p.host_bytes;
   j["fits"] = p.fits(budget, target);
-  j["predicted_tokens_per_s"] = p.predicted_tokens_per_s;
+  j["predicted_tokens_per_s"] = r.gpu ? nlohmann::ordered_json(p.predicted_tokens_per_s) : nullptr;
   j["communication_bytes_per_step"] = p.communication.bytes;
   j["communication_s_per_step"] = p.communication.seconds;
   j["exposed_communication_s_per_step"] = p.communication.exposed_seconds;
@@ -72,20 +74,27 @@ nlohmann::ordered_json to_json(const tk::MemoryPlan& p, double budget, const tk:
   return j;
 }
 
-// The card --gpu names, or a usage error listing the names that match (or all of them).
+// The card --gpu names, or a usage error listing the cards whose names begin with it (or all of them).
 const tk::GpuSpec& find_card(const std::string& text) {
-  const std::vector<const tk::GpuSpec*> found = tk::find_gpu_specs(text);
-  if (found.size() == 1) return *found[0];
+  const tk::GpuLookup found = tk::find_gpu_spec(text);
+  if (found.card) return *found.card;
   std::string names;
-  for (const tk::GpuSpec* g : found) names += fmt::format("{}\"{}\"", names.empty() ? "" : ", ", g->name);
-  if (!found.empty()) tk::cli::usage_error("--gpu \"{}\" names several GPUs: {}; give one of them", text, names);
+  for (const tk::GpuSpec* g : found.candidates) names += fmt::format("{}\"{}\"", names.empty() ? "" : ", ", g->name);
+  if (found.candidates.size() > 1)
+    tk::cli::usage_error("--gpu \"{}\" names several GPUs: {}; give one of them", text, names);
+  if (!found.candidates.empty())
+    tk::cli::usage_error("--gpu \"{}\" is no GPU's whole name: did you mean {}? (a card tokamak does not know is "
+                         "never planned as another)",
+                         text, names);
   for (const tk::GpuSpec& g : tk::gpu_specs()) names += fmt::format("{}\"{}\"", names.empty() ? "" : ", ", g.name);
   tk::cli::usage_error("--gpu \"{}\" is not a GPU tokamak knows; the GPUs are {}", text, names);
 }
 
 // The recipe the flags describe: train's for the same flags on the card, with the micro-batch at its largest. The
-// precision is the flags' (auto's line printed), unless `search` leaves it to the candidates.
-tk::Recipe plan_recipe(const PlanArgs& f, const tk::ModelConfig& cfg, const tk::GpuSpec& card, bool search) {
+// precision is the flags' (auto's line printed, predicted for this recipe on `target`), unless `search` leaves it to
+// the candidates.
+tk::Recipe plan_recipe(const PlanArgs& f, const tk::ModelConfig& cfg, const tk::GpuSpec& card,
+                       const tk::PlanTarget& target, bool search) {
   const bool gpu = f.step.device != "cpu";
   const tk::GpuInfo device{card.name, card.sms, card.cc_major, card.cc_minor, size_t(card.memory_gib * (1ull << 30))};
   tk::StepOptions o = f.step;
@@ -94,6 +103,9 @@ tk::Recipe plan_recipe(const PlanArgs& f, const tk::ModelConfig& cfg, const tk::
     o.fp8 = o.fp8_lm_head = false;
   }
   tk::Recipe r = tk::make_recipe(o, cfg, gpu, device, f.gpus);
+  if (!search && gpu && !o.fp8 && o.precision == "auto")  // auto's line for the recipe itself, as the table plans it
+    r.backend.precision = tk::resolve_precision(o.precision, o.fp8, o.fp8_scaling, o.fp8_margin, o.fp8_lm_head,
+                                                device, r, target, r.precision_note);
   TK_CHECK(!r.backend.precision.fp8 || card.fp8_tensor_cores(),
            "the {} (compute capability {}) has no FP8 tensor cores: FP8 cannot run there", card.name,
            card.compute_capability());
@@ -106,8 +118,9 @@ tk::PlanTarget plan_target(const PlanArgs& f, const tk::GpuSpec& card, bool gpu)
   target.attention_forward_efficiency = f.attention_fwd;
   target.attention_backward_efficiency = f.attention_bwd;
   if (f.bandwidth_gbs > 0) target.bandwidth = f.bandwidth_gbs * 1e9;
-  target.host_bandwidth = f.host_gbs * 1e9;
+  if (f.host_gbs > 0) target.host_bandwidth = f.host_gbs * 1e9;
   target.host_memory_limit = f.host_memory.empty() ? tk::local_host_memory_limit() : tk::parse_bytes(f.host_memory);
+  target.host_memory_limit_given = !f.host_memory.empty();
   if (f.link_gbs > 0) target.link_bandwidth = f.link_gbs * 1e9;
   else if (!f.interconnect.empty()) target.link_bandwidth = tk::interconnect_bandwidth(f.interconnect);
   if (!gpu) target.own_attention_sms = 0;
@@ -126,19 +139,26 @@ StagePlan plan_stage(tk::Recipe r, int stage, int64_t global, double budget, con
   try {
     return {stage, tk::choose_plan(r, global, budget, target), ""};
   } catch (const tk::Error& e) {
-    return {stage, std::nullopt, fmt::format("ZeRO-{}: {}", stage, e.what())};
+    return {stage, std::nullopt, e.what()};
   }
 }
 
+// A plan's tokens/s in a table: "-" for the CPU, which the speed model does not describe.
+std::string tokens_per_s(const tk::MemoryPlan& p) {
+  return p.recipe.gpu ? fmt::format("{:.0f}", p.predicted_tokens_per_s) : "-";
+}
+
 void print_settings_tried(const std::vector<tk::MemoryPlan>& all, double budget, const tk::PlanTarget& target) {
-  fmt::print("\nsettings tried, fastest first:\n  {:>6} {:>6} {:<26} {:<28} {:<19} {:>10} {:>11} {:>12}  fits\n", "B",
+  const bool gpu = !all.empty() && all[0].recipe.gpu;
+  fmt::print("\nsettings tried, {}:\n  {:>6} {:>6} {:<26} {:<28} {:<19} {:>10} {:>11} {:>12}  fits\n",
+             gpu ? "fastest first" : "in the order tried (the CPU's speed is not predicted)", "B",
              "accum", "precision", "recompute", "offload", "logits", "memory", "tokens/s");
   for (const tk::MemoryPlan& p : all) {
     const tk::Recipe& r = p.recipe;
     const std::string chunk = r.gpu ? tk::format_bytes(double(r.logits_chunk_bytes())) : "-";
-    fmt::print("  {:>6} {:>6} {:<26} {:<28} {:<19} {:>10} {:>11} {:>12.0f}  {}\n", r.batch, r.accumulation,
+    fmt::print("  {:>6} {:>6} {:<26} {:<28} {:<19} {:>10} {:>11} {:>12}  {}\n", r.batch, r.accumulation,
                tk::precision_name(r), r.recompute.describe(), r.offload_name(), chunk, tk::format_bytes(p.total_bytes),
-               p.predicted_tokens_per_s, budget <= 0 ? "" : (p.fits(budget, target) ? "yes" : "no"));
+               tokens_per_s(p), budget <= 0 ? "" : (p.fits(budget, target) ? "yes" : "no"));
   }
 }
 
@@ -164,9 +184,9 @@ void print_stages(const std::vector<StagePlan>& stages, int gpus) {
   row("  of it exposed",
       [](const tk::MemoryPlan& p) { return fmt::format("{:.1f} ms", p.communication.exposed_seconds * 1e3); });
   row(fmt::format("tokens/s (all {} GPUs)", gpus),
-      [](const tk::MemoryPlan& p) { return fmt::format("{:.0f}", p.predicted_tokens_per_s); });
+      [](const tk::MemoryPlan& p) { return tokens_per_s(p); });
   for (const StagePlan& s : stages)
-    if (!s.plan) fmt::print("  {}\n", s.refusal);
+    if (!s.plan) fmt::print("  ZeRO-{}: {}\n", s.stage, s.refusal);
 }
 
 // With a budget on many GPUs, the stage train --memory-budget runs (memory_plan.h choose_zero_stage): the fastest that
@@ -186,7 +206,8 @@ void print_json(const tk::ModelConfig& cfg, const tk::GpuSpec& card, const tk::R
   j["budget_bytes"] = budget;
   j["stages"] = nlohmann::ordered_json::array();
   for (const StagePlan& s : stages)
-    j["stages"].push_back(s.plan ? to_json(*s.plan, budget, target) : nlohmann::ordered_json{{"refused", s.refusal}});
+    j["stages"].push_back(s.plan ? to_json(*s.plan, budget, target)
+                                 : nlohmann::ordered_json{{"zero_stage", s.stage}, {"refused", s.refusal}});
   if (choice) {
     j["chosen"] = to_json(choice->plan, budget, target);
     j["chosen_because"] = choice->why;
@@ -203,11 +224,11 @@ void print_json(const tk::ModelConfig& cfg, const tk::GpuSpec& card, const tk::R
 }
 
 void print_card(const tk::GpuSpec& card) {
-  fmt::print("{}: {:g} GiB, {:g} GB/s, {:g} TFLOP/s bf16, {}, compute capability {} (dense datasheet figures, cited in "
-             "src/plan/gpu_specs.cpp)\n",
+  fmt::print("{}: {:g} GiB, {:g} GB/s, {:g} TFLOP/s bf16, {}, compute capability {}, {} SMs, PCIe {} x{} (dense "
+             "datasheet figures, cited in src/plan/gpu_specs.cpp)\n",
              card.name, card.memory_gib, card.bandwidth_gbs, card.bf16_tflops,
              card.fp8_tensor_cores() ? fmt::format("{:g} TFLOP/s FP8", card.fp8_tflops) : std::string("no FP8"),
-             card.compute_capability());
+             card.compute_capability(), card.sms, card.pcie_gen, card.pcie_lanes);
 }
 
 // The setting chosen (one stage's, or the fastest stage's), its memory, its speed and what bounds it.
@@ -221,6 +242,27 @@ void print_chosen(const tk::MemoryPlan& chosen, double budget, const tk::PlanTar
                chosen.communication.exposed_seconds * 1e3);
 }
 
+// "budget 15.00 GiB each: 16 GiB less 1.00 GiB for the display and driver, docs/plan.md", or "no budget".
+std::string describe_budget(double budget, bool card_budget, const tk::GpuSpec& card, int gpus) {
+  if (budget <= 0) return "no budget";
+  std::string out = "budget " + tk::format_bytes(budget) + (gpus > 1 ? " each" : "");
+  if (card_budget && card.display)
+    out += fmt::format(": {:g} GiB less {} for the display and driver, docs/plan.md", card.memory_gib,
+                       tk::format_bytes(tk::kDisplayHeadroomBytes));
+  return out;
+}
+
+// A plan made without a budget that the card it is timed on cannot hold.
+void warn_over_the_card(const tk::MemoryPlan& p, const tk::GpuSpec& card) {
+  if (p.total_bytes <= card.memory_gib * double(1ull << 30)) return;
+  std::fflush(stdout);  // after the table it is about
+  const bool many = p.recipe.world_size > 1;
+  tk::log::warn("this setting needs {}{}, more than the {}'s {:g} GiB: it would not run there; --memory-budget SIZE or "
+                "--gpu \"{}\" finds the fastest setting that fits",
+                tk::format_bytes(p.total_bytes), many ? fmt::format(" per GPU (ZeRO-{})", p.recipe.zero_stage) : "",
+                card.name, card.memory_gib, card.name);
+}
+
 int run(const PlanArgs& f) {
   const tk::StepOptions& o = f.step;
   const tk::GpuSpec& card = find_card(f.gpu);
@@ -229,12 +271,11 @@ int run(const PlanArgs& f) {
   const int64_t global = tk::global_batch_tokens(o, f.gpus);
   const bool gpu = o.device != "cpu";
   const bool search = gpu && f.gpu_given && !f.precision_given && !o.fp8;
-  const tk::Recipe recipe = plan_recipe(f, cfg, card, search);
   tk::PlanTarget target = plan_target(f, card, gpu);
+  const tk::Recipe recipe = plan_recipe(f, cfg, card, target, search);
   target.try_fp8 = search && card.fp8_tensor_cores();
-  const double budget = !o.memory_budget.empty() ? tk::parse_bytes(o.memory_budget)
-                        : f.gpu_given && gpu ? card.memory_gib * double(1ull << 30)
-                                             : 0;
+  const bool card_budget = o.memory_budget.empty() && f.gpu_given && gpu;
+  const double budget = !o.memory_budget.empty() ? tk::parse_bytes(o.memory_budget) : card_budget ? tk::plan_budget_bytes(card) : 0;
   target.choose_logits_chunk = budget > 0 && o.logits_chunk_mib == 0;
   std::vector<StagePlan> stages;
   if (f.gpus > 1 && o.zero < 0)
@@ -251,7 +292,7 @@ int run(const PlanArgs& f) {
   if (!recipe.precision_note.empty()) fmt::print("{}\n", recipe.precision_note);
   fmt::print("{}: {} on {}{} ({}), global batch {} tokens\n", o.model, cfg.name,
              f.gpus > 1 ? fmt::format("{} x ", f.gpus) : "", gpu ? card.name : "the CPU",
-             budget > 0 ? "budget " + tk::format_bytes(budget) + (f.gpus > 1 ? " each" : "") : "no budget", global);
+             describe_budget(budget, card_budget, card, f.gpus), global);
   const StagePlan* best = nullptr;
   for (const StagePlan& s : stages)
     if (s.plan && (!best || s.plan->predicted_tokens_per_s > best->plan->predicted_tokens_per_s)) best = &s;
@@ -269,7 +310,8 @@ int run(const PlanArgs& f) {
     fmt::print("ZeRO-{} on each of {} GPUs ({})\n", chosen.recipe.zero_stage, f.gpus, choice->why);
   }
   print_chosen(chosen, budget, target);
-  if (f.all || (budget > 0 && !f.gpu_given)) {
+  if (gpu && budget <= 0) warn_over_the_card(chosen, card);
+  if (f.all) {
     tk::Recipe base = recipe;
     base.zero_stage = chosen.recipe.zero_stage;
     print_settings_tried(tk::plan_candidates(base, global, target), budget, target);
@@ -289,10 +331,10 @@ void add_options(CLI::App& app, PlanArgs& f) {
   app.get_option("--device")->description("The device of the run planned: cuda (bf16) or cpu (the default is cuda, "
                                           "not train's auto: plans are for GPU runs, and need no GPU to make)");
   app.add_option("--gpu", f.gpu,
-                 "The GPU planned for, by name (case-insensitive, a unique prefix will do: \"RTX 4080\", \"A100 80\"): "
-                 "its "
-                 "memory is the budget, its rates time the step, and without --precision the faster of bf16 and FP8 "
-                 "is chosen where it has FP8 (the default card is planned with no budget, in the given precision)")
+                 "The GPU planned for, by its name (case-insensitive, listed below): its memory is the budget (less "
+                 "1 GiB on a card that drives displays), its rates time the step, and without --precision the faster "
+                 "of bf16 and FP8 is chosen where it has FP8 (the default card is planned with no budget, in the "
+                 "given precision)")
       ->capture_default_str();
   app.add_option("--gpus", f.gpus, "Data-parallel GPUs: memory per GPU and the run's tokens/s with communication")
       ->check(CLI::PositiveNumber)
@@ -317,8 +359,9 @@ void add_options(CLI::App& app, PlanArgs& f) {
   app.add_option("--bandwidth", f.bandwidth_gbs,
                  "Memory bandwidth the memory-bound ops reach, GB/s (default: the card's datasheet figure x 0.89, the "
                  "share a device copy reached on the H200)");
-  app.add_option("--host-bandwidth", f.host_gbs, "GB/s each way between host memory and the GPU (offload)")
-      ->capture_default_str();
+  app.add_option("--host-bandwidth", f.host_gbs,
+                 "GB/s each way between host memory and the GPU (offload; default: by the card's PCIe link, 45 for gen "
+                 "5 x16, 22.5 for gen 4 x16)");
   app.add_option("--host-memory", f.host_memory,
                  "Page-locked host memory offload may take, e.g. 100GiB (default: 80% of this machine's memory)");
   app.add_flag("--all", f.all, "List every setting tried");
@@ -331,6 +374,7 @@ tk::cli::Command plan_cmd("plan",
                           [](CLI::App& app) -> tk::cli::Runner {
                             auto f = std::make_shared<PlanArgs>();
                             add_options(app, *f);
+                            app.footer("The GPUs --gpu knows (src/train/gpu_specs.cpp): " + tk::gpu_names() + "\n");
                             const CLI::Option* gpu = app.get_option("--gpu");
                             const CLI::Option* precision = app.get_option("--precision");
                             const CLI::Option* fp8 = app.get_option("--fp8");

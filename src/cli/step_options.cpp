@@ -191,6 +191,14 @@ void add_run_options(CLI::App& app, TrainConfig& c) {
       ->check(at_least(0))
       ->capture_default_str()
       ->group(checkpoints);
+  app.add_option("--log-every", c.log_every, "A terminal line every N steps, and the first and last (log.jsonl: all)")
+      ->check(at_least(1))
+      ->capture_default_str()
+      ->group("Logging");
+  app.add_option("--tensorboard", c.tensorboard,
+                 "Directory of TensorBoard's event files: log.jsonl's numbers as scalars (default: the run directory, "
+                 "so `tensorboard --logdir runs` shows every run; none: no event files)")
+      ->group("Logging");
 }
 
 

@@ -3,12 +3,14 @@
 // GPT-2's <|endoftext|> is.
 #include "data/hf_tokenizer_writer.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/fs.h"
 #include "data/byte_level.h"
+#include "data/tokenizer_spec.h"
 
 namespace tk {
 namespace {
@@ -72,6 +74,23 @@ std::string hf_tokenizer_config_json(const TrainedBpe& bpe, int64_t model_max_le
                     {"add_prefix_space", false},
                     {"clean_up_tokenization_spaces", false}};
   return j.dump(2) + "\n";
+}
+
+TrainedBpe read_gpt2_bpe(const std::string& encoder_json, const std::string& vocab_bpe) {
+  TokenizerSpec spec = read_gpt2_files(encoder_json, vocab_bpe);
+  TrainedBpe bpe;
+  for (size_t id = 0; id < spec.token_bytes.size(); id++)
+    TK_CHECK(!spec.token_bytes[id].empty(), "{}: no token has id {}, below the special token's {}", encoder_json, id,
+             spec.added.front().id);
+  bpe.tokens = std::move(spec.token_bytes);
+  bpe.merges = std::move(spec.merges);
+  std::sort(spec.added.begin(), spec.added.end(), [](const AddedToken& a, const AddedToken& b) { return a.id < b.id; });
+  for (const AddedToken& t : spec.added) {
+    TK_CHECK(t.id == bpe.vocab_size(), "{}: {} has id {}; tokenizer.json is written with it at {}, after the {} tokens",
+             encoder_json, t.text, t.id, bpe.vocab_size(), bpe.tokens.size());
+    bpe.special_tokens.push_back(t.text);
+  }
+  return bpe;
 }
 
 void write_hf_tokenizer(const TrainedBpe& bpe, const std::string& dir, int64_t model_max_length) {

@@ -151,30 +151,49 @@ bool looks_like_json(const std::string& path) {
   return c == '{';
 }
 
-TokenizerSpec read_any(const std::string& path) {
+// Where Tokenizer::load reads a path from: its format and main file (tokenizer.json, encoder.json with vocab.bpe
+// beside it, or the .tiktoken file).
+enum class Format { HfJson, Gpt2, Tiktoken };
+struct Located {
+  Format format;
+  std::filesystem::path file;
+};
+
+Located locate(const std::string& path) {
   namespace fs = std::filesystem;
   fs::path p(path);
   std::error_code ec;  // the error_code overloads: a permission problem reads as "not there", never a throw
   auto exists = [&](const fs::path& f) { return fs::exists(f, ec); };
   if (!exists(p)) fail("tokenizer not found: {} does not exist", path);
   if (fs::is_directory(p, ec)) {
-    if (exists(p / "tokenizer.json")) return read_hf_tokenizer_json((p / "tokenizer.json").string());
-    if (exists(p / "encoder.json") && exists(p / "vocab.bpe"))
-      return read_gpt2_files((p / "encoder.json").string(), (p / "vocab.bpe").string());
+    if (exists(p / "tokenizer.json")) return {Format::HfJson, p / "tokenizer.json"};
+    if (exists(p / "encoder.json") && exists(p / "vocab.bpe")) return {Format::Gpt2, p / "encoder.json"};
     std::vector<fs::path> ranks;
     for (auto it = fs::directory_iterator(p, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
       if (it->path().extension() == ".tiktoken") ranks.push_back(it->path());
-    if (ranks.size() == 1) return read_tiktoken_file(ranks[0].string());
+    if (ranks.size() == 1) return {Format::Tiktoken, ranks[0]};
     fail("{} holds no tokenizer tokamak can read: expected tokenizer.json, encoder.json + vocab.bpe, or one "
          "*.tiktoken file",
          path);
   }
   std::string name = p.filename().string();
-  if (name == "encoder.json" || name == "vocab.bpe")
-    return read_gpt2_files((p.parent_path() / "encoder.json").string(), (p.parent_path() / "vocab.bpe").string());
-  if (name.ends_with(".tiktoken")) return read_tiktoken_file(path);
-  if (name.ends_with(".json") || looks_like_json(path)) return read_hf_tokenizer_json(path);
-  return read_tiktoken_file(path);
+  if (name == "encoder.json" || name == "vocab.bpe") return {Format::Gpt2, p.parent_path() / "encoder.json"};
+  if (name.ends_with(".tiktoken")) return {Format::Tiktoken, p};
+  if (name.ends_with(".json") || looks_like_json(path)) return {Format::HfJson, p};
+  return {Format::Tiktoken, p};
+}
+
+TokenizerSpec read_any(const std::string& path) {
+  const Located l = locate(path);
+  switch (l.format) {
+    case Format::HfJson:
+      return read_hf_tokenizer_json(l.file.string());
+    case Format::Gpt2:
+      return read_gpt2_files(l.file.string(), (l.file.parent_path() / "vocab.bpe").string());
+    case Format::Tiktoken:
+      break;
+  }
+  return read_tiktoken_file(l.file.string());
 }
 
 }  // namespace
@@ -182,5 +201,20 @@ TokenizerSpec read_any(const std::string& path) {
 std::unique_ptr<Tokenizer> make_tokenizer(TokenizerSpec spec) { return std::make_unique<BpeTokenizer>(std::move(spec)); }
 
 std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& path) { return make_tokenizer(read_any(path)); }
+
+std::vector<std::string> Tokenizer::files(const std::string& path) {
+  const Located l = locate(path);
+  const std::filesystem::path dir = l.file.parent_path();
+  std::vector<std::filesystem::path> all = {l.file};
+  if (l.format == Format::Gpt2) all.push_back(dir / "vocab.bpe");
+  if (l.format == Format::HfJson)
+    for (const char* beside : {"tokenizer_config.json", "special_tokens_map.json"}) all.push_back(dir / beside);
+  if (l.format == Format::Tiktoken) all.push_back(l.file.string() + ".json");  // the sidecar, when there is one
+  std::vector<std::string> out = {l.file.string()};
+  std::error_code ec;
+  for (size_t i = 1; i < all.size(); i++)
+    if (std::filesystem::is_regular_file(all[i], ec)) out.push_back(all[i].string());
+  return out;
+}
 
 }  // namespace tk

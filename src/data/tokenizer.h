@@ -18,6 +18,11 @@ class Tokenizer {
   // tokenizer.json file; or a tiktoken rank file (*.tiktoken). Throws tk::Error with a clear
   // message for anything it cannot load (e.g. a Unigram or WordPiece tokenizer.json).
   static std::unique_ptr<Tokenizer> load(const std::string& path);
+  // The files load(path) reads, the one it names first (tokenizer.json, encoder.json, the .tiktoken file), with
+  // those beside it that belong to it when present (vocab.bpe; tokenizer_config.json and special_tokens_map.json,
+  // which Hugging Face keeps with a tokenizer.json; a tiktoken file's PATH.json): what a copy of the tokenizer
+  // holds, under the same names. The same tk::Error as load for a path that holds no tokenizer.
+  static std::vector<std::string> files(const std::string& path);
 
   // Text to ids. Special tokens spelled in the text (e.g. "<|endoftext|>") become their ids only
   // when allow_special; otherwise they are ordinary text. (A tokenizer.json's non-special added

@@ -23,6 +23,8 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "data/hf_tokenizer_writer.h"
+#include "data/tokenizer.h"
 #include "io/safetensors.h"
 
 namespace tk {
@@ -195,11 +197,17 @@ void write_config(const ModelConfig& cfg, const std::string& st_dtype, const std
   fs::write_file_atomic((dir / "config.json").string(), j.dump(2) + "\n");
 }
 
-// What GenerationConfig.from_pretrained reads: the ids that start and end a sequence.
-void write_generation_config(const ModelConfig& cfg, const stdfs::path& dir) {
+// What GenerationConfig.from_pretrained reads: the ids that start and end a sequence, and, for a vocabulary padded
+// past its tokenizer's `tokens` (0: not known), the padding ids as suppress_tokens, which transformers' generate never
+// picks, as tokamak's never does (model/generate.h SamplingOptions::vocab_limit).
+void write_generation_config(const ModelConfig& cfg, int32_t tokens, const stdfs::path& dir) {
   json j = json::object();
   if (cfg.bos_id >= 0) j["bos_token_id"] = cfg.bos_id;
   if (cfg.eos_id >= 0) j["eos_token_id"] = cfg.eos_id;
+  if (tokens > 0 && tokens < cfg.vocab_size) {
+    json& padding = j["suppress_tokens"] = json::array();
+    for (int32_t id = tokens; id < cfg.vocab_size; id++) padding.push_back(id);
+  }
   fs::write_file_atomic((dir / "generation_config.json").string(), j.dump(2) + "\n");
 }
 
@@ -257,6 +265,28 @@ void copy_tokenizer(const std::string& tokenizer, const stdfs::path& dir) {
     copied++;
   }
   TK_CHECK(copied > 0, "{} holds no tokenizer files (tokenizer.json, or encoder.json + vocab.bpe, ...)", tokenizer);
+}
+
+// The tokens of the tokenizer in `dir`, 0 for one tokamak does not read (an HF model's Unigram tokenizer.json, say,
+// which the export copies as it is): its padding ids, if any, are then not known.
+int32_t tokenizer_size(const stdfs::path& dir) {
+  try {
+    return Tokenizer::load(dir.string())->vocab_size();
+  } catch (const Error& e) {
+    log::debug("export: the tokenizer in {} is not one tokamak reads ({}): no suppress_tokens", dir.string(), e.what());
+    return 0;
+  }
+}
+
+// GPT-2's files alone (encoder.json, vocab.bpe) are no tokenizer AutoTokenizer loads: it wants a tokenizer.json (or a
+// vocab.json and merges.txt), so the tokenizer.json and tokenizer_config.json those files amount to are written
+// beside them (data/hf_tokenizer_writer.h).
+void add_tokenizer_json(const ModelConfig& cfg, const stdfs::path& dir) {
+  if (stdfs::exists(dir / "tokenizer.json") || !stdfs::exists(dir / "encoder.json") ||
+      !stdfs::exists(dir / "vocab.bpe"))
+    return;
+  write_hf_tokenizer(read_gpt2_bpe((dir / "encoder.json").string(), (dir / "vocab.bpe").string()), dir.string(),
+                     cfg.max_seq);
 }
 
 // Puts the finished temporary directory at `out`, replacing what was there (the caller checked that
@@ -333,12 +363,15 @@ void export_hf(const ModelConfig& cfg, const ParamLayout& layout, const std::vec
   stdfs::path tmp = make_sibling_directory(out, "tmp");
   try {
     write_config(cfg, st_dtype, tmp);
-    write_generation_config(cfg, tmp);
     write_weights(layout, params, st_dtype, tmp);
+    int32_t tokens = 0;
     if (!tokenizer_dir.empty()) {
       copy_tokenizer(tokenizer_dir, tmp);
+      add_tokenizer_json(cfg, tmp);
       set_model_max_length(cfg, tmp);
+      tokens = tokenizer_size(tmp);
     }
+    write_generation_config(cfg, tokens, tmp);
     const json marker = {{"written_by", "tokamak export"}, {"source", source_dir}};
     fs::write_file_atomic((tmp / kExportMarker).string(), marker.dump(2) + "\n");
     replace_dir(tmp, out);

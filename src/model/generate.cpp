@@ -16,14 +16,14 @@ namespace tk {
 
 namespace {
 
-int32_t argmax(const std::vector<float>& logits) {
-  return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+int32_t argmax(const std::vector<float>& logits, size_t n) {
+  return int32_t(std::max_element(logits.begin(), logits.begin() + n) - logits.begin());
 }
 
-// The candidate token ids: all of them, in id order, when nothing truncates the distribution; else
+// The candidate token ids, those below n: all of them, in id order, when nothing truncates the distribution; else
 // the most likely first (ties: lower id first), cut to the top k when asked.
-std::vector<int32_t> candidates(const std::vector<float>& logits, const SamplingOptions& o) {
-  std::vector<int32_t> ids(logits.size());
+std::vector<int32_t> candidates(const std::vector<float>& logits, size_t n, const SamplingOptions& o) {
+  std::vector<int32_t> ids(n);
   std::iota(ids.begin(), ids.end(), 0);
   if (o.top_k == 0 && o.top_p >= 1) return ids;
   auto more_likely = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
@@ -40,9 +40,11 @@ int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& o,
   TK_CHECK(o.temperature >= 0, "the sampling temperature must be >= 0, got {}", o.temperature);
   TK_CHECK(o.top_k >= 0, "top_k must be >= 0 (0 keeps every token), got {}", o.top_k);
   TK_CHECK(o.top_p > 0 && o.top_p <= 1, "top_p must lie in (0, 1], got {}", o.top_p);
-  if (o.temperature == 0) return argmax(logits);
+  TK_CHECK(o.vocab_limit >= 0, "the sampled vocabulary must be >= 0 ids (0: all), got {}", o.vocab_limit);
+  const size_t n = o.vocab_limit > 0 ? std::min(logits.size(), size_t(o.vocab_limit)) : logits.size();
+  if (o.temperature == 0) return argmax(logits, n);
 
-  const std::vector<int32_t> ids = candidates(logits, o);
+  const std::vector<int32_t> ids = candidates(logits, n, o);
   double max_logit = logits[ids[0]];
   for (int32_t id : ids) max_logit = std::max(max_logit, double(logits[id]));
   std::vector<double> probs(ids.size());

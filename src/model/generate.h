@@ -22,10 +22,13 @@ struct SamplingOptions {
   uint64_t seed = 0;
   int max_new_tokens = 64;
   int stop_token = -1;       // generation ends after this token (e.g. end of text); -1: never
+  // Ids at or past this are never drawn (nor picked greedily): the rows a padded vocabulary adds past its
+  // tokenizer's, which no text ever trained and no tokenizer can decode. 0: every id of the logits.
+  int32_t vocab_limit = 0;
 };
 
-// The next token from logits[V]: the first maximum when temperature is 0, else a draw from
-// softmax(logits / temperature) restricted by top_k and top_p. rng is advanced by one draw.
+// The next token from logits[V], among ids below o.vocab_limit (all V when 0): the first maximum when temperature is
+// 0, else a draw from softmax(logits / temperature) restricted by top_k and top_p. rng is advanced by one draw.
 int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& o, std::mt19937_64& rng);
 
 class Generator {

@@ -82,8 +82,10 @@ PlanTarget running_plan_target(const Backend& be, double peak_tflops) {
   PlanTarget target;
   target.own_attention_sms = own_attention_backward_sms(be);
   const std::optional<GpuInfo> gpu = be.gpu ? current_gpu() : std::nullopt;
-  if (const GpuSpec* card = gpu ? gpu_spec_by_device_name(gpu->name) : nullptr)
+  if (const GpuSpec* card = gpu ? gpu_spec_by_device_name(gpu->name) : nullptr) {
     target.link_bandwidth = interconnect_bandwidth(card->link);
+    target.host_bandwidth = host_bandwidth(*card);
+  }
   target.host_memory_limit = local_host_memory_limit();
   target.peak_flops = describe_device(be.gpu, peak_tflops * 1e12).peak_flops;
   if (target.peak_flops <= 0) target.peak_flops = 989e12;

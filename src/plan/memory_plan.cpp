@@ -262,7 +262,7 @@ MemoryPlan plan_memory(const Recipe& recipe, const PlanTarget& target) {
   const double micro_s = (p.time.matmul + p.time.memory) * tokens;
   p.communication = zero_communication(r, micro_s / 3, 2 * micro_s / 3, target.link_bandwidth);
   p.time.communication = p.communication.exposed_seconds / step_tokens;
-  p.predicted_tokens_per_s = r.world_size / p.time.total();
+  p.predicted_tokens_per_s = r.gpu ? r.world_size / p.time.total() : 0.0;
   return p;
 }
 
@@ -326,11 +326,13 @@ const MemoryPlan* fastest_fitting(const std::vector<MemoryPlan>& all, double bud
   const std::string stage = r.world_size > 1 ? fmt::format(", ZeRO {} on {} GPUs", r.zero_stage, r.world_size) : "";
   if (smallest->total_bytes <= budget_bytes)  // only the host memory stood in the way
     fail("{} fits {} on the device only by offloading, which needs {} of page-locked host memory{} (micro-batch {} x "
-         "{}, recompute {}, offload {}, {} moments{}); this machine allows {} (80% of its memory); {}more host memory "
-         "would be needed",
+         "{}, recompute {}, offload {}, {} moments{}); {}; {}more host memory would be needed",
          r.model.name, human(budget_bytes), human(smallest->host_bytes_of_all_gpus()),
          r.world_size > 1 ? fmt::format(" for its {} GPUs", r.world_size) : "", r.batch, r.seq, r.recompute.describe(),
-         r.offload_name(), moments_name(moments), stage, human(target.host_memory_limit),
+         r.offload_name(), moments_name(moments), stage,
+         target.host_memory_limit_given
+             ? fmt::format("--host-memory allows {}", human(target.host_memory_limit))
+             : fmt::format("this machine allows {} (80% of its memory)", human(target.host_memory_limit)),
          moments == MomentPrecision::Int8 ? "" : "narrower optimizer moments (--moments bf16 or int8) or ");
   const PlanRow* top = nullptr;  // the largest part on the device
   for (const PlanRow& row : smallest->rows)
@@ -431,6 +433,7 @@ std::string precision_name(const Recipe& r) {
 }
 
 std::string format_speed(const MemoryPlan& p, const PlanTarget& t) {
+  if (!p.recipe.gpu) return "";
   const StepTimes& s = p.time;
   const double total = s.total();
   struct Part {
@@ -466,7 +469,8 @@ std::string format_plan(const MemoryPlan& p, double budget_bytes) {
     out += fmt::format("  {:>11}  {:>5.1f}%  {}{}\n", human(r.bytes), 100.0 * r.bytes / p.total_bytes, r.component,
                        r.exact ? "" : " (estimate)");
   }
-  out += fmt::format("  {:>11}  total on the device{}\n", human(p.total_bytes),
+  out += fmt::format("  {:>11}  total {}{}\n", human(p.total_bytes),
+                     p.recipe.gpu ? "on the device" : "in the CPU's memory",
                      budget_bytes > 0 ? fmt::format(" (budget {})", human(budget_bytes)) : "");
   double host = 0;
   for (const PlanRow& r : p.rows)
@@ -474,6 +478,9 @@ std::string format_plan(const MemoryPlan& p, double budget_bytes) {
   if (host > 0)
     out += fmt::format("  {:>11}  in page-locked host memory ({})\n", human(host),
                        p.recipe.offload_gradients ? "optimizer state, gradients" : "optimizer state");
+  if (!p.recipe.gpu)
+    return out + "no speed prediction on the CPU: the speed model is of GPUs (tokamak bench --device cpu measures a "
+                 "step)\n";
   out += fmt::format("predicted: {:.0f} tokens/s{}\n", p.predicted_tokens_per_s,
                      p.recompute_flops_per_token > 0
                          ? fmt::format(" (recompute adds {:.2f} GFLOP per token)", p.recompute_flops_per_token / 1e9)

@@ -59,11 +59,15 @@ struct PlanTarget {
   double attention_backward_efficiency = 0.175;
   double bandwidth = 4.0e12;       // bytes/s of the memory-bound ops
   // Bytes/s each way between page-locked host memory and the device, both ways at once: 47 GB/s measured
-  // on the H200 machine's PCIe 5 link (bench/NOTES.md); a PCIe 4 x16 link gives about half.
+  // on the H200 machine's PCIe 5 link (bench/NOTES.md); a PCIe 4 x16 link gives about half (a card's own:
+  // gpu_specs.h host_bandwidth).
   double host_bandwidth = 45e9;
   // Page-locked host memory a setting may take (offload), 0: no limit. Pinned pages cannot be swapped, so
   // a plan past the machine's memory would fail at start or starve the rest of the system.
   double host_memory_limit = 0;
+  // The limit was given (plan --host-memory), not local_host_memory_limit's share of this machine: what a refusal
+  // names.
+  bool host_memory_limit_given = false;
   // The SM count of a device that runs tokamak's own attention backward (Hopper: own_attention_backward_sms,
   // hopper_multiprocessors), 0 for one that runs cuDNN's. Where it applies (head_dim 64, T % 128 == 0,
   // ceil(T / 256) <= this, no document mask) its f32 dQ sums replace cuDNN's dP workspace in the plan.
@@ -121,7 +125,9 @@ double local_host_memory_limit();
 // (recipe.zero_stage, recipe.world_size) what one GPU holds: stage 1 divides the fp32 master weights and AdamW's
 // moments by N, stage 2 the gradients too (plus the three unit-sized buffers each unit's backward is staged in
 // before it is reduce-scattered, model/grad_staging.h), stage 3 the parameters too (plus two units gathered: the one
-// in use and the one prefetched). predicted_tokens_per_s is the whole run's, every GPU's tokens.
+// in use and the one prefetched). predicted_tokens_per_s is the whole run's, every GPU's tokens; 0 for a CPU recipe,
+// which the speed model (GPU rates and efficiencies) does not describe: its candidates keep their order (the largest
+// micro-batch and the least recompute first).
 MemoryPlan plan_memory(const Recipe& r, const PlanTarget& target);
 
 // Every setting tried for a global batch of global_tokens (B * T * accumulation * world size), fastest first, and
@@ -153,7 +159,7 @@ std::vector<Recipe> zero_stage_recipes(const Recipe& base, int given);
 // "16GiB", "24 GB", "1.5TiB", "800MiB", or plain bytes.
 double parse_bytes(const std::string& text);
 std::string format_plan(const MemoryPlan& p, double budget_bytes);
-// The predicted speed's parts and the rates behind them: what bounds the step.
+// The predicted speed's parts and the rates behind them: what bounds the step ("" for a CPU recipe).
 std::string format_speed(const MemoryPlan& p, const PlanTarget& target);
 // "bf16", "fp8 (linears)" or "fp8 (linears and LM head)": what the backend runs (f32 on the CPU).
 std::string precision_name(const Recipe& r);

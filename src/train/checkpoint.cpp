@@ -528,6 +528,12 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir) {
   }
 }
 
+std::string checkpoint_tokenizer(const std::string& checkpoint_dir) {
+  const std::string recorded = read_trainer_state(checkpoint_dir).tokenizer_path;
+  if (recorded.empty() || std::filesystem::path(recorded).is_absolute()) return recorded;
+  return (std::filesystem::path(checkpoint_dir) / recorded).lexically_normal().string();
+}
+
 void check_same_model(const ModelConfig& built, const ModelConfig& saved, const std::string& source) {
   auto same = [&](const char* field, auto a, auto b) {
     TK_CHECK(a == b, "{} was saved from a model with {} = {}, but the model being built has {} = {}", source, field,

@@ -81,6 +81,10 @@ std::string save_checkpoint(const std::string& run_dir, const Model& model, cons
 
 // The checkpoint's trainer_state.json, after checking it against the checksum its complete.json records.
 TrainerState read_trainer_state(const std::string& checkpoint_dir);
+// The tokenizer the checkpoint recorded, as a path to load: a relative one (the run directory's copy,
+// "../tokenizer": run_dir.h) taken from the checkpoint's directory, an absolute one (checkpoints of runs that kept no
+// copy) as it is; "" when none was recorded. Whether it still exists is the caller's question.
+std::string checkpoint_tokenizer(const std::string& checkpoint_dir);
 
 // A tk::Error naming the first field in which the checkpoint's model differs from the one built,
 // with both values.

@@ -46,7 +46,7 @@ ModelSource find_model_source(const std::string& spec) {
     s.checkpoint_dir = resolve_checkpoint(spec);
     s.weights_path = s.checkpoint_dir;
     s.config = load_hf_config(s.checkpoint_dir);
-    std::string recorded = read_trainer_state(s.checkpoint_dir).tokenizer_path;
+    const std::string recorded = checkpoint_tokenizer(s.checkpoint_dir);
     if (!recorded.empty() && stdfs::exists(recorded)) s.tokenizer_path = recorded;
     return s;
   }

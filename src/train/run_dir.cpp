@@ -1,5 +1,5 @@
 // What belongs to a run in its directory, by name; replacing a run removes those entries only, and every
-// file is written atomically (core/fs.h) so an interrupted run never leaves half a config. The lock that
+// file is written atomically (core/fs.h) so an interrupted run never leaves half a config or tokenizer. The lock that
 // keeps a second writer out, and the record of its holder that names it in the refusal.
 #include "train/run_dir.h"
 
@@ -19,6 +19,7 @@
 #include "core/format.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "data/tokenizer.h"
 #include "train/checkpoint.h"
 
 namespace tk {
@@ -28,9 +29,12 @@ namespace stdfs = std::filesystem;
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
+constexpr const char* kTokenizerDir = "tokenizer";
+
 bool is_run_entry(const std::string& name) {
-  return name == "config.json" || name == "config.toml" || name == "log.jsonl" || starts_with(name, "step_") ||
-         starts_with(name, ".tmp-step_") || starts_with(name, ".del-");
+  return name == "config.json" || name == "config.toml" || name == "log.jsonl" || name == kTokenizerDir ||
+         starts_with(name, "events.out.tfevents.") || starts_with(name, "step_") || starts_with(name, ".tmp-step_") ||
+         starts_with(name, ".del-");
 }
 
 std::vector<stdfs::path> run_entries(const std::string& run_dir) {
@@ -194,6 +198,25 @@ void RunDir::drop_checkpoints_after(int64_t step, bool overwrite) const {
     log::warn("deleting {}: it comes after step {}, which the run continues from", c, step);
     remove_checkpoint(c);
   }
+}
+
+std::string RunDir::keep_tokenizer(const std::string& path) const {
+  if (path.empty()) return "";
+  const stdfs::path copy = stdfs::path(path_) / kTokenizerDir, recorded = stdfs::path("..") / kTokenizerDir;
+  std::error_code ec;
+  if (!stdfs::exists(path, ec)) {
+    if (stdfs::is_directory(copy, ec) && !stdfs::is_empty(copy, ec)) {
+      log::warn("the run's tokenizer {} is gone: its copy in {} is kept", path, copy.string());
+      return recorded.string();
+    }
+    return path;
+  }
+  const std::vector<std::string> files = Tokenizer::files(path);
+  stdfs::create_directories(copy, ec);
+  if (ec) fail("cannot create {} for a copy of the tokenizer {}: {}", copy.string(), path, ec.message());
+  for (const std::string& f : files)
+    fs::write_file_atomic((copy / stdfs::path(f).filename()).string(), fs::read_file(f));
+  return (stdfs::is_directory(path, ec) ? recorded : recorded / stdfs::path(files.front()).filename()).string();
 }
 
 void RunDir::write_config(const nlohmann::ordered_json& config) const {

@@ -5,7 +5,11 @@
 //   config.json   the resolved recipe, the model and the device, written before step 1
 //   config.toml   the resolved train flags as a config file: `tokamak train --config` repeats the run from it
 //   log.jsonl     one JSON record per step and per validation (run_log.h)
+//   events.out.tfevents.*  the same numbers for TensorBoard, a file per process that ran (unless --tensorboard
+//                 puts them elsewhere or nowhere)
 //   memory.json   the memory table after the first step
+//   tokenizer/    a copy of the run's tokenizer, which its checkpoints name as ../tokenizer: the run directory holds
+//                 what generate and export need, wherever the tokenizer it was trained with goes
 //   step_N/       the checkpoints (checkpoint.h), each written in .tmp-step_N/ and renamed whole, deleted
 //                 by way of .del-step_N/
 // Other files (profile.json and trace.json, report.html) may share the directory; a new run leaves them alone.
@@ -40,6 +44,12 @@ class RunDir {
   // A run resumed in place from `step`: checkpoints after it belong to another history, which the run would
   // mix with its own; deleted with `overwrite`, otherwise a tk::Error.
   void drop_checkpoints_after(int64_t step, bool overwrite) const;
+
+  // Copies the tokenizer at `path` (its files: Tokenizer::files) into tokenizer/, each file atomically under its own
+  // name, and returns what the run's checkpoints record for it, relative to a checkpoint's directory: "../tokenizer",
+  // or "../tokenizer/NAME" for a tokenizer named by its file. A `path` that no longer exists is recorded as it is,
+  // unless tokenizer/ holds a copy already (a run resumed after its tokenizer moved): that copy is kept. "" stays "".
+  std::string keep_tokenizer(const std::string& path) const;
 
   void write_config(const nlohmann::ordered_json& config) const;
   void write_config_file(const std::string& toml) const;

@@ -49,9 +49,10 @@ void add_communication(json& j, const StepCommunication& c) {
 
 }  // namespace
 
-RunLog::RunLog(const std::string& path) : path_(path) {
+RunLog::RunLog(const std::string& path, const std::string& tensorboard_dir) : path_(path) {
   fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) fail("cannot open {} for writing: {}", path, fs::error_cause(errno));
+  if (!tensorboard_dir.empty()) events_ = std::make_unique<EventFileWriter>(tensorboard_dir);
 }
 
 RunLog::~RunLog() { ::close(fd_); }
@@ -64,6 +65,15 @@ void RunLog::write(const json& record) {
     if (w <= 0) fail("cannot write to {}: {}", path_, fs::error_cause(w < 0 ? errno : ENOSPC));
     done += size_t(w);
   }
+  if (!events_) return;
+  Scalars scalars;
+  for (const auto& [name, value] : record.items())
+    if (value.is_number() && name != "step" && name != "time") scalars.emplace_back(name, value.get<double>());
+  events_->scalars(record["time"].get<double>(), record["step"].get<int64_t>(), scalars);
+}
+
+std::string tensorboard_dir(const std::string& flag, const std::string& run_dir) {
+  return flag.empty() ? run_dir : flag == "none" ? "" : flag;
 }
 
 void RunLog::step(const StepRecord& r, double elapsed_s) {

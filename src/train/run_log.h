@@ -9,12 +9,17 @@
 // a validation's: step, val_loss, val_tokens, val_time_s, time;
 // and that of a step whose loss or gradient norm was not finite, the run's last: step, loss and grad_norm (null where
 // not finite or not computed), lr, diverged (true), time, elapsed_s.
+// Every record's numbers go to TensorBoard's event files too, when the run writes them (core/tensorboard_events.h):
+// one scalar a field, named as in log.jsonl, at the record's step and time (its arrays, strings, flags and nulls
+// stay in log.jsonl alone).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "core/tensorboard_events.h"
 #include "model/model.h"
 #include "train/trainer.h"
 
@@ -22,9 +27,10 @@ namespace tk {
 
 class RunLog {
  public:
-  // Appends to `path`, creating it when missing. A record that cannot be written (a full disk, a file size
-  // limit) is a tk::Error naming the file and the cause; the trainer then saves what it can (trainer.cpp).
-  explicit RunLog(const std::string& path);
+  // Appends to `path`, creating it when missing, and with `tensorboard_dir` to a new event file there. A record that
+  // cannot be written (a full disk, a file size limit) is a tk::Error naming the file and the cause; the trainer then
+  // saves what it can (trainer.cpp).
+  explicit RunLog(const std::string& path, const std::string& tensorboard_dir = "");
   ~RunLog();
   RunLog(const RunLog&) = delete;
   RunLog& operator=(const RunLog&) = delete;
@@ -39,7 +45,17 @@ class RunLog {
 
   std::string path_;
   int fd_ = -1;
+  std::unique_ptr<EventFileWriter> events_;
 };
+
+// Where --tensorboard puts the event files: "" the run directory (`tensorboard --logdir runs` shows each run under
+// its directory's name), "none" nowhere (""), else the directory given.
+std::string tensorboard_dir(const std::string& flag, const std::string& run_dir);
+
+// Whether --log-every N prints step `step` of `steps` on the terminal: the first, every N-th and the last.
+inline bool shows_step(int64_t step, int64_t steps, int64_t every) {
+  return every <= 1 || step == 1 || step % every == 0 || step == steps;
+}
 
 // Drops the records of steps after `step`: what a run resumed from that step will log again.
 void truncate_run_log(const std::string& path, int64_t step);

@@ -14,7 +14,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, model, data, out, t
                                                 offload_chunk, moments, zero, memory_budget, vocab_size, steps, lr,
                                                 min_lr_ratio, warmup, schedule, decay_fraction, beta1, beta2, adam_eps,
                                                 weight_decay, grad_clip, seed, eval_every, eval_tokens, save_every,
-                                                keep_checkpoints, peak_tflops)
+                                                keep_checkpoints, peak_tflops, log_every, tensorboard)
 
 nlohmann::json TrainConfig::to_json() const { return *this; }
 
@@ -69,6 +69,7 @@ void check_train_config(const TrainConfig& c) {
   TK_CHECK(c.eval_every >= 0 && c.eval_tokens >= 0, "--eval-every and --eval-tokens must not be negative");
   TK_CHECK(c.save_every >= -1, "--save-every must be -1 (never), 0 (at the end) or a step count, not {}", c.save_every);
   TK_CHECK(c.keep_checkpoints >= 0, "--keep-checkpoints must not be negative, not {}", c.keep_checkpoints);
+  TK_CHECK(c.log_every >= 1, "--log-every must be at least 1, not {}", c.log_every);
   parse_lr_decay(c.schedule);
 }
 

@@ -27,6 +27,8 @@ struct TrainConfig : StepOptions {
   int64_t eval_tokens = 65536;  // tokens per validation (0: never validate)
   int64_t save_every = 0;       // checkpoint every N steps (0: only at the end; -1: never, but on a signal)
   int keep_checkpoints = 3;     // keep the newest K checkpoints (0: all)
+  int64_t log_every = 1;        // a terminal line every N steps (log.jsonl keeps every step: run_log.h)
+  std::string tensorboard;      // TensorBoard's event files: "" the run directory, "none" none, else this directory
 
   // What to do with the run directory; not part of the recipe, so not saved with it.
   bool resume = false;

@@ -132,14 +132,18 @@ void TrainingRun::log_step(const StepRecord& r) {
   const double elapsed = std::chrono::duration<double>(Clock::now() - started_).count();
   const std::string comm =
       r.communication.empty() ? "" : " | " + format_step_communication(r.communication.ranks[size_t(comm_->rank())]);
-  const std::string trained = r.trained_tokens == tokens_per_step()
-                                  ? ""
-                                  : fmt::format(" | trained {}", format_count(double(r.trained_tokens)));
-  fmt::print("step {:>{}}/{} | loss {:.4f}{} | lr {:.2e} | grad {:.3f} | {:>9} tok/s | {} | data {:.2f}s{} | mem {} | {}\n",
-             r.step, int(std::to_string(cfg_.steps).size()), cfg_.steps, r.loss, trained, r.lr, r.grad_norm,
-             format_count(m.tokens_per_s), format_throughput(m, backend_.gpu), m.data_wait_s, comm,
-             format_bytes(double(m.memory_bytes)), format_step_pace(progress_->after_step(r.step, r.seconds, elapsed)));
-  std::fflush(stdout);
+  const std::string pace = format_step_pace(progress_->after_step(r.step, r.seconds, elapsed));
+  if (shows_step(r.step, cfg_.steps, cfg_.log_every)) {
+    const std::string trained = r.trained_tokens == tokens_per_step()
+                                    ? ""
+                                    : fmt::format(" | trained {}", format_count(double(r.trained_tokens)));
+    fmt::print("step {:>{}}/{} | loss {:.4f}{} | lr {:.2e} | grad {:.3f} | {:>9} tok/s | {} | data {:.2f}s{} | mem {} "
+               "| {}\n",
+               r.step, int(std::to_string(cfg_.steps).size()), cfg_.steps, r.loss, trained, r.lr, r.grad_norm,
+               format_count(m.tokens_per_s), format_throughput(m, backend_.gpu), m.data_wait_s, comm,
+               format_bytes(double(m.memory_bytes)), pace);
+    std::fflush(stdout);
+  }
   if (log_) log_->step(r, elapsed);
 }
 

@@ -338,6 +338,8 @@ void TrainingRun::set_up() {
   state_.tokenizer_path = tokenizer_path_;
   state_.tokenizer_fingerprint = train_data_->tokenizer_fingerprint();
   if (cfg_.resume) resume_from(resume_checkpoint);
+  // The run directory's own copy of the tokenizer, which its checkpoints name (run_dir.h).
+  if (leader() && !tokenizer_path_.empty()) state_.tokenizer_path = dir_->keep_tokenizer(tokenizer_path_);
 
   print_plan();
   if (!leader()) return;
@@ -346,7 +348,7 @@ void TrainingRun::set_up() {
   fmt::print("unigram entropy of the training split: {:.4f} nats{}\n", ue.nats,
              ue.whole_split ? "" : fmt::format(" (over its first {} tokens)", format_count(double(ue.tokens))));
   write_run_config();
-  log_ = std::make_unique<RunLog>(dir_->log_path());
+  log_ = std::make_unique<RunLog>(dir_->log_path(), tensorboard_dir(cfg_.tensorboard, dir_->path()));
 }
 
 // The backend (wrapped when a hook asks), the recipe, the data, the model and its optimizer.

@@ -1,12 +1,13 @@
 // `tokamak generate` on the built binary, with a small random model and GPT-2's tokenizer: --num-samples N prints
 // N continuations of the prompt, sample i the one --seed SEED+i prints alone; --stop ends a sample where its text
-// contains the string, which is not printed.
+// contains the string, which is not printed; the ids a padded vocabulary adds are never drawn.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,9 +30,13 @@ class GenerateCli : public ::testing::Test {
   void SetUp() override {
     if (!std::filesystem::exists(kTokamak)) GTEST_SKIP() << kTokamak << " is not built";
     if (!std::filesystem::exists(kGpt2 + "/vocab.bpe")) GTEST_SKIP() << "no GPT-2 tokenizer in .cache";
+    export_model(50257, "model");
+  }
+
+  static ModelConfig config(int vocab_size) {
     ModelConfig c;
     c.name = "generate-cli-test";
-    c.vocab_size = 50257;
+    c.vocab_size = vocab_size;
     c.d_model = 32;
     c.n_layers = 2;
     c.n_heads = 4;
@@ -40,17 +45,27 @@ class GenerateCli : public ::testing::Test {
     c.ffn_dim = 64;
     c.max_seq = 64;
     c.bos_id = c.eos_id = 50256;
+    return c;
+  }
+
+  // A random model with GPT-2's tokenizer in dir_/name; `edit` may change its parameters first.
+  void export_model(int vocab_size, const std::string& name, bool tied = true,
+                    const std::function<void(const ModelConfig&, const ParamLayout&, std::vector<float>&)>& edit = {}) {
+    ModelConfig c = config(vocab_size);
+    c.tied_embeddings = tied;
     auto ops = make_cpu_ops(DType::F32);
     Model model(c, *ops, ModelOptions{1, 16, false});
     model.init_params(7);
-    export_hf(c, model.layout(), model.params_f32(), dir_.path("model"), "f32", kGpt2);
+    std::vector<float> params = model.params_f32();
+    if (edit) edit(c, model.layout(), params);
+    export_hf(c, model.layout(), params, dir_.path(name), "f32", kGpt2);
   }
 
   // stdout of `tokamak generate` on the model; the exit status must be 0.
-  std::string generate(const std::string& args) const {
+  std::string generate(const std::string& args, const std::string& name = "model") const {
     const std::string cmd = fmt::format("{} generate --model {} --device cpu --prompt 'The jury' --max-new-tokens 12 "
                                         "{} > {} 2> {}",
-                                        kTokamak, dir_.path("model"), args, dir_.path("out"), dir_.path("err"));
+                                        kTokamak, dir_.path(name), args, dir_.path("out"), dir_.path("err"));
     const int status = std::system(cmd.c_str());
     EXPECT_EQ(WEXITSTATUS(status), 0) << fs::read_file(dir_.path("err"));
     return fs::read_file(dir_.path("out"));
@@ -90,6 +105,19 @@ TEST_F(GenerateCli, StopStringEndsTheSampleUnprinted) {
   EXPECT_EQ(generate("--seed 5 --stop '" + stop + "'"), expected) << "stop " << stop;
   EXPECT_EQ(generate("--seed 5 --stop '" + stop + "' --stop 'not in it'"), expected);
   EXPECT_EQ(generate("--seed 5 --stop 'not in it'"), whole);
+}
+
+// GPT-2's 50257 tokens padded to 50304: the LM head's rows of the real tokens are zero and the padding's large, so
+// that every padding id outscores every token; greedy decoding and sampling must still print only tokens.
+TEST_F(GenerateCli, PaddingIdsAreNeverSampled) {
+  export_model(50304, "padded", false, [](const ModelConfig& c, const ParamLayout& layout, std::vector<float>& p) {
+    const int64_t d = c.d_model, real = 50257;
+    for (int64_t i = 0; i < real * d; i++) p[size_t(layout.lm_head + i)] = 0.0f;
+    for (int64_t i = real * d; i < c.vocab_size * d; i++) p[size_t(layout.lm_head + i)] *= 1e4f;
+  });
+  // At temperature 0 every real token scores 0: the first, "!", each time.
+  EXPECT_EQ(generate("--temperature 0", "padded"), "The jury!!!!!!!!!!!!\n");
+  EXPECT_EQ(generate("--seed 3", "padded").rfind("The jury", 0), 0u);
 }
 
 }  // namespace

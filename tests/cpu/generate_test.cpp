@@ -183,6 +183,25 @@ TEST(Sampling, FrequenciesFollowTheTruncatedSoftmax) {
   expect_close(frequencies(o, 20000), expected(1.0f, {1, 5}));
 }
 
+// Ids 4, 5 and 6 stand for a padded vocabulary's extra rows: 5 holds the second largest logit, never drawn.
+TEST(Sampling, IdsPastTheVocabularyLimitAreNeverDrawn) {
+  SamplingOptions o;
+  o.seed = 7;
+  o.vocab_limit = 4;
+  expect_close(frequencies(o, 20000), expected(1.0f, {0, 1, 2, 3}));
+  o.top_k = 3;
+  expect_close(frequencies(o, 20000), expected(1.0f, {0, 1, 3}));
+  std::vector<float> padded_max = test_logits();
+  padded_max[6] = 10.0f;
+  std::mt19937_64 rng(1);
+  o.temperature = 0;
+  EXPECT_EQ(sample_token(padded_max, o, rng), 1);
+  o.vocab_limit = 7;
+  EXPECT_EQ(sample_token(padded_max, o, rng), 6);
+  o.vocab_limit = -1;
+  EXPECT_THROW(sample_token(padded_max, o, rng), Error);
+}
+
 TEST(Sampling, SameSeedSameTokens) {
   SamplingOptions o;
   o.seed = 9;

@@ -1,6 +1,6 @@
 // Hugging Face interop: weights of tiny Llama, Qwen2 (q/k/v bias) and Qwen3 (q/k norm) models load from
 // one file or a sharded index into the flat layout, bad checkpoints fail naming the tensor and both
-// shapes, and an export loads back to the same parameters.
+// shapes, and an export loads back to the same parameters, with a tokenizer transformers loads.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "data/tokenizer.h"
 #include "io/hf.h"
 #include "io/safetensors.h"
 
@@ -372,6 +373,44 @@ TEST_P(HfExportDirTest, WritesWhatTransformersReads) {
   EXPECT_EQ(made["tokenizer_class"], "PreTrainedTokenizerFast");
   EXPECT_EQ(made["model_max_length"], cfg_.max_seq);
   EXPECT_EQ(json::parse(tk::fs::read_file(out + "/config.json"))["dtype"], "float32");
+}
+
+// GPT-2's files (encoder.json, vocab.bpe) export with the tokenizer.json and tokenizer_config.json AutoTokenizer loads,
+// a tokenizer.json that encodes and decodes as those files do; a vocabulary padded past the tokenizer's has the
+// padding ids in generation_config.json's suppress_tokens.
+TEST(HfExportTokenizer, GptTwoFilesGetTheTokenizerJsonTheyAmountTo) {
+  const std::string gpt2 = std::string(TK_SOURCE_DIR) + "/.cache/gpt2";
+  if (!stdfs::exists(gpt2 + "/vocab.bpe")) GTEST_SKIP() << "no GPT-2 tokenizer in .cache";
+  const stdfs::path dir = stdfs::temp_directory_path() / ("tk_hf_export_gpt2_" + std::to_string(::getpid()));
+  stdfs::remove_all(dir);
+  tk::ModelConfig cfg = tiny_config(tk::Arch::Llama);
+  cfg.vocab_size = 50304;
+  cfg.bos_id = cfg.eos_id = 50256;
+  const tk::ParamLayout layout = tk::ParamLayout::build(cfg);
+  const std::string out = (dir / "export").string();
+  tk::export_hf(cfg, layout, std::vector<float>(size_t(layout.total)), out, "bf16", gpt2);
+  EXPECT_TRUE(stdfs::exists(out + "/encoder.json") && stdfs::exists(out + "/vocab.bpe"));
+  const json config = json::parse(tk::fs::read_file(out + "/tokenizer_config.json"));
+  EXPECT_EQ(config["tokenizer_class"], "PreTrainedTokenizerFast");
+  EXPECT_EQ(config["eos_token"], "<|endoftext|>");
+  EXPECT_EQ(config["model_max_length"], cfg.max_seq);
+  const std::unique_ptr<tk::Tokenizer> files = tk::Tokenizer::load(gpt2);
+  const std::unique_ptr<tk::Tokenizer> written = tk::Tokenizer::load(out + "/tokenizer.json");
+  EXPECT_EQ(written->kind(), "hf-bpe");
+  ASSERT_EQ(written->vocab_size(), files->vocab_size());
+  EXPECT_EQ(written->eot_id(), files->eot_id());
+  for (int32_t id = 0; id < files->vocab_size(); id++)
+    ASSERT_EQ(written->decode({id}), files->decode({id})) << "id " << id;
+  const std::string fixture = std::string(TK_SOURCE_DIR) + "/tests/fixtures/tokenizer/texts.json";
+  const json texts = json::parse(tk::fs::read_file(fixture));
+  for (const json& t : texts["texts"]) {
+    const std::string text = t["text"].get<std::string>();
+    EXPECT_EQ(written->encode(text, true), files->encode(text, true)) << t["name"];
+  }
+  json expected = json::array();
+  for (int id = 50257; id < 50304; id++) expected.push_back(id);
+  EXPECT_EQ(json::parse(tk::fs::read_file(out + "/generation_config.json"))["suppress_tokens"], expected);
+  stdfs::remove_all(dir);
 }
 
 TEST_P(HfExportDirTest, RejectsAnUnknownDtype) {

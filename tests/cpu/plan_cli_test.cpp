@@ -50,10 +50,10 @@ TEST_F(PlanCli, SmallPresetsFitASixteenGigabyteCard) {
     ASSERT_EQ(r.status, 0) << r.err;
     const nlohmann::json j = nlohmann::json::parse(r.out);
     EXPECT_EQ(j["gpu"], "RTX 4080");
-    EXPECT_DOUBLE_EQ(j["budget_bytes"].get<double>(), 16.0 * (1ull << 30));
+    EXPECT_DOUBLE_EQ(j["budget_bytes"].get<double>(), 15.0 * (1ull << 30));  // 1 GiB kept for the display
     const nlohmann::json& chosen = j["chosen"];
     EXPECT_TRUE(chosen["fits"].get<bool>());
-    EXPECT_LE(chosen["total_bytes"].get<double>(), 16.0 * (1ull << 30));
+    EXPECT_LE(chosen["total_bytes"].get<double>(), 15.0 * (1ull << 30));
     EXPECT_GT(chosen["predicted_tokens_per_s"].get<double>(), 0);
     EXPECT_EQ(chosen["precision"].get<std::string>().rfind("fp8", 0), 0u) << chosen["precision"];  // Ada has FP8
   }
@@ -62,17 +62,19 @@ TEST_F(PlanCli, SmallPresetsFitASixteenGigabyteCard) {
   EXPECT_TRUE(has(text.out, "RTX 4080: 16 GiB, 716.8 GB/s, 97.5 TFLOP/s bf16, 194.9 TFLOP/s FP8")) << text.out;
   EXPECT_TRUE(has(text.out, "predicted: ")) << text.out;
   EXPECT_TRUE(has(text.out, "the first bounds it")) << text.out;
+  EXPECT_TRUE(has(text.out, "(budget 15.00 GiB: 16 GiB less 1.00 GiB for the display and driver, docs/plan.md)"))
+      << text.out;
 }
 
 TEST_F(PlanCli, AnEightBillionModelOnATwelveGigabyteCardFitsWithOffloadOrIsRefused) {
-  const CliResult r = plan("--gpu \"RTX 3060\" --model llama3.1-8b --seq 2048 --batch 1 --json" + kHost);
+  const CliResult r = plan("--gpu \"RTX 3060 12GB\" --model llama3.1-8b --seq 2048 --batch 1 --json" + kHost);
   if (r.status == 0) {
     const nlohmann::json chosen = nlohmann::json::parse(r.out)["chosen"];
     EXPECT_TRUE(chosen["fits"].get<bool>());
     EXPECT_NE(chosen["offload"], "none");
   } else {
     EXPECT_EQ(r.status, 1) << r.err;
-    EXPECT_TRUE(has(r.err, "llama3.1-8b does not fit in 12.00 GiB")) << r.err;
+    EXPECT_TRUE(has(r.err, "llama3.1-8b does not fit in 11.00 GiB")) << r.err;
     EXPECT_TRUE(has(r.err, "is the largest part")) << r.err;
   }
 }
@@ -87,6 +89,98 @@ TEST_F(PlanCli, UnknownAndAmbiguousCardsAreUsageErrors) {
   EXPECT_TRUE(has(r.err, "names several GPUs: \"H100 NVL\", \"H100 PCIe\", \"H100 SXM\"")) << r.err;
   r = plan("--precision auto --fp8");
   EXPECT_EQ(r.status, 2) << r.err;
+}
+
+// "RTX 4070" is a card of its own (12 GB), not the RTX 4070 Ti SUPER (16 GB) its name begins; a name that only
+// begins a card's is refused, naming it; --help lists every card.
+TEST_F(PlanCli, ACardIsNamedWholeAndHelpListsThem) {
+  CliResult r = plan("--gpu \"RTX 4070\" --model qwen2.5-0.5b --seq 2048 --json" + kHost);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["gpu"], "RTX 4070");
+  EXPECT_DOUBLE_EQ(j["budget_bytes"].get<double>(), 11.0 * (1ull << 30));
+  r = plan("--gpu \"RTX 3060\"");
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "error: --gpu \"RTX 3060\" is no GPU's whole name: did you mean \"RTX 3060 12GB\"?")) << r.err;
+  r = plan("--help");
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* card : {"RTX 5070 Ti", "RTX 5070,", "RTX 4070,", "RTX 3080 Ti", "H100 SXM", "RTX 3060 12GB"})
+    EXPECT_TRUE(has(r.out, card)) << card << " in\n" << r.out;
+}
+
+// A CPU plan is memory only: the speed model is of GPUs, and no GPU's rate is printed for it.
+TEST_F(PlanCli, TheCpuPlanPredictsNoGpuSpeed) {
+  CliResult r = plan("--device cpu --model llama3.2-1b --seq 2048" + kHost);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_FALSE(has(r.out, "TFLOP/s")) << r.out;
+  EXPECT_FALSE(has(r.out, "predicted: ")) << r.out;
+  EXPECT_TRUE(has(r.out, "no speed prediction on the CPU")) << r.out;
+  EXPECT_TRUE(has(r.out, "total in the CPU's memory")) << r.out;
+  r = plan("--device cpu --model llama3.2-1b --seq 2048 --json" + kHost);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(nlohmann::json::parse(r.out)["chosen"]["predicted_tokens_per_s"].is_null()) << r.out;
+}
+
+// Offload's transfers run at the card's PCIe link: PCIe 4 for the RTX 4080, 4090 and 3090, 5 for the 5090.
+TEST_F(PlanCli, HostBandwidthFollowsTheCardsPcieLink) {
+  const std::string offloaded = " --memory-budget 8GiB --model qwen2.5-1.5b --seq 2048 --batch 1" + kHost;
+  for (const auto& [card, gbs] : {std::pair{"RTX 4090", "22"}, {"RTX 3090", "22"}, {"RTX 5090", "45"}}) {
+    const CliResult r = plan(std::string("--gpu \"") + card + "\"" + offloaded);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_TRUE(has(r.out, std::string("offload transfers: bytes at ") + gbs + " GB/s each way")) << card << r.out;
+  }
+  const CliResult given = plan("--gpu \"RTX 4090\" --host-bandwidth 10" + offloaded);
+  EXPECT_TRUE(has(given.out, "offload transfers: bytes at 10 GB/s each way")) << given.out;
+}
+
+// --memory-budget without --gpu prints the setting chosen; --all adds every setting tried.
+TEST_F(PlanCli, ABudgetPrintsTheChoiceAndAllPrintsTheRest) {
+  const std::string args = "--model qwen2.5-0.5b --seq 2048 --memory-budget 16GiB" + kHost;
+  CliResult r = plan(args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "predicted: ")) << r.out;
+  EXPECT_FALSE(has(r.out, "settings tried")) << r.out;
+  r = plan(args + " --all");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "settings tried, fastest first")) << r.out;
+}
+
+// One GPU's refusals are the search's own message; the host memory named is --host-memory's when it is given.
+TEST_F(PlanCli, RefusalsNameWhatStoodInTheWay) {
+  CliResult r = plan("--model llama3.1-8b --seq 2048 --memory-budget 1GiB" + kHost);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(r.err.rfind("error: llama3.1-8b does not fit in 1.00 GiB: the smallest footprint tried is ", 0), 0u)
+      << r.err;
+  r = plan("--model qwen2.5-1.5b --seq 2048 --batch 1 --memory-budget 8GiB --host-memory 8GiB");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r.err, "only by offloading")) << r.err;
+  EXPECT_TRUE(has(r.err, "--host-memory allows 8.00 GiB")) << r.err;
+  EXPECT_FALSE(has(r.err, "80% of its memory")) << r.err;
+}
+
+// Without a budget a plan is the setting as given; one larger than the card it is timed on is said to be.
+TEST_F(PlanCli, APlanLargerThanTheCardWarns) {
+  CliResult r = plan("--gpus 8 --zero 0 --model llama3.1-8b --seq 2048" + kHost);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "warning: this setting needs ")) << r.err;
+  EXPECT_TRUE(has(r.err, " per GPU (ZeRO-0), more than the H100 SXM's 80 GiB")) << r.err;
+  r = plan("--gpus 8 --zero 3 --model llama3.2-1b --seq 2048 --batch 1" + kHost);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_FALSE(has(r.err, "warning")) << r.err;
+}
+
+// auto's line predicts the tokens/s the plan's table gives for the same N GPUs.
+TEST_F(PlanCli, ThePrecisionLineAgreesWithTheTable) {
+  const CliResult r = plan("--gpus 8 --zero 0 --model llama3.2-1b --seq 2048" + kHost);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string predicts = "the plan predicts ", predicted = "\npredicted: ";
+  const size_t a = r.out.find(predicts), b = r.out.find(predicted);
+  ASSERT_NE(a, std::string::npos) << r.out;
+  ASSERT_NE(b, std::string::npos) << r.out;
+  const auto word_at = [&](size_t at) { return r.out.substr(at, r.out.find(' ', at) - at); };
+  const std::string line = word_at(a + predicts.size()), table = word_at(b + predicted.size());
+  EXPECT_EQ(line, table) << r.out;
+  EXPECT_TRUE(has(r.out, line + " tokens/s on 8 GPUs against ")) << r.out;
 }
 
 TEST_F(PlanCli, ZeroStagesSideBySide) {

@@ -1,8 +1,8 @@
 // The run directory's lock (one writer at a time, the holder named from a record that is checked before it
 // is repeated, nothing left behind by a run that wrote nothing), and what only a separate tokamak process
 // shows: train and profile refused while another process holds the directory, a file size limit (ulimit -f)
-// reported as a write error with the file's name instead of ending the process silently, and eval, generate
-// and export reading complete checkpoints only.
+// reported as a write error with the file's name instead of ending the process silently, eval, generate and
+// export reading complete checkpoints only, and a run keeping the copy of its tokenizer they read.
 #include <gtest/gtest.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -14,8 +14,12 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "data/bpe_trainer.h"
+#include "data/hf_tokenizer_writer.h"
+#include "data/tokenizer.h"
 #include "profile/profile_report.h"
 #include "run_testing.h"
+#include "train/checkpoint.h"
 #include "train/run_dir.h"
 
 namespace tk {
@@ -260,6 +264,77 @@ TEST_F(RunDirCli, EvalGenerateAndExportUseOnlyCompleteCheckpoints) {
     EXPECT_NE(err.find(incomplete + " is not a complete checkpoint (complete.json is missing"), std::string::npos)
         << command[0] << ": " << err;
   }
+}
+
+// A byte-level BPE of its own in DIR/tok (tokenizer.json and tokenizer_config.json, as train-tokenizer writes them:
+// the 256 bytes, one merge and <|endoftext|>, 258 tokens) and a dataset prepared with it in DIR/tok-data, whose
+// meta.json records DIR/tok.
+std::string make_tokenizer_dataset(const TempDir& dir) {
+  TrainedBpe bpe;
+  for (int b = 0; b < 256; b++) bpe.tokens.push_back(std::string(1, char(b)));
+  bpe.tokens.push_back("th");
+  bpe.merges = {{int32_t('t'), int32_t('h')}};
+  bpe.special_tokens = {"<|endoftext|>"};
+  write_hf_tokenizer(bpe, dir.path("tok"), 64);
+  std::mt19937_64 rng(3);
+  for (int d = 0; d < 12; d++) testing::write_text(dir.path("tok-text/doc" + std::to_string(d) + ".txt"),
+                                                   testing::random_document(rng, 120));
+  PrepareOptions o;
+  o.inputs = {dir.path("tok-text")};
+  o.out_dir = dir.path("tok-data");
+  o.tokenizer_path = dir.path("tok");
+  o.val_fraction = 0.2;
+  o.threads = 1;
+  o.progress = false;
+  prepare(*Tokenizer::load(dir.path("tok")), o);
+  return o.out_dir;
+}
+
+// The run copies its tokenizer into RUN/tokenizer and its checkpoints name that copy ("../tokenizer"): with the
+// original moved away, generate and export read the copy, and a resumed run keeps it. A checkpoint of an earlier run,
+// which recorded the tokenizer by its absolute path, still finds it there.
+TEST_F(RunDirCli, ARunKeepsItsTokenizerWhereverTheOriginalGoes) {
+  const std::string data = make_tokenizer_dataset(dir_), run = dir_.path("run");
+  const std::string model = testing::write_model_config(dir_, testing::tiny_llama_config(320), "model320.json");
+  std::vector<std::string> args = {"train", "--model", model, "--data", data, "--out", run, "--device", "cpu",
+                                   "--batch", "2", "--seq", "16", "--steps", "2", "--warmup", "1",
+                                   "--eval-tokens", "0"};
+  std::string err;
+  ASSERT_EQ(testing::run_tokamak(args, dir_.path("train"), &err).code, 0) << err;
+  EXPECT_TRUE(stdfs::exists(run + "/tokenizer/tokenizer.json"));
+  EXPECT_TRUE(stdfs::exists(run + "/tokenizer/tokenizer_config.json"));
+  EXPECT_EQ(read_trainer_state(run + "/step_000002").tokenizer_path, "../tokenizer");
+  EXPECT_EQ(checkpoint_tokenizer(run + "/step_000002"), run + "/tokenizer");
+
+  stdfs::rename(dir_.path("tok"), dir_.path("tok-moved"));
+  const std::vector<std::string> generate = {"generate", "--model", run, "--prompt", "the", "--max-new-tokens", "4",
+                                             "--device", "cpu"};
+  EXPECT_EQ(testing::run_tokamak(generate, dir_.path("generate"), &err).code, 0) << err;
+  EXPECT_EQ(testing::run_tokamak({"export", "--checkpoint", run, "--out", dir_.path("hf")}, dir_.path("export"), &err)
+                .code,
+            0)
+      << err;
+  EXPECT_EQ(err.find("is gone"), std::string::npos) << err;
+  EXPECT_TRUE(stdfs::exists(dir_.path("hf/tokenizer.json")));
+
+  args[14] = "3";  // --steps 3, resumed
+  args.push_back("--resume");
+  ASSERT_EQ(testing::run_tokamak(args, dir_.path("resume"), &err).code, 0) << err;
+  EXPECT_NE(err.find("its copy in " + run + "/tokenizer is kept"), std::string::npos) << err;
+  EXPECT_EQ(read_trainer_state(run + "/step_000003").tokenizer_path, "../tokenizer");
+
+  // An earlier run's record: the absolute path of the tokenizer.
+  const std::string state = run + "/step_000003/trainer_state.json";
+  nlohmann::json j = nlohmann::json::parse(testing::read_text(state));
+  j["tokenizer"]["path"] = dir_.path("tok-moved");
+  testing::write_text(state, j.dump());
+  const std::string marker = run + "/step_000003/complete.json";  // what the checkpoint's sizes are now
+  nlohmann::json complete = nlohmann::json::parse(testing::read_text(marker));
+  complete["files"]["trainer_state.json"] = stdfs::file_size(state);
+  testing::write_text(marker, complete.dump());
+  stdfs::remove_all(run + "/tokenizer");
+  EXPECT_EQ(checkpoint_tokenizer(run + "/step_000003"), dir_.path("tok-moved"));
+  EXPECT_EQ(testing::run_tokamak(generate, dir_.path("generate"), &err).code, 0) << err;
 }
 
 // The profile's files, when they cannot be written, are named in the error like every other file of a run.
