@@ -50,6 +50,25 @@ Source find_source(const std::string& path) {
   return {path, "the Hugging Face model directory " + path};
 }
 
+// An export inside a checkpoint would be deleted with it when its run prunes checkpoints (or replaces the step), and
+// one named as a checkpoint of a run directory would be taken for one: --out is neither, nor inside one.
+void refuse_checkpoint_out(const std::string& out) {
+  const stdfs::path target = stdfs::weakly_canonical(stdfs::absolute(out));
+  const std::string name = target.filename().string();
+  TK_CHECK(!(name.rfind("step_", 0) == 0 && tk::holds_checkpoint_dirs(target.parent_path().string())),
+           "refusing to export to {}: that is the name of a checkpoint of the run in {}; choose a directory outside "
+           "the run's checkpoints",
+           out, target.parent_path().string());
+  for (stdfs::path p = target; !p.empty(); p = p.parent_path()) {
+    std::error_code ec;
+    if (stdfs::exists(p / "trainer_state.json", ec) || stdfs::exists(p / "complete.json", ec))
+      tk::fail("refusing to export to {}: {} is a checkpoint, and an export inside it would be deleted with it when "
+               "its run prunes or saves again; choose a directory outside the checkpoint",
+               out, p.string());
+    if (p == p.parent_path()) break;
+  }
+}
+
 // --tokenizer, else the tokenizer the checkpoint's run recorded, else the files of an HF model dir.
 std::string tokenizer_source(const ExportOptions& o, const std::string& dir) {
   if (!o.tokenizer.empty()) return o.tokenizer;
@@ -71,6 +90,7 @@ int run_export(const ExportOptions& o) {
   TK_CHECK(o.dtype == "bf16" || o.dtype == "f32", "--dtype must be bf16 or f32, not \"{}\"", o.dtype);
   const Source source = find_source(o.checkpoint);
   const std::string& dir = source.dir;
+  refuse_checkpoint_out(o.out);
   tk::check_export_dir(o.out, o.overwrite, dir);
   tk::log::info("exporting {}", source.what);
   tk::ModelConfig cfg = tk::load_hf_config(dir);

@@ -124,6 +124,28 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
+std::vector<std::string> make_directories(const std::string& dir) {
+  namespace stdfs = std::filesystem;
+  std::vector<std::string> missing;
+  std::error_code ec;
+  for (stdfs::path p = stdfs::absolute(dir, ec).lexically_normal(); !p.empty() && !stdfs::exists(p, ec);
+       p = p.parent_path()) {
+    if (p.has_filename()) missing.push_back(p.string());
+    if (p == p.parent_path()) break;
+  }
+  stdfs::create_directories(dir, ec);
+  if (ec) {
+    remove_made_directories(missing);
+    tk::fail("cannot create the directory {}: {}", dir, ec.message());
+  }
+  return missing;
+}
+
+void remove_made_directories(const std::vector<std::string>& made) {
+  std::error_code ec;
+  for (const std::string& d : made) std::filesystem::remove(d, ec);  // only an empty directory goes
+}
+
 namespace {
 
 // mountinfo escapes space, tab, newline and backslash in paths as \ooo octal.

@@ -48,6 +48,12 @@ std::string error_cause(int err);
 void sync_directory(const std::string& dir);
 // The whole file; a tk::Error naming it when it cannot be read.
 std::string read_file(const std::string& path);
+// Creates `dir` and every directory above it that is missing; returns those it made, deepest first, so that a
+// command that fails can remove what it made (remove_made_directories) and leave the tree as it found it. A
+// tk::Error naming `dir` when one cannot be made.
+std::vector<std::string> make_directories(const std::string& dir);
+// Removes each of `made` (make_directories' list) that is empty, deepest first; what holds anything stays.
+void remove_made_directories(const std::vector<std::string>& made);
 
 // The type of the filesystem holding `path`, as /proc/self/mountinfo names it ("ext4", "9p", "nfs4",
 // "fuse.sshfs", "cifs", ...), else from statfs(2)'s f_type, else "unknown". The environment variable

@@ -284,8 +284,8 @@ PrepareSummary prepare(const Tokenizer& tokenizer, const PrepareOptions& opts) {
   for (const InputFile& f : inputs) s.input_bytes += f.bytes;
 
   std::error_code ec;
-  const bool created_out_dir = stdfs::create_directories(opts.out_dir, ec);
-  if (ec) fail("cannot create the output directory {}: {}", opts.out_dir, ec.message());
+  // What this run makes (the output directory and any missing parent) goes again when it fails.
+  const std::vector<std::string> made = fs::make_directories(opts.out_dir);
   // A meta.json from an earlier run would vouch for shards this run is about to replace.
   const std::string meta_path = (stdfs::path(opts.out_dir) / "meta.json").string();
   stdfs::remove(meta_path, ec);
@@ -316,7 +316,7 @@ PrepareSummary prepare(const Tokenizer& tokenizer, const PrepareOptions& opts) {
   } catch (...) {
     train.abandon();
     val.abandon();
-    if (created_out_dir) stdfs::remove(opts.out_dir, ec);  // only if empty: nothing of the user's goes
+    fs::remove_made_directories(made);  // only empty ones: nothing of the user's goes
     throw;
   }
   return s;

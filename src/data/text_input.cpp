@@ -59,6 +59,17 @@ const char* why_unread(const std::string& path) {
   return nullptr;
 }
 
+// Why an entry of an input directory that is not a regular file is not read, or nullptr for a directory (which the
+// listing enters). Named, so that a FIFO or a link is never passed over without a word.
+const char* why_not_a_file(const stdfs::directory_entry& e) {
+  std::error_code ec;
+  if (e.is_directory(ec))
+    return e.is_symlink(ec) ? "a symbolic link to a directory is not followed: give the directory itself to --input"
+                            : nullptr;
+  if (e.is_symlink(ec) && !stdfs::exists(e.path(), ec)) return "a symbolic link to nothing";
+  return "not a regular file but a FIFO, a socket or a device: documents are read from files";
+}
+
 // One warning per reason, naming the files (the first few of many).
 void warn_unread(const std::string& dir, const std::map<std::string, std::vector<std::string>>& unread) {
   for (const auto& [why, files] : unread) {
@@ -75,8 +86,11 @@ std::vector<std::string> files_in_directory(const std::string& dir) {
   std::map<std::string, std::vector<std::string>> unread;  // by reason
   try {
     for (const auto& e : stdfs::recursive_directory_iterator(dir)) {
-      if (!e.is_regular_file()) continue;
       const std::string path = e.path().string();
+      if (!e.is_regular_file()) {
+        if (const char* why = why_not_a_file(e)) unread[why].push_back(path);
+        continue;
+      }
       if (format_of(path)) {
         found.push_back(path);
       } else if (const char* why = why_unread(path)) {

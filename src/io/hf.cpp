@@ -161,10 +161,17 @@ std::string safetensors_dtype(const std::string& dtype) {
   fail("cannot export weights as \"{}\": choose bf16 or f32", dtype);
 }
 
-// An absolute path without a trailing slash, so that "<dir>.tmp-XXXXXX" is a sibling of dir.
+// An absolute path without a trailing slash, so that "<dir>.tmp-XXXXXX" is a sibling of dir. A symbolic link is
+// followed: the export replaces the directory it names (the link stays, naming the new export), never the link.
 stdfs::path directory_path(const std::string& dir) {
   stdfs::path p = stdfs::absolute(dir).lexically_normal();
-  return p.has_filename() ? p : p.parent_path();
+  if (!p.has_filename()) p = p.parent_path();
+  std::error_code ec;
+  if (!stdfs::is_symlink(p, ec)) return p;
+  const stdfs::path target = stdfs::canonical(p, ec);
+  TK_CHECK(!ec, "cannot export to {}: it is a symbolic link to {}, which does not exist", p.string(),
+           stdfs::read_symlink(p, ec).string());
+  return target;
 }
 
 // Whether `outer` is `inner` or one of the directories above it (symbolic links, "." and ".." resolved).
@@ -289,13 +296,55 @@ void add_tokenizer_json(const ModelConfig& cfg, const stdfs::path& dir) {
                      cfg.max_seq);
 }
 
+// The names an earlier export in `dir` wrote: those its marker lists, or, in a marker of a version that listed
+// none, every name an export may write.
+std::set<std::string> files_of_earlier_export(const stdfs::path& dir) {
+  const json marker = json::parse(fs::read_file((dir / kExportMarker).string()), nullptr, false);
+  std::set<std::string> names;
+  if (marker.is_object() && marker.contains("files") && marker["files"].is_array()) {
+    for (const json& f : marker["files"])
+      if (f.is_string()) names.insert(f.get<std::string>());
+  } else {
+    names = {"config.json", "generation_config.json", "model.safetensors"};
+    names.insert(std::begin(kTokenizerFiles), std::end(kTokenizerFiles));
+  }
+  names.insert(kExportMarker);
+  return names;
+}
+
+// Moves what the user added to an earlier export at `out` (every entry it did not write) into the new one at `tmp`,
+// so that replacing the export keeps them; returns their names. A name that both the user and the new export hold is
+// refused first.
+std::vector<std::string> carry_over_users_files(const stdfs::path& out, const stdfs::path& tmp) {
+  const std::set<std::string> written = files_of_earlier_export(out);
+  std::vector<stdfs::path> users;
+  for (const auto& e : stdfs::directory_iterator(out))
+    if (!written.count(e.path().filename().string())) users.push_back(e.path());
+  for (const stdfs::path& p : users)
+    TK_CHECK(!stdfs::exists(tmp / p.filename()),
+             "refusing to overwrite {}: its {} was not written by the earlier export, and the new one writes a file "
+             "of that name; move it elsewhere first",
+             out.string(), p.filename().string());
+  std::vector<std::string> carried;
+  for (const stdfs::path& p : users) {
+    stdfs::rename(p, tmp / p.filename());
+    carried.push_back(p.filename().string());
+  }
+  return carried;
+}
+
 // Puts the finished temporary directory at `out`, replacing what was there (the caller checked that
 // this is allowed). The old contents are moved aside first, and restored if the rename fails.
 void replace_dir(const stdfs::path& tmp, const stdfs::path& out) {
   stdfs::path old;
   if (stdfs::exists(out)) {
     old = make_sibling_directory(out, "old");
-    stdfs::rename(out, old);
+    std::error_code ec;
+    stdfs::rename(out, old, ec);
+    if (ec) {
+      stdfs::remove(old, ec);  // still empty: nothing is left beside the export
+      fail("cannot replace {}: {}", out.string(), ec.message());
+    }
   }
   try {
     stdfs::rename(tmp, out);
@@ -372,9 +421,20 @@ void export_hf(const ModelConfig& cfg, const ParamLayout& layout, const std::vec
       tokens = tokenizer_size(tmp);
     }
     write_generation_config(cfg, tokens, tmp);
-    const json marker = {{"written_by", "tokamak export"}, {"source", source_dir}};
+    json files = json::array();
+    for (const auto& e : stdfs::directory_iterator(tmp)) files.push_back(e.path().filename().string());
+    std::sort(files.begin(), files.end());
+    const json marker = {{"written_by", "tokamak export"}, {"source", source_dir}, {"files", files}};
     fs::write_file_atomic((tmp / kExportMarker).string(), marker.dump(2) + "\n");
-    replace_dir(tmp, out);
+    std::vector<std::string> carried;
+    if (stdfs::exists(out / kExportMarker)) carried = carry_over_users_files(out, tmp);
+    try {
+      replace_dir(tmp, out);
+    } catch (...) {
+      std::error_code ignored;  // the earlier export is back at out: its user's files go back into it
+      for (const std::string& name : carried) stdfs::rename(tmp / name, out / name, ignored);
+      throw;
+    }
   } catch (const stdfs::filesystem_error& e) {
     std::error_code ignored;
     stdfs::remove_all(tmp, ignored);

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/json_integer.h"
+#include "model/config_keys.h"
 #include "ops/ops.h"
 
 namespace tk {
@@ -51,6 +52,8 @@ constexpr int64_t kMaxHeads = int64_t(1) << 14;
 constexpr int64_t kMaxHeadDim = 4096;
 constexpr int64_t kMaxFfn = int64_t(1) << 20;
 constexpr int64_t kMaxPositions = INT_MAX;
+// The largest rms_norm_eps: 1000 times the usual 1e-5. rms_norm_eps 1 or 2^31 is a corrupt or mistyped file.
+constexpr double kMaxNormEps = 1e-2;
 
 }  // namespace
 
@@ -105,7 +108,10 @@ void ModelConfig::validate() const {
            src, n_heads, n_kv_heads);
   TK_CHECK(head_dim % 2 == 0, "model {}: head_dim {} must be even for rotary position embeddings", src, head_dim);
   TK_CHECK(rope_theta > 0, "model {}: rope_theta must be positive, got {}", src, rope_theta);
-  TK_CHECK(norm_eps > 0, "model {}: rms_norm_eps must be positive, got {}", src, norm_eps);
+  TK_CHECK(norm_eps > 0 && norm_eps <= kMaxNormEps,
+           "model {}: rms_norm_eps is {}; it must be above 0 and at most {} (it is added to each mean square before "
+           "the root, 1e-6 to 1e-5 in every published model: a larger one would outweigh the activations)",
+           src, norm_eps, kMaxNormEps);
   TK_CHECK(init_std > 0, "model {}: initializer_range must be positive, got {}", src, init_std);
   TK_CHECK(bos_id < vocab_size && eos_id < vocab_size, "model {}: bos/eos token ids ({}, {}) lie outside the vocabulary of {}",
            src, bos_id, eos_id, vocab_size);
@@ -236,6 +242,8 @@ T optional(const json& j, const char* key, T fallback, const std::string& src) {
   return has(j, key) ? get<T>(j, key, src) : fallback;
 }
 
+// The architecture, from the class `architectures` names (or model_type alone). A model_type beside it must be the
+// class's own: transformers picks the config class by model_type, so a file whose two disagree is not one it loads.
 Arch parse_arch(const json& j, const std::string& src) {
   std::string cls;
   if (has(j, "architectures")) {
@@ -243,6 +251,17 @@ Arch parse_arch(const json& j, const std::string& src) {
     TK_CHECK(a.is_array() && a.size() == 1 && a[0].is_string(),
              "{}: 'architectures' should list exactly one class name, got {}", src, a.dump());
     cls = a[0].get<std::string>();
+    for (Arch arch : {Arch::Llama, Arch::Qwen2, Arch::Qwen3}) {
+      if (cls != arch_hf_class(arch)) continue;
+      if (has(j, "model_type")) {
+        const std::string type = get<std::string>(j, "model_type", src);
+        TK_CHECK(type == arch_name(arch),
+                 "{}: model_type '{}' does not name the architecture {} (whose model_type is '{}'): transformers "
+                 "chooses the config class by model_type and would not load this file",
+                 src, type, cls, arch_name(arch));
+      }
+      return arch;
+    }
   } else {
     TK_CHECK(has(j, "model_type"), "{}: neither 'architectures' nor 'model_type' says what model this is", src);
     std::string type = get<std::string>(j, "model_type", src);
@@ -302,6 +321,7 @@ int parse_token_id(const json& j, const char* key, const std::string& src) {
 
 ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string& source) {
   TK_CHECK(j.is_object(), "{}: a config.json must hold a JSON object", source);
+  warn_unknown_config_keys(j, source);
   ModelConfig c;
   c.name = source;
   c.arch = parse_arch(j, source);

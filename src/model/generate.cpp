@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "model/block.h"
 #include "model/buffer_carver.h"
@@ -71,6 +74,8 @@ int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& o,
 struct Generator::Impl {
   ModelConfig cfg;
   Ops& ops;
+  const ParamLayout& layout;
+  Tensor params;
   ModelWeights w;
   int max_len;
   int length = 0;
@@ -83,7 +88,12 @@ struct Generator::Impl {
   std::vector<int32_t> host_positions;
 
   Impl(const ModelConfig& c, const ParamLayout& layout, const Tensor& params, Ops& o, int max_tokens)
-      : cfg(c), ops(o), w(weight_views(c, layout, params.data, params.dtype)), max_len(max_tokens) {
+      : cfg(c),
+        ops(o),
+        layout(layout),
+        params(params),
+        w(weight_views(c, layout, params.data, params.dtype)),
+        max_len(max_tokens) {
     TK_CHECK(max_len > 0 && max_len <= cfg.max_seq,
              "model {}: a generator holds 1 to max_position_embeddings ({}) tokens, not {}", cfg.name, cfg.max_seq,
              max_len);
@@ -124,11 +134,75 @@ struct Generator::Impl {
   }
 
   // Runs `ids` at positions [pos, pos + n) and returns the logits after the last one. Cached: keys
-  // and values join the cache and attention reads it; uncached: causal attention over `ids` alone.
+  // and values join the cache and attention reads it; uncached: causal attention over `ids` alone. Logits that are
+  // not finite are a tk::Error naming where the forward first left finite numbers.
   std::vector<float> run(const std::vector<int32_t>& ids, int pos, bool cached);
+  // The forward of run(); with `check` set, the first part (the embedding, a layer, the final norm) whose output
+  // holds a NaN or an infinity is returned in words (and the logits are not computed), "" when there is none.
+  std::string forward(const std::vector<int32_t>& ids, int pos, bool cached, bool check, std::vector<float>* logits);
+  // What the forward over `ids` first left finite numbers in, for logits that are not finite: the first part whose
+  // output is not finite, else the LM head.
+  std::string describe_non_finite(const std::vector<int32_t>& ids, int pos, bool cached);
+  std::string lm_head_overflow();
+  // Where in `t` ([n, d], the first n rows) a value is not finite, in words ("NaN at position 3"), or "".
+  std::string non_finite_in(const Tensor& t, int n);
+  // The largest |w| among the parameters whose names start with `prefix`, and its tensor's name, in words.
+  std::string largest_weight(const std::string& prefix);
 };
 
+std::string Generator::Impl::non_finite_in(const Tensor& t, int n) {
+  std::vector<float> host(size_t(t.numel()));
+  ops.download_f32(host.data(), t);
+  const int64_t width = t.numel() / n;
+  for (size_t i = 0; i < host.size(); i++)
+    if (!std::isfinite(host[i]))
+      return fmt::format("{} at position {}", std::isnan(host[i]) ? "NaN" : "an infinity", int64_t(i) / width);
+  return "";
+}
+
+std::string Generator::Impl::largest_weight(const std::string& prefix) {
+  float largest = 0;
+  std::string name;
+  std::vector<float> host;
+  for (const ParamInfo& p : layout.params) {
+    if (p.name.rfind(prefix, 0) != 0) continue;
+    host.resize(size_t(p.numel));
+    const Tensor t(static_cast<char*>(params.data) + size_t(p.offset) * dtype_size(params.dtype), params.dtype,
+                   {p.numel});
+    ops.download_f32(host.data(), t);
+    for (float v : host)
+      if (std::fabs(v) > largest) {
+        largest = std::fabs(v);
+        name = p.name;
+      }
+  }
+  return name.empty() ? "" : fmt::format("; its largest weight is {:.3g}, in {}", largest, name);
+}
+
 std::vector<float> Generator::Impl::run(const std::vector<int32_t>& ids, int pos, bool cached) {
+  std::vector<float> out;
+  forward(ids, pos, cached, false, &out);
+  const auto bad = std::find_if(out.begin(), out.end(), [](float v) { return !std::isfinite(v); });
+  if (bad == out.end()) return out;
+  // Again, checking each part: the same ops over the same inputs (the cache rewritten with the same values).
+  const std::string where = describe_non_finite(ids, pos, cached);
+  fail("model {}: the logits after {} tokens are not finite ({} at token id {}): {}. Its weights are finite but too "
+       "large for the numbers computed from them; tokamak does not sample from logits it could not compute",
+       cfg.name, pos + int(ids.size()), std::isnan(*bad) ? "NaN" : "an infinity", bad - out.begin(), where);
+}
+
+std::string Generator::Impl::describe_non_finite(const std::vector<int32_t>& ids, int pos, bool cached) {
+  const std::string where = forward(ids, pos, cached, true, nullptr);
+  return !where.empty() ? where : lm_head_overflow();
+}
+
+std::string Generator::Impl::lm_head_overflow() {
+  return "the LM head's logits (every number before them is finite)" +
+         largest_weight(cfg.tied_embeddings ? "model.embed_tokens" : "lm_head");
+}
+
+std::string Generator::Impl::forward(const std::vector<int32_t>& ids, int pos, bool cached, bool check,
+                                     std::vector<float>* logits_out) {
   const int n = int(ids.size());
   TK_CHECK(n > 0, "generation needs at least one token");
   TK_CHECK(pos + n <= max_len, "model {}: {} tokens exceed the generator's {} positions", cfg.name, pos + n, max_len);
@@ -151,6 +225,9 @@ std::vector<float> Generator::Impl::run(const std::vector<int32_t>& ids, int pos
   s.cache_pos = pos;
   const Tensor h = shaped(work.h, {n, d}), x = shaped(work.x_mlp, {n, d}), bn = shaped(branch, {n, d});
   ops.embedding_forward(h, shaped(tokens, {n}), w.embed);
+  if (check)
+    if (std::string bad = non_finite_in(h, n); !bad.empty())
+      return "the embedding's output holds " + bad + largest_weight("model.embed_tokens");
   const BlockPass pass = BlockPass::generation();
   for (int l = 0; l < cfg.n_layers; l++) {
     if (cached) {
@@ -158,13 +235,22 @@ std::vector<float> Generator::Impl::run(const std::vector<int32_t>& ids, int pos
       s.v_cache = v_cache[l];
     }
     block_forward(ops, cfg, w.layers[l], work, l == 0 ? Tensor() : work.h_mid, s, pass);
+    if (!check) continue;
+    std::string bad = non_finite_in(h, n);  // the residual stream, and the layer's MLP output still to be added
+    if (bad.empty()) bad = non_finite_in(bn, n);
+    if (!bad.empty())
+      return fmt::format("layer {}'s output holds {}{}", l, bad, largest_weight(fmt::format("model.layers.{}.", l)));
   }
   ops.residual_rmsnorm_forward(h, x, shaped(work.rstd_mlp, {n}), h, bn, w.final_norm, float(cfg.norm_eps));
+  if (check) {
+    const std::string bad = non_finite_in(x, n);
+    return bad.empty() ? "" : "the final norm's output holds " + bad + largest_weight("model.norm");
+  }
   const Tensor last_logits = shaped(logits, {1, cfg.vocab_size});
   ops.linear_forward(last_logits, x.rows(n - 1, n), w.lm_head, Tensor());
-  std::vector<float> out(size_t(cfg.vocab_size));
-  ops.download_f32(out.data(), last_logits);
-  return out;
+  logits_out->resize(size_t(cfg.vocab_size));
+  ops.download_f32(logits_out->data(), last_logits);
+  return "";
 }
 
 Generator::Generator(const ModelConfig& cfg, const ParamLayout& layout, const Tensor& params, Ops& ops, int max_len)
@@ -191,6 +277,12 @@ std::vector<float> Generator::step(int32_t token) {
 }
 
 std::vector<float> Generator::logits_uncached(const std::vector<int32_t>& tokens) { return impl_->run(tokens, 0, false); }
+
+std::string Generator::first_non_finite(const std::vector<int32_t>& tokens) {
+  return impl_->forward(tokens, 0, false, true, nullptr);
+}
+
+std::string Generator::lm_head_overflow() { return impl_->lm_head_overflow(); }
 
 std::vector<int32_t> Generator::generate(const std::vector<int32_t>& prompt, const SamplingOptions& o,
                                          const std::function<bool(int32_t)>& on_token) {

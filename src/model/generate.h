@@ -1,11 +1,14 @@
 // Generator: text generation with a KV cache. The prompt runs as one chunk, then each new token runs
 // alone, attending to the keys and values cached for every earlier position (ops.attention_decode).
-// Sampling (temperature, top-k, top-p) happens on the host from the last position's logits.
+// Sampling (temperature, top-k, top-p) happens on the host from the last position's logits, which must be finite:
+// finite weights too large for float32 are an error naming the part of the forward (the embedding, a layer, the LM
+// head) whose numbers first overflowed, and its largest weight.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "model/config.h"
@@ -51,6 +54,12 @@ class Generator {
   // The logits after `tokens` from the full causal forward over the whole sequence (attention_forward,
   // as in training), leaving the cache untouched: what the cached path must reproduce.
   std::vector<float> logits_uncached(const std::vector<int32_t>& tokens);
+  // Where that forward first holds a NaN or an infinity before the logits, in words ("layer 3's output holds NaN at
+  // position 5; its largest weight is 1e+30, in model.layers.3.mlp.down_proj.weight"), or "" when every number before
+  // them is finite; then lm_head_overflow() says the rest. What names the cause of a loss or logits that are not
+  // finite (prefill, step and logits_uncached refuse logits that are not finite, with this in their message).
+  std::string first_non_finite(const std::vector<int32_t>& tokens);
+  std::string lm_head_overflow();
 
   // Runs the prompt and samples up to o.max_new_tokens tokens, stopping after o.stop_token or when
   // on_token (called with each new token) returns false. Returns the new tokens.

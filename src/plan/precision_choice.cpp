@@ -89,14 +89,14 @@ PrecisionChoice choose_precision(const std::optional<GpuInfo>& gpu, const ModelC
   return choose_on_gpu(*gpu, shape, spec ? plan_target_for(*spec) : PlanTarget{}, delayed_scaling);
 }
 
-Precision resolve_precision(const std::string& precision, bool fp8, const std::string& scaling, int margin,
+MatmulPrecision resolve_precision(const std::string& precision, bool fp8, const std::string& scaling, int margin,
                             bool lm_head, const std::optional<GpuInfo>& gpu, const ModelConfig& model, int batch,
                             int seq, std::string& note) {
   return resolve(precision, fp8, scaling, margin, lm_head, note,
                  [&](bool delayed) { return choose_precision(gpu, model, batch, seq, delayed); });
 }
 
-Precision resolve_precision(const std::string& precision, bool fp8, const std::string& scaling, int margin,
+MatmulPrecision resolve_precision(const std::string& precision, bool fp8, const std::string& scaling, int margin,
                             bool lm_head, const std::optional<GpuInfo>& gpu, const Recipe& r, const PlanTarget& target,
                             std::string& note) {
   return resolve(precision, fp8, scaling, margin, lm_head, note, [&](bool delayed) {

@@ -43,7 +43,7 @@ struct PlanTarget;
 // As above for a plan (`tokamak plan`): auto's choice predicted for the recipe `r` itself (its micro-batch,
 // accumulation, moments, logits chunk, GPUs and ZeRO stage) on `target`, so that its line gives the tokens/s the
 // plan's table gives for that setting.
-Precision resolve_precision(const std::string& precision, bool fp8, const std::string& scaling, int margin,
+MatmulPrecision resolve_precision(const std::string& precision, bool fp8, const std::string& scaling, int margin,
                             bool lm_head, const std::optional<GpuInfo>& gpu, const Recipe& r, const PlanTarget& target,
                             std::string& note);
 

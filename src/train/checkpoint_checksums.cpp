@@ -69,8 +69,8 @@ void check_json_file(const std::string& dir, const std::string& name, const std:
   }
   const auto it = sums->find(name);
   TK_CHECK(it != sums->end() && it->is_string(),
-           "{}: {} records no checksum of {}, though it records them for the checkpoint's JSON files: it was altered or "
-           "is corrupt",
+           "{}: {} records no checksum of {}, though it records them for the checkpoint's JSON files: it was altered "
+           "or is corrupt",
            dir, kCompleteMarker, name);
   const std::string actual = checksum_of(text);
   TK_CHECK(actual == it->get<std::string>(),

@@ -1,5 +1,6 @@
 // Evaluation: the loss over loader batches, and the split evaluation of `tokamak eval` (whole batches
-// of B windows, then the windows left over one at a time, so the result does not depend on B).
+// of B windows, then the windows left over one at a time, so the result does not depend on B), which refuses a
+// loss that is not finite, naming where the forward first overflowed.
 #include "train/evaluate.h"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/progress.h"
+#include "model/generate.h"
 
 namespace tk {
 namespace {
@@ -25,7 +27,27 @@ std::unique_ptr<DataLoader> open_windows(const SplitEvalOptions& o, int B, Ops& 
   return DataLoader::open(lo);
 }
 
-// The loss of windows [first, first + count) with a model of B rows (count a multiple of B).
+// A loss that is not finite, from windows [first, first + batch.B): a tk::Error naming where the forward of the first
+// such window first leaves finite numbers (the generator's forward is the same computation, row by row).
+[[noreturn]] void refuse_non_finite_loss(const Model& model, const Batch& batch, int64_t first, double loss) {
+  std::string where;
+  try {
+    Generator g(model, batch.T);
+    for (int r = 0; r < batch.B && where.empty(); r++) {
+      const int32_t* row = batch.inputs + size_t(r) * size_t(batch.T);
+      where = g.first_non_finite(std::vector<int32_t>(row, row + batch.T));
+      if (!where.empty()) where = fmt::format(": in window {}, {}", first + r, where);
+    }
+    if (where.empty()) where = ": in " + g.lm_head_overflow();
+  } catch (const Error&) {  // no generator at this length (beyond max_position_embeddings): the loss alone is named
+  }
+  fail("the loss of windows {} to {} is {}{}. The model's weights are finite but too large for the numbers computed "
+       "from them; tokamak does not report a loss it could not compute",
+       first, first + batch.B - 1, loss, where);
+}
+
+// The loss of windows [first, first + count) with a model of B rows (count a multiple of B). A loss that is not
+// finite is an error naming where it comes from.
 LossSum evaluate_windows(const ModelConfig& cfg, const std::vector<float>& weights, Ops& ops,
                          const SplitEvalOptions& o, int B, int64_t first, int64_t count, ProgressBar* progress) {
   ModelOptions mo;
@@ -35,9 +57,16 @@ LossSum evaluate_windows(const ModelConfig& cfg, const std::vector<float>& weigh
   model.set_params_f32(weights);
   std::unique_ptr<DataLoader> loader = open_windows(o, B, ops);
   for (int64_t skipped = 0; skipped < first; skipped += B) loader->next();
-  return evaluate(model, *loader, count / B, [progress](int64_t tokens) {
-    if (progress) progress->add(uint64_t(tokens), 0);
-  });
+  LossSum total;
+  for (int64_t w = first; w < first + count; w += B) {
+    const Batch& batch = loader->next();
+    const LossSum l = model.forward(batch);
+    if (!std::isfinite(l.sum)) refuse_non_finite_loss(model, batch, w, l.sum);
+    total.sum += l.sum;
+    total.count += l.count;
+    if (progress) progress->add(uint64_t(l.count), 0);
+  }
+  return total;
 }
 
 }  // namespace

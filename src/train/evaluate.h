@@ -37,7 +37,8 @@ struct SplitEval {
 
 // Window w of the split is its tokens [w*T, w*T + T]: inputs the first T, targets the last T (so
 // consecutive windows share one token and every target is counted once). `weights` are fp32 in the
-// layout order of `cfg`.
+// layout order of `cfg`. A loss that is not finite (finite weights too large for the numbers computed from
+// them) is a tk::Error naming the windows and where their forward first left finite numbers.
 SplitEval evaluate_split(const ModelConfig& cfg, const std::vector<float>& weights, Ops& ops,
                          const SplitEvalOptions& o);
 

@@ -304,6 +304,59 @@ TEST(HfConfig, RefusesWhatItCannotTrainNamingTheField) {
 
 // What a hostile or corrupt config.json held, and nlohmann's get<int>() made into a trainable model:
 // vocab_size 4294967808 became 512, hidden_size 4294967360 became 64, hidden_size 64.5 became 64.
+// A key tokamak does not read is named in a warning, once per file, with the read key it may be a misspelling of:
+// `rms_norm_epz` silently gave the default epsilon. The Hub's own files and tokamak's round trip warn of nothing.
+TEST(HfConfig, UnknownKeysAreNamedInAWarning) {
+  auto warnings = [](const json& j, const std::string& source) {
+    ::testing::internal::CaptureStderr();
+    ModelConfig::from_hf_json(j, source);
+    return ::testing::internal::GetCapturedStderr();
+  };
+  for (const char* text : {kLlama32_1B, kQwen25_05B, kQwen3_06B})
+    EXPECT_EQ(warnings(json::parse(text), "hub.json"), "");
+  EXPECT_EQ(warnings(ModelConfig::preset("qwen2.5-0.5b").to_hf_json(), "round-trip.json"), "");
+
+  json j = json::parse(kQwen25_05B);
+  j["rms_norm_epz"] = j["rms_norm_eps"];
+  j.erase("rms_norm_eps");
+  j["quantization_config"] = json::object();
+  const std::string said = warnings(j, "renamed.json");
+  EXPECT_NE(said.find("renamed.json: tokamak does not read the keys `quantization_config`, `rms_norm_epz` "
+                      "(`rms_norm_epz` may be `rms_norm_eps` misspelt, which is absent and so takes its default)"),
+            std::string::npos)
+      << said;
+  EXPECT_EQ(warnings(j, "renamed.json"), "");  // once per file
+}
+
+// Values transformers would not load, or that no model has: a model_type that is not the architecture's (or no
+// architecture at all), rms_norm_eps of 1 or 2^31 (or 0, or negative).
+TEST(HfConfig, ValuesOutsideWhatAModelCanHaveAreRefused) {
+  json j = json::parse(kLlama32_1B);
+  j["model_type"] = "lama";
+  EXPECT_NE(parse_error(j).find("model_type 'lama' does not name the architecture LlamaForCausalLM (whose model_type "
+                                "is 'llama')"),
+            std::string::npos)
+      << parse_error(j);
+  j["model_type"] = "qwen2";
+  EXPECT_NE(parse_error(j).find("model_type 'qwen2' does not name the architecture LlamaForCausalLM"),
+            std::string::npos);
+  j.erase("architectures");
+  j["model_type"] = "xyzzy";
+  EXPECT_NE(parse_error(j).find("model_type 'xyzzy' is not supported"), std::string::npos);
+  for (const double eps : {1.0, 2147483648.0, 0.0, -1e-5, 0.011}) {
+    json e = json::parse(kLlama32_1B);
+    e["rms_norm_eps"] = eps;
+    EXPECT_NE(parse_error(e).find(fmt::format("rms_norm_eps is {}; it must be above 0 and at most 0.01", eps)),
+              std::string::npos)
+        << eps << ": " << parse_error(e);
+  }
+  for (const double eps : {1e-12, 1e-6, 0.01}) {
+    json e = json::parse(kLlama32_1B);
+    e["rms_norm_eps"] = eps;
+    EXPECT_EQ(parse_error(e), "") << eps;
+  }
+}
+
 TEST(HfConfig, IntegerFieldsAreRangeCheckedNamingTheFileAndField) {
   struct Case {
     const char* field;

@@ -85,6 +85,61 @@ TEST_F(CorruptWeightsCli, NanWeightsAreRefusedByGenerateAndEval) {
   EXPECT_NE(eval.err.find(want), std::string::npos) << eval.err;
 }
 
+// Weights that are finite but huge pass the load's checks and overflow in the forward: eval printed `val loss -nan`
+// (`"loss": null` with --json) and exited 0, generate printed garbage. Both now exit 1 naming the layer whose
+// output first holds a number that is not finite, and its largest weight.
+TEST_F(CorruptWeightsCli, HugeFiniteWeightsAreAnErrorNamingWhereInEvalAndGenerate) {
+  // Values and outputs of attention scaled to 10^30: layer 0's output passes float32's 3.4e38.
+  for (const auto& [name, size] : {std::pair{"model.layers.0.self_attn.v_proj.weight", 3e30f},
+                                   {"model.layers.0.self_attn.o_proj.weight", 2e30f}}) {
+    const ParamInfo& p = *layout_.find(name);
+    for (int64_t i = 0; i < p.numel; i++) {
+      float& w = params_[size_t(p.offset + i)];
+      w = std::copysign(size, w);
+    }
+  }
+  write_weights();
+  const std::string weight = "at position 0; its largest weight is 3e+30, in model.layers.0.self_attn.v_proj.weight";
+  const std::string err = generate();
+  EXPECT_NE(err.find("the logits after 2 tokens are not finite (NaN at token id 0): layer 0's output holds an "
+                     "infinity " + weight),
+            std::string::npos)
+      << err;
+
+  testing::write_text(dir_.path("text/a.txt"), "The jury said it did find that many of the city's voters were glad.");
+  ASSERT_EQ(run(dir_, "prepare --tokenizer " + kGpt2Dir + " --input " + dir_.path("text") + " --out " +
+                          dir_.path("data") + " --val-fraction 0")
+                .status,
+            0);
+  for (const char* json : {"", " --json"}) {
+    const Result eval = run(dir_, "eval --device cpu --model " + dir_.path("model") + " --data " + dir_.path("data") +
+                                      " --split train --seq 8" + json);
+    EXPECT_EQ(eval.status, 1) << eval.err;
+    EXPECT_NE(eval.err.find("the loss of windows 0 to 1 is -nan: in window 0, layer 0's output holds NaN " + weight),
+              std::string::npos)
+        << eval.err;
+    EXPECT_EQ(testing::read_text(dir_.path("out")), "");  // no loss printed
+  }
+
+  // Every number before the logits finite, the logits not: the LM head (here the tied embedding) is named.
+  SetUp();
+  const ParamInfo& embed = *layout_.find("model.embed_tokens.weight");
+  for (int64_t i = 0; i < embed.numel; i++) {
+    float& w = params_[size_t(embed.offset + i)];
+    w = std::copysign(3e38f, w);
+  }
+  const ParamInfo& norm = *layout_.find("model.norm.weight");
+  std::fill_n(params_.begin() + norm.offset, norm.numel, 1.f);
+  write_weights();
+  const std::string head = "the LM head's logits (every number before them is finite); its largest weight is 3e+38, "
+                           "in model.embed_tokens.weight";
+  EXPECT_NE(generate().find(head), std::string::npos);
+  const Result eval = run(dir_, "eval --device cpu --model " + dir_.path("model") + " --data " + dir_.path("data") +
+                                    " --split train --seq 8");
+  EXPECT_EQ(eval.status, 1) << eval.err;
+  EXPECT_NE(eval.err.find("is -nan: in " + head), std::string::npos) << eval.err;
+}
+
 TEST_F(CorruptWeightsCli, AFlippedByteIsRefusedByGenerate) {
   write_weights();
   const std::string file = dir_.path("model/model.safetensors");

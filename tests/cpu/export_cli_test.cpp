@@ -175,4 +175,65 @@ TEST_F(ExportCli, OverwriteNeverDeletesTheSourceTheCwdOrAUsersFiles) {
     EXPECT_EQ(e.path().filename().string().find("hf."), std::string::npos) << e.path();
 }
 
+// --overwrite replaces what the earlier export wrote and keeps what its user added there: it deleted a model card and
+// a folder of notes. An export of a version whose marker lists no files is told by the names an export writes.
+TEST_F(ExportCli, OverwriteKeepsWhatTheUserAddedToAnEarlierExport) {
+  ASSERT_EQ(export_("--checkpoint run/step_000001 --out hf --dtype f32").status, 0);
+  tk::fs::write_file_atomic(path("hf/README.md"), "a model card");
+  stdfs::create_directories(path("hf/notes"));
+  tk::fs::write_file_atomic(path("hf/notes/eval.txt"), "scores");
+  Output r = export_("--checkpoint run --out hf --dtype f32 --overwrite");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(exported(path("hf")), params_of(3));
+  EXPECT_EQ(tk::fs::read_file(path("hf/README.md")), "a model card");
+  EXPECT_EQ(tk::fs::read_file(path("hf/notes/eval.txt")), "scores");
+
+  tk::fs::write_file_atomic(path("hf/.tokamak-export"), R"({"written_by": "tokamak export", "source": ""})");
+  r = export_("--checkpoint run/step_000001 --out hf --dtype f32 --overwrite");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(exported(path("hf")), params_of(1));
+  EXPECT_EQ(tk::fs::read_file(path("hf/README.md")), "a model card");
+  EXPECT_EQ(tk::fs::read_file(path("hf/notes/eval.txt")), "scores");
+  const json marker = json::parse(tk::fs::read_file(path("hf/.tokamak-export")));
+  EXPECT_EQ(marker["files"], json({"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                                   "tokenizer_config.json"}));
+  for (const auto& e : stdfs::directory_iterator(dir_))  // no temporary or old directory left beside it
+    EXPECT_EQ(e.path().filename().string().find("hf."), std::string::npos) << e.path();
+}
+
+// --out a symbolic link to an earlier export: the export replaces the directory it names, and the link stays (it
+// failed, leaving an empty hf.old-XXXXXX beside the link). A link to nothing is refused, leaving nothing.
+TEST_F(ExportCli, OutMayBeASymbolicLinkToAnEarlierExport) {
+  ASSERT_EQ(export_("--checkpoint run/step_000001 --out hf --dtype f32").status, 0);
+  stdfs::create_directory_symlink(path("hf"), path("current"));
+  const Output r = export_("--checkpoint run --out current --dtype f32 --overwrite");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(stdfs::is_symlink(path("current")));
+  EXPECT_EQ(exported(path("hf")), params_of(3));
+  stdfs::create_directory_symlink(path("absent"), path("dangling"));
+  const Output dangling = export_("--checkpoint run --out dangling --dtype f32");
+  EXPECT_EQ(dangling.status, 1);
+  EXPECT_NE(dangling.err.find("it is a symbolic link to " + path("absent") + ", which does not exist"),
+            std::string::npos)
+      << dangling.err;
+  for (const auto& e : stdfs::directory_iterator(dir_)) {
+    const std::string name = e.path().filename().string();
+    EXPECT_TRUE(name.find(".old-") == std::string::npos && name.find(".tmp-") == std::string::npos) << e.path();
+  }
+}
+
+// An export inside a checkpoint is deleted with it when the run prunes; one named as a checkpoint of the run would be
+// taken for one. Both are refused, and the checkpoint is left as it was.
+TEST_F(ExportCli, RefusesToExportIntoACheckpoint) {
+  for (const char* out : {"run/step_000003/hf", "run/step_000003", "run/step_000005"}) {
+    const Output r = export_(std::string("--checkpoint run/step_000001 --out ") + out + " --overwrite");
+    EXPECT_EQ(r.status, 1) << out;
+    EXPECT_NE(r.err.find(std::string("refusing to export to ") + out), std::string::npos) << r.err;
+  }
+  EXPECT_FALSE(stdfs::exists(path("run/step_000003/hf")));
+  EXPECT_FALSE(stdfs::exists(path("run/step_000005")));
+  EXPECT_TRUE(tk::is_checkpoint(path("run/step_000003")));
+  EXPECT_EQ(export_("--checkpoint run/step_000001 --out run/export --dtype f32").status, 0);  // beside them: fine
+}
+
 }  // namespace

@@ -3,6 +3,7 @@
 #include "data/prepare.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <zlib.h>
 #include <zstd.h>
 
@@ -363,6 +364,27 @@ TEST(Prepare, FullDiskIsAClearErrorAndLeavesNoFiles) {
   EXPECT_GT(prepare(tok, o).train.shards, 5u);
 }
 
+// The parents of --out that prepare made go too when it fails: a full disk left runs/a/b/ behind (only the last
+// directory went). A parent that was there before stays.
+TEST(Prepare, AFailedPrepareRemovesTheParentDirectoriesItMade) {
+  TempDir dir;
+  std::string jsonl;
+  for (int i = 0; i < 300; i++) jsonl += nlohmann::json({{"text", std::string(300, 'a' + i % 26)}}).dump() + "\n";
+  write_text(dir.path("d.jsonl"), jsonl);
+  ByteTokenizer tok;
+  PrepareOptions o = options(dir, {dir.path("d.jsonl")}, 0.1);
+  o.out_dir = dir.path("made/deeper/data");
+  o.shard_tokens = 5'000;
+  std::string msg;
+  {
+    testing::FileSizeLimit limit(4'000);
+    msg = error_of([&] { prepare(tok, o); });
+  }
+  EXPECT_NE(msg.find("File too large"), std::string::npos) << msg;
+  EXPECT_FALSE(std::filesystem::exists(dir.path("made"))) << "directories of the failed prepare remain";
+  EXPECT_TRUE(std::filesystem::exists(dir.path("d.jsonl")));
+}
+
 TEST(Prepare, AFailedRerunRemovesTheOldMetaJson) {
   TempDir dir;
   write_text(dir.path("good.jsonl"), "{\"text\": \"fine\"}\n");
@@ -526,6 +548,28 @@ TEST(Prepare, UnreadableFilesInADirectoryAreNamed) {
             std::string::npos)
       << err;
   EXPECT_EQ(err.find("README.md"), std::string::npos) << err;
+  EXPECT_EQ(documents(dir.path("out"), "train"), std::vector<std::string>{"read"});
+}
+
+// An entry that is not a regular file was skipped without a word: a FIFO (reading it would wait for a writer), a
+// link to a directory (not followed), a link to nothing. Each is named with the reason.
+TEST(Prepare, EntriesThatAreNotFilesInADirectoryAreNamed) {
+  TempDir dir;
+  write_text(dir.path("in/a.jsonl"), "{\"text\": \"read\"}\n");
+  write_text(dir.path("elsewhere/b.txt"), "not under in/");
+  ASSERT_EQ(::mkfifo(dir.path("in/pipe.jsonl").c_str(), 0644), 0);
+  std::filesystem::create_directory_symlink(dir.path("elsewhere"), dir.path("in/linked"));
+  std::filesystem::create_symlink(dir.path("gone.txt"), dir.path("in/dangling.txt"));
+  ByteTokenizer tok;
+  ::testing::internal::CaptureStderr();
+  prepare(tok, options(dir, {dir.path("in")}));
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find(dir.path("in/pipe.jsonl") + " (not a regular file but a FIFO, a socket or a device"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find(dir.path("in/linked") + " (a symbolic link to a directory is not followed"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find(dir.path("in/dangling.txt") + " (a symbolic link to nothing)"), std::string::npos) << err;
   EXPECT_EQ(documents(dir.path("out"), "train"), std::vector<std::string>{"read"});
 }
 

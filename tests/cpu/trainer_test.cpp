@@ -523,9 +523,10 @@ TEST(RunLog, RecordsStepsAndValidationsAndTruncatesAfterAStep) {
   EXPECT_EQ(records[2]["elapsed_s"], 1.5);
   EXPECT_EQ(records[3]["val_loss"], 2.0);
   EXPECT_EQ(records[3]["val_tokens"], 3);
-  const std::vector<std::string> keys = {"step",        "loss",         "lr",          "grad_norm",    "clip_scale",
-                                         "tokens",      "step_time_s",  "tokens_per_s", "flops_per_s", "mfu",
-                                         "hfu",         "data_wait_s",  "memory_bytes", "time",        "elapsed_s"};
+  const std::vector<std::string> keys = {"step",         "loss",          "lr",          "grad_norm",
+                                         "clip_scale",   "tokens",        "trained_tokens", "step_time_s",
+                                         "tokens_per_s", "flops_per_s",   "mfu",         "hfu",
+                                         "data_wait_s",  "memory_bytes",  "time",        "elapsed_s"};
   std::vector<std::string> got;
   for (const auto& [k, v] : records[0].items()) got.push_back(k);
   EXPECT_EQ(got, keys);  // the order `tokamak report` and other readers see
