@@ -31,21 +31,9 @@ struct Batch {
   bool done = false;
 };
 
-// The text of each record: a .txt file's is the record; a JSON line's is its text field.
-Documents documents_of(Batch& b, const std::string& text_field) {
-  Documents docs;
-  docs.reserve(b.records.size());
-  for (Record& r : b.records)
-    docs.push_back(b.file->format == InputFormat::Text ? std::move(r.data)
-                                                       : json_document_text(r.data, text_field, b.file->path, r.line));
-  std::vector<Record>().swap(b.records);  // the raw lines are no longer needed while the batch waits its turn
-  return docs;
-}
-
 class BatchPool {
  public:
-  BatchPool(int threads, const std::string& text_field, const detail::AnyWork& work)
-      : text_field_(text_field), work_(work) {
+  BatchPool(int threads, const detail::AnyWork& work) : work_(work) {
     for (int i = 0; i < threads; i++) workers_.emplace_back([this, i] { run(i); });
   }
 
@@ -94,8 +82,9 @@ class BatchPool {
         queue_.pop_front();
       }
       try {
-        Documents docs = documents_of(*b, text_field_);
-        b->result = work_(docs, worker);
+        RecordBatch batch{*b->file, b->records};
+        b->result = work_(batch, worker);
+        std::vector<Record>().swap(b->records);  // the raw lines are no longer needed while the batch waits its turn
       } catch (...) {
         b->error = std::current_exception();
       }
@@ -107,7 +96,6 @@ class BatchPool {
     }
   }
 
-  const std::string text_field_;
   const detail::AnyWork& work_;
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
@@ -126,10 +114,20 @@ int document_pipeline_threads(const DocumentPipelineOptions& opts) {
 
 namespace detail {
 
-void run_document_pipeline(const std::vector<InputFile>& inputs, const DocumentPipelineOptions& opts,
-                           const AnyWork& work, const AnyTake& take) {
+// The text of each record: a .txt file's is the record; a JSON line's is its text field.
+Documents documents_of(RecordBatch& batch, const std::string& text_field) {
+  Documents docs;
+  docs.reserve(batch.records.size());
+  for (Record& r : batch.records)
+    docs.push_back(batch.file.format == InputFormat::Text ? std::move(r.data)
+                                                          : json_document_text(r.data, text_field, batch.file.path, r.line));
+  return docs;
+}
+
+void run_record_pipeline(const std::vector<InputFile>& inputs, const DocumentPipelineOptions& opts,
+                         const AnyWork& work, const AnyTake& take) {
   const int threads = document_pipeline_threads(opts);
-  BatchPool pool(threads, opts.text_field, work);
+  BatchPool pool(threads, work);
   auto take_oldest = [&] {
     std::unique_ptr<Batch> b = pool.take_oldest();
     take(b->result, b->disk_bytes);
