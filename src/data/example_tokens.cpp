@@ -43,16 +43,8 @@ std::vector<Span> token_offsets(const Tokenizer& tok, const std::vector<int32_t>
 
 ExampleTokens mark(const Tokenizer& tok, std::string text, std::vector<Span> spans, bool allow_special,
                    bool eot_trained, const std::string& where) {
-  ExampleTokens out;
-  out.tokens = tok.encode(text, allow_special);
-  const std::vector<Span> at = token_offsets(tok, out.tokens, text, spans, where);
-  out.trained.assign(out.tokens.size() + 1, 0);
-  for (size_t i = 1; i < out.tokens.size(); i++)
-    for (const Span& s : spans)
-      if (at[i].first < s.second && s.first < at[i].second) {
-        out.trained[i] = 1;
-        break;
-      }
+  ExampleTokens out = tokens_marking_spans(tok, std::move(text), std::move(spans), allow_special, where);
+  if (!out.tokens.empty()) out.trained[0] = 0;
   out.trained.back() = eot_trained ? 1 : 0;
   const auto eot = std::find(out.tokens.begin(), out.tokens.end(), tok.eot_id());
   if (eot != out.tokens.end())
@@ -127,6 +119,21 @@ ExampleTokens tokenize_conversation(const Example& e, const ojson& messages, con
 }
 
 }  // namespace
+
+ExampleTokens tokens_marking_spans(const Tokenizer& tok, std::string text, std::vector<std::pair<size_t, size_t>> spans,
+                                   bool allow_special, const std::string& where) {
+  ExampleTokens out;
+  out.tokens = tok.encode(text, allow_special);
+  const std::vector<Span> at = token_offsets(tok, out.tokens, text, spans, where);
+  out.trained.assign(out.tokens.size() + 1, 0);
+  for (size_t i = 0; i < out.tokens.size(); i++)
+    for (const Span& s : spans)
+      if (at[i].first < s.second && s.first < at[i].second) {
+        out.trained[i] = 1;
+        break;
+      }
+  return out;
+}
 
 TrainOn parse_train_on(const std::string& name) {
   if (name == "assistant") return TrainOn::Assistant;

@@ -37,6 +37,11 @@ struct ExampleOptions {
   std::time_t now = 0;  // strftime_now's time, the same for every example of a run
 };
 
+// The tokens of `text` and, for each, whether any of its bytes lies in one of `spans` (byte ranges of the text), as
+// transformers' char_to_token marks its assistant mask; `trained` has one more value, 0, for an end-of-text.
+ExampleTokens tokens_marking_spans(const Tokenizer& tok, std::string text, std::vector<std::pair<size_t, size_t>> spans,
+                                   bool allow_special, const std::string& where);
+
 // Thread-safe: one tokenizer for all of prepare's workers. Errors are tk::Errors "WHERE: ...".
 ExampleTokens tokenize_example(const Example& e, const Tokenizer& tok, const ExampleOptions& o, const std::string& where);
 

@@ -22,9 +22,10 @@ ModelConfig load_hf_config(const std::string& dir);
 // config.json (ModelConfig::to_hf_json, with torch_dtype and dtype), generation_config.json (bos and eos ids)
 // and model.safetensors (dtype "BF16" or "F32", HF names, metadata format "pt"; no lm_head.weight when tied)
 // into out_dir, plus the tokenizer files found in tokenizer_dir (tokenizer.json, tokenizer_config.json,
-// special_tokens_map.json, vocab.json, merges.txt, encoder.json, vocab.bpe; or tokenizer_dir is itself one
-// file, a tokenizer.json with the tokenizer_config.json beside it) if given, with tokenizer_config.json's
-// model_max_length set to the model's max_position_embeddings.
+// special_tokens_map.json, vocab.json, merges.txt, encoder.json, vocab.bpe, chat_template.jinja; or tokenizer_dir
+// is itself one file, a tokenizer.json with the tokenizer_config.json beside it) if given, with
+// tokenizer_config.json's model_max_length set to the model's max_position_embeddings and its chat_template set from
+// a chat_template.jinja that it lacks.
 // Written into a new sibling directory that is renamed into place whole, with a marker file (.tokamak-export)
 // that says an export wrote it. See check_export_dir for what may be at out_dir already.
 void export_hf(const ModelConfig& cfg, const ParamLayout& layout, const std::vector<float>& params,
