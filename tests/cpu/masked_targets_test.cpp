@@ -1,7 +1,7 @@
 // Targets the loss mask leaves out are -1 (kUntrainedTarget, as the loader writes them), the ignore index the model
 // passes to the LM head's cross-entropy: such a target adds no loss and no gradient, so the losses and gradients of a
 // batch split into two complementary masks add up to those of the whole batch, and a batch of none trained has
-// none. (The model's own check of a batch's token ids still refuses a negative target: docs/data.md.)
+// none.
 #include <gtest/gtest.h>
 
 #include <cmath>
