@@ -1,8 +1,14 @@
 // `tokamak generate`: samples of text from a trained model (KV-cached decoding with temperature, top-k and top-p
-// sampling, stop strings), printed as they are produced: the quickest look at what a model learned.
+// sampling, stop strings), printed as they are produced: the quickest look at what a model learned. With --chat the
+// prompt is a user's message, put through the model's chat template with the generation prompt, and the reply ends
+// at the end-of-turn token.
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <algorithm>
+#include <optional>
+
+#include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
 
@@ -12,6 +18,7 @@
 #include "cli/conventions.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "data/chat_template/chat_template.h"
 #include "data/generated_text.h"
 #include "data/tokenizer.h"
 #include "io/hf.h"
@@ -21,6 +28,8 @@ namespace {
 
 struct GenerateArgs {
   std::string model, prompt, tokenizer, device = "auto";
+  bool chat = false;
+  std::string system, chat_template;
   std::vector<std::string> stops;
   int max_new_tokens = 100, num_samples = 1;
   float temperature = 0.8f, top_p = 0.95f;
@@ -50,12 +59,12 @@ class DeviceWeights {
 // the tokens generated.
 int64_t print_sample(tk::Generator& gen, const tk::Tokenizer& tok, const std::vector<int32_t>& prompt,
                      const std::string& prompt_text, const tk::SamplingOptions& s,
-                     const std::vector<std::string>& stops) {
+                     const std::vector<std::string>& stops, const std::vector<int32_t>& end_of_turn) {
   fmt::print("{}", prompt_text);
   std::fflush(stdout);
   tk::GeneratedText text(tok, stops);
   gen.generate(prompt, s, [&](int32_t id) {
-    if (id == tok.eot_id()) return false;
+    if (id == tok.eot_id() || std::count(end_of_turn.begin(), end_of_turn.end(), id)) return false;
     fmt::print("{}", text.add(id));
     std::fflush(stdout);
     return !text.stopped();
@@ -63,6 +72,49 @@ int64_t print_sample(tk::Generator& gen, const tk::Tokenizer& tok, const std::ve
   fmt::print("{}\n", text.rest());
   std::fflush(stdout);
   return int64_t(text.tokens().size());
+}
+
+// --chat: the prompt as the user's turn (after --system's), rendered with the generation prompt; and the tokens that
+// end the assistant's turn: the template's eos_token, and the first token the template prints after a reply.
+struct ChatPrompt {
+  std::string text;
+  std::vector<int32_t> end_of_turn;
+};
+
+ChatPrompt chat_prompt(const GenerateArgs& a, const tk::Tokenizer& tok, const std::string& tok_path) {
+  using ojson = nlohmann::ordered_json;
+  const std::optional<tk::ChatTemplate> t =
+      !a.chat_template.empty() ? std::optional<tk::ChatTemplate>(tk::ChatTemplate::load_file(a.chat_template))
+                               : tk::ChatTemplate::find_for_tokenizer(tok_path);
+  TK_CHECK(t, "--chat needs a chat template, and the tokenizer {} has none: give one with --chat-template FILE",
+           tok_path);
+  ojson messages = ojson::array();
+  if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
+  messages.push_back({{"role", "user"}, {"content", a.prompt}});
+  tk::ChatInputs in;
+  in.messages = messages;
+  in.add_generation_prompt = true;
+  ChatPrompt p{t->render(in).text, {}};
+  auto single = [&](const std::string& text) {
+    const std::vector<int32_t> ids = tok.encode(text, true);
+    if (!ids.empty()) p.end_of_turn.push_back(ids[0]);
+  };
+  if (t->special_tokens().contains("eos_token")) {
+    const std::vector<int32_t> ids = tok.encode(t->special_tokens()["eos_token"].get<std::string>(), true);
+    if (ids.size() == 1) p.end_of_turn.push_back(ids[0]);
+  }
+  const std::string reply = "tokamak";
+  in.add_generation_prompt = false;
+  in.messages.push_back({{"role", "assistant"}, {"content", reply}});
+  try {
+    const std::string whole = t->render(in).text;
+    const size_t at = whole.rfind(reply);
+    if (at != std::string::npos && at + reply.size() < whole.size()) single(whole.substr(at + reply.size()));
+  } catch (const tk::Error&) {
+    // A template that refuses a reply after one user turn still has its eos_token.
+  }
+  TK_CHECK(!p.end_of_turn.empty(), "cannot tell which token ends the assistant's turn in {}'s chat template", tok_path);
+  return p;
 }
 
 int run_generate(const GenerateArgs& a) {
@@ -80,7 +132,9 @@ int run_generate(const GenerateArgs& a) {
   TK_CHECK(a.max_new_tokens >= 1, "--max-new-tokens must be at least 1");
 
   // An empty prompt starts where every document starts: after an end-of-text token.
-  std::vector<int32_t> prompt = tok->encode(a.prompt);
+  std::optional<ChatPrompt> chat;
+  if (a.chat) chat = chat_prompt(a, *tok, tok_path);
+  std::vector<int32_t> prompt = chat ? tok->encode(chat->text, true) : tok->encode(a.prompt);
   if (prompt.empty()) prompt.push_back(tok->eot_id());
   TK_CHECK(int(prompt.size()) < cfg.max_seq, "the prompt is {} tokens: the model's context holds {}", prompt.size(),
            cfg.max_seq);
@@ -109,7 +163,8 @@ int run_generate(const GenerateArgs& a) {
     s.seed = a.seed + uint64_t(i);  // sample i is what --seed SEED+i gives alone
     if (a.num_samples > 1)
       fmt::print("{}--- sample {} of {} (seed {}) ---\n", i > 0 ? "\n" : "", i + 1, a.num_samples, s.seed);
-    tokens += print_sample(gen, *tok, prompt, a.prompt, s, stops);
+    tokens += print_sample(gen, *tok, prompt, chat ? "" : a.prompt, s, stops,
+                           chat ? chat->end_of_turn : std::vector<int32_t>());
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   tk::log::info("{} tokens in {:.2f}s ({:.1f} tokens/s) on {}", tokens, seconds,
@@ -122,6 +177,12 @@ tk::cli::Runner setup_generate(CLI::App& app) {
   app.add_option("--model", a->model, "Checkpoint, run directory or Hugging Face model directory")->required();
   app.add_option("--prompt", a->prompt, "The text to continue (empty: start a new document)");
   app.add_option("--tokenizer", a->tokenizer, "Tokenizer (default: the one the checkpoint was trained with)");
+  app.add_flag("--chat", a->chat,
+               "The prompt is a user's message: apply the chat template with the generation prompt, print the reply, "
+               "stop at the end of the assistant's turn");
+  app.add_option("--system", a->system, "With --chat: a system message before the user's");
+  app.add_option("--chat-template", a->chat_template,
+                 "With --chat: a .jinja file or tokenizer_config.json (default: the tokenizer's own)");
   app.add_option("--max-new-tokens", a->max_new_tokens, "Tokens to generate at most")->capture_default_str();
   app.add_option("--temperature", a->temperature, "Sampling temperature (0: greedy)")->capture_default_str();
   app.add_option("--top-k", a->top_k, "Sample from the k most likely tokens (0: all)")->capture_default_str();

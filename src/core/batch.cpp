@@ -48,7 +48,9 @@ void fill_batch_positions(const Batch& batch, int b, std::span<const int32_t> do
 }
 
 OwnedBatch::OwnedBatch(int B, int T, bool doc_mask)
-    : memory_(batch_bytes(B, T) / sizeof(int32_t)), batch_(batch_in(memory_.data(), B, T, doc_mask)) {}
+    : memory_(batch_bytes(B, T) / sizeof(int32_t)), batch_(batch_in(memory_.data(), B, T, doc_mask)) {
+  batch_.trained = batch_.tokens();  // every target (token 0) trained on until rows are set
+}
 
 OwnedBatch::OwnedBatch(int B, int T, const std::vector<int32_t>& tokens,
                        const std::vector<std::vector<int32_t>>& doc_starts, bool doc_mask)

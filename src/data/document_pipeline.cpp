@@ -35,27 +35,9 @@ struct Batch {
   bool done = false;
 };
 
-// The text of each record: a .txt file's is the record; a JSON line's is its text field; a Parquet run's rows'.
-Documents documents_of(Batch& b, const std::string& text_field) {
-  if (b.file->format == InputFormat::Parquet) {
-    if (!b.parquet.chunk) return {};  // the footer's batch
-    Documents docs = parquet::text_documents(b.parquet);
-    b.parquet = {};  // the chunk is freed once its last run is decoded
-    return docs;
-  }
-  Documents docs;
-  docs.reserve(b.records.size());
-  for (Record& r : b.records)
-    docs.push_back(b.file->format == InputFormat::Text ? std::move(r.data)
-                                                       : json_document_text(r.data, text_field, b.file->path, r.line));
-  std::vector<Record>().swap(b.records);  // the raw lines are no longer needed while the batch waits its turn
-  return docs;
-}
-
 class BatchPool {
  public:
-  BatchPool(int threads, const std::string& text_field, const detail::AnyWork& work)
-      : text_field_(text_field), work_(work) {
+  BatchPool(int threads, const detail::AnyWork& work) : work_(work) {
     for (int i = 0; i < threads; i++) workers_.emplace_back([this, i] { run(i); });
   }
 
@@ -104,8 +86,13 @@ class BatchPool {
         queue_.pop_front();
       }
       try {
-        Documents docs = documents_of(*b, text_field_);
-        b->result = work_(docs, worker);
+        if (b->parquet.chunk) {  // a Parquet run: its rows' texts are the batch's records
+          for (std::string& text : parquet::text_documents(b->parquet)) b->records.push_back({std::move(text), 0});
+          b->parquet = {};  // the chunk is freed once its last run is decoded
+        }
+        RecordBatch batch{*b->file, b->records};
+        b->result = work_(batch, worker);
+        std::vector<Record>().swap(b->records);  // the raw lines are no longer needed while the batch waits its turn
       } catch (...) {
         b->error = std::current_exception();
       }
@@ -117,7 +104,6 @@ class BatchPool {
     }
   }
 
-  const std::string text_field_;
   const detail::AnyWork& work_;
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
@@ -136,10 +122,21 @@ int document_pipeline_threads(const DocumentPipelineOptions& opts) {
 
 namespace detail {
 
-void run_document_pipeline(const std::vector<InputFile>& inputs, const DocumentPipelineOptions& opts,
-                           const AnyWork& work, const AnyTake& take) {
+// The text of each record: a .txt file's is the record, a Parquet row's its text column; a JSON line's is its text
+// field.
+Documents documents_of(RecordBatch& batch, const std::string& text_field) {
+  Documents docs;
+  docs.reserve(batch.records.size());
+  const bool text = batch.file.format == InputFormat::Text || batch.file.format == InputFormat::Parquet;
+  for (Record& r : batch.records)
+    docs.push_back(text ? std::move(r.data) : json_document_text(r.data, text_field, batch.file.path, r.line));
+  return docs;
+}
+
+void run_record_pipeline(const std::vector<InputFile>& inputs, const DocumentPipelineOptions& opts,
+                         const AnyWork& work, const AnyTake& take) {
   const int threads = document_pipeline_threads(opts);
-  BatchPool pool(threads, opts.text_field, work);
+  BatchPool pool(threads, work);
   auto take_oldest = [&] {
     std::unique_ptr<Batch> b = pool.take_oldest();
     take(b->result, b->disk_bytes);

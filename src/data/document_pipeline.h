@@ -22,6 +22,13 @@ struct DocumentPipelineOptions {
 // column of each Parquet row (a null one as "").
 using Documents = std::vector<std::string>;
 
+// A batch's records as read, on a worker, with the file they come from (for records that are more than a text field:
+// prepare's chat, prompt/completion and alpaca records).
+struct RecordBatch {
+  const InputFile& file;
+  std::vector<Record>& records;
+};
+
 // Runs work(documents, worker) for every batch on worker `worker` (0 <= worker < threads, so that a worker may
 // keep state of its own), then take(result, disk_bytes) on the calling thread, batch by batch in input order;
 // disk_bytes are the input file's bytes on disk that the batch accounts for (summing to the inputs' sizes: a
@@ -33,22 +40,43 @@ void run_document_pipeline(const std::vector<InputFile>& inputs, const DocumentP
                            const std::function<Result(Documents& documents, int worker)>& work,
                            const std::function<void(Result& result, uint64_t disk_bytes)>& take);
 
+// As run_document_pipeline, with each batch's records as they were read (opts.text_field is not used).
+template <class Result>
+void run_record_pipeline(const std::vector<InputFile>& inputs, const DocumentPipelineOptions& opts,
+                         const std::function<Result(RecordBatch& batch, int worker)>& work,
+                         const std::function<void(Result& result, uint64_t disk_bytes)>& take);
+
 // The worker threads run_document_pipeline starts for opts.threads.
 int document_pipeline_threads(const DocumentPipelineOptions& opts);
 
 namespace detail {
-using AnyWork = std::function<std::any(Documents&, int)>;
+using AnyWork = std::function<std::any(RecordBatch&, int)>;
 using AnyTake = std::function<void(std::any&, uint64_t)>;
-void run_document_pipeline(const std::vector<InputFile>& inputs, const DocumentPipelineOptions& opts,
-                           const AnyWork& work, const AnyTake& take);
+void run_record_pipeline(const std::vector<InputFile>& inputs, const DocumentPipelineOptions& opts,
+                         const AnyWork& work, const AnyTake& take);
+// The documents of a batch: a .txt file's text, each JSON line's text field.
+Documents documents_of(RecordBatch& batch, const std::string& text_field);
 }  // namespace detail
+
+template <class Result>
+void run_record_pipeline(const std::vector<InputFile>& inputs, const DocumentPipelineOptions& opts,
+                         const std::function<Result(RecordBatch& batch, int worker)>& work,
+                         const std::function<void(Result& result, uint64_t disk_bytes)>& take) {
+  detail::run_record_pipeline(
+      inputs, opts, [&](RecordBatch& batch, int worker) { return std::any(work(batch, worker)); },
+      [&](std::any& result, uint64_t disk_bytes) { take(*std::any_cast<Result>(&result), disk_bytes); });
+}
 
 template <class Result>
 void run_document_pipeline(const std::vector<InputFile>& inputs, const DocumentPipelineOptions& opts,
                            const std::function<Result(Documents& documents, int worker)>& work,
                            const std::function<void(Result& result, uint64_t disk_bytes)>& take) {
-  detail::run_document_pipeline(
-      inputs, opts, [&](Documents& documents, int worker) { return std::any(work(documents, worker)); },
+  detail::run_record_pipeline(
+      inputs, opts,
+      [&](RecordBatch& batch, int worker) {
+        Documents documents = detail::documents_of(batch, opts.text_field);
+        return std::any(work(documents, worker));
+      },
       [&](std::any& result, uint64_t disk_bytes) { take(*std::any_cast<Result>(&result), disk_bytes); });
 }
 

@@ -305,11 +305,12 @@ bool RecordReader::next_line(std::string& line) {
   }
 }
 
-std::string json_document_text(std::string_view line, const std::string& field, const std::string& file,
-                               uint64_t line_no) {
-  nlohmann::json j;
+namespace {
+
+template <class Json>
+Json parse_json_line(std::string_view line, const std::string& file, uint64_t line_no) {
   try {
-    j = nlohmann::json::parse(line);
+    return Json::parse(line);
   } catch (const nlohmann::json::exception& e) {
     // what() reads "[json.exception.parse_error.101] parse error at line 1, column 7: ...": keep what
     // follows the tag, without the parser's "line 1", which would contradict the file's line number.
@@ -318,6 +319,19 @@ std::string json_document_text(std::string_view line, const std::string& field, 
     if (size_t at = why.find("at line 1, column"); at != std::string::npos) why.replace(at, 17, "at column");
     fail("{}:{}: not valid JSON: {}", file, line_no, why);
   }
+}
+
+}  // namespace
+
+nlohmann::ordered_json parse_json_record(std::string_view line, const std::string& file, uint64_t line_no) {
+  nlohmann::ordered_json j = parse_json_line<nlohmann::ordered_json>(line, file, line_no);
+  if (!j.is_object()) fail("{}:{}: expected a JSON object, found {}", file, line_no, j.type_name());
+  return j;
+}
+
+std::string json_document_text(std::string_view line, const std::string& field, const std::string& file,
+                               uint64_t line_no) {
+  const nlohmann::json j = parse_json_line<nlohmann::json>(line, file, line_no);
   if (!j.is_object()) fail("{}:{}: expected a JSON object with a \"{}\" field, found {}", file, line_no, field, j.type_name());
   auto it = j.find(field);
   if (it == j.end()) {

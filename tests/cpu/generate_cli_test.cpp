@@ -1,6 +1,7 @@
 // `tokamak generate` on the built binary, with a small random model and GPT-2's tokenizer: --num-samples N prints
 // N continuations of the prompt, sample i the one --seed SEED+i prints alone; --stop ends a sample where its text
-// contains the string, which is not printed; the ids a padded vocabulary adds are never drawn.
+// contains the string, which is not printed; the ids a padded vocabulary adds are never drawn; --chat continues the
+// chat template's text with the generation prompt and stops at the end of the assistant's turn.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -118,6 +119,33 @@ TEST_F(GenerateCli, PaddingIdsAreNeverSampled) {
   // At temperature 0 every real token scores 0: the first, "!", each time.
   EXPECT_EQ(generate("--temperature 0", "padded"), "The jury!!!!!!!!!!!!\n");
   EXPECT_EQ(generate("--seed 3", "padded").rfind("The jury", 0), 0u);
+}
+
+TEST_F(GenerateCli, ChatAppliesTheTemplateAndStopsAtTheEndOfTheTurn) {
+  // A template whose turns end with a newline: the reply is the plain continuation of the rendered prompt, up to its
+  // first newline token.
+  fs::write_file_atomic(dir_.path("model/chat_template.jinja"),
+                        "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+                        "{% if add_generation_prompt %}assistant:{% endif %}");
+  auto run = [&](const std::string& args) {
+    const std::string cmd = fmt::format("{} generate --model {} --device cpu --max-new-tokens 40 --temperature 0 {} > {} 2> {}",
+                                        kTokamak, dir_.path("model"), args, dir_.path("out"), dir_.path("err"));
+    const int status = std::system(cmd.c_str());
+    EXPECT_EQ(WEXITSTATUS(status), 0) << fs::read_file(dir_.path("err"));
+    return fs::read_file(dir_.path("out"));
+  };
+  const std::string prompt = "system: Be brief.\nuser: The jury\nassistant:";
+  const std::string plain = run("--prompt '" + prompt + "'");
+  ASSERT_EQ(plain.substr(0, prompt.size()), prompt);
+  const std::string continuation = plain.substr(prompt.size());
+  const std::string reply = run("--chat --system 'Be brief.' --prompt 'The jury'");
+  const size_t newline = continuation.find('\n');
+  EXPECT_EQ(reply, (newline == std::string::npos ? continuation : continuation.substr(0, newline) + "\n"));
+  std::filesystem::remove(dir_.path("model/chat_template.jinja"));
+  const std::string cmd = fmt::format("{} generate --model {} --device cpu --chat --prompt hi > {} 2> {}", kTokamak,
+                                      dir_.path("model"), dir_.path("out"), dir_.path("err"));
+  EXPECT_NE(WEXITSTATUS(std::system(cmd.c_str())), 0);
+  EXPECT_NE(fs::read_file(dir_.path("err")).find("--chat needs a chat template"), std::string::npos);
 }
 
 }  // namespace

@@ -295,6 +295,25 @@ TEST_P(HfExportDirTest, CopiesTheTokenizerFiles) {
   EXPECT_FALSE(stdfs::exists(out + "2"));
 }
 
+// The chat template comes along: as chat_template.jinja and as tokenizer_config.json's chat_template, which every
+// transformers version's apply_chat_template reads.
+TEST_P(HfExportDirTest, WritesTheChatTemplateBack) {
+  stdfs::create_directories(dir_ / "tok");
+  const std::string tmpl = "{% for m in messages %}{{ m.content }}{% endfor %}";
+  tk::fs::write_file_atomic((dir_ / "tok/tokenizer.json").string(), R"({"model": {"type": "BPE", "vocab": {"a": 0}}})");
+  tk::fs::write_file_atomic((dir_ / "tok/tokenizer_config.json").string(), R"({"eos_token": "a"})");
+  tk::fs::write_file_atomic((dir_ / "tok/chat_template.jinja").string(), tmpl);
+  const std::string out = (dir_ / "export").string();
+  tk::export_hf(cfg_, layout_, params_, out, "f32", (dir_ / "tok").string());
+  EXPECT_EQ(tk::fs::read_file(out + "/chat_template.jinja"), tmpl);
+  const auto config = nlohmann::json::parse(tk::fs::read_file(out + "/tokenizer_config.json"));
+  EXPECT_EQ(config["chat_template"], tmpl);
+  EXPECT_EQ(config["eos_token"], "a");
+  // Named as a tokenizer.json, the template beside it comes too.
+  tk::export_hf(cfg_, layout_, params_, out + "2", "f32", (dir_ / "tok/tokenizer.json").string());
+  EXPECT_EQ(nlohmann::json::parse(tk::fs::read_file(out + "2/tokenizer_config.json"))["chat_template"], tmpl);
+}
+
 TEST_P(HfExportDirTest, RefusesANonEmptyDirectoryUnlessOverwriting) {
   std::string out = (dir_ / "export").string();
   stdfs::create_directories(out);

@@ -10,6 +10,8 @@
 #include "core/fs.h"
 #include "data/tokenizer.h"
 
+#include <nlohmann/json.hpp>
+
 namespace {
 
 const std::string kTokamak = std::string(TK_BINARY_DIR) + "/tokamak";
@@ -65,6 +67,35 @@ TEST_F(TokenizeCli, BadInputIsOneLineAndAnExitCode) {
   r = tokenize("--tokenizer /nonexistent/tok.json", "x");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("error: tokenizer not found: /nonexistent/tok.json does not exist"), std::string::npos) << r.err;
+}
+
+TEST_F(TokenizeCli, ChatPrintsTheTemplatesTextIdsAndGenerationMask) {
+  std::filesystem::create_directories(kWork + "/tok");
+  for (const char* f : {"encoder.json", "vocab.bpe"})
+    std::filesystem::copy_file(kGpt2Dir + "/" + f, kWork + "/tok/" + f, std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(kWork + "/tok/chat_template.jinja")
+      << "{% for m in messages %}{% if m.role == 'user' %}Q: {{ m.content }}\n{% else %}A: {% generation %}"
+         "{{ m.content }}{% endgeneration %}{{ '\\n' }}{% endif %}{% endfor %}{{ raise_exception('no') if messages | length > 2 }}";
+  const Result r = tokenize("--tokenizer " + kWork + "/tok --chat",
+                            R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": " there"}]})"
+                            "\n"
+                            R"({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}, {"role": "user", "content": "c"}]})"
+                            "\n");
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::string first, second;
+  std::getline(lines, first);
+  std::getline(lines, second);
+  const auto one = nlohmann::json::parse(first);
+  EXPECT_EQ(one["text"], "Q: Hi\nA:  there\n");
+  auto tok = tk::Tokenizer::load(kGpt2Dir);
+  EXPECT_EQ(one["ids"].get<std::vector<int32_t>>(), tok->encode("Q: Hi\nA:  there\n", true));
+  // GPT-2 makes "A:  there" into "A", ":", " ", " there": the generation block is the last but one token.
+  std::vector<int> mask(one["ids"].size(), 0);
+  mask[mask.size() - 2] = 1;
+  EXPECT_EQ(one["generation_mask"].get<std::vector<int>>(), mask);
+  EXPECT_NE(nlohmann::json::parse(second)["error"].get<std::string>().find("the template raised an exception: no"),
+            std::string::npos);
 }
 
 }  // namespace

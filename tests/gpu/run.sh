@@ -27,6 +27,9 @@ if has hf; then
   grep -E "FAIL|PASS" "$OUT/hf-cuda.log" | tail -8
   PYTHONUNBUFFERED=1 python3 tests/hf/export_check.py --tokamak $BUILD/tokamak --device cuda > "$OUT/hf-export.log" 2>&1
   tail -6 "$OUT/hf-export.log"
+  # Chat templates: needs .cache/chat_templates and .cache/llama3 (scripts/fetch_*.sh) carried to this machine.
+  PYTHONUNBUFFERED=1 python3 tests/hf/chat_template_check.py --tokamak $BUILD/tokamak > "$OUT/hf-chat.log" 2>&1
+  grep -E "^(PASS|FAIL)|Error" "$OUT/hf-chat.log" | head -20
   echo "hf: $(( $(date +%s) - start ))s"; pack
 fi
 if has curve && [ -f data/brown/meta.json ]; then

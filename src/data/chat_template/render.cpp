@@ -356,8 +356,12 @@ class Renderer {
     return Value::dict(std::move(d));
   }
 
-  Value macro_value(const std::shared_ptr<const Macro>& m, const ScopePtr& defined_in) {
-    return Value::function(m->name, [this, m, defined_in](CallArgs& a) {
+  // The macro sees the scope it was defined in, held weakly: the scope holds the macro, and a strong hold would make
+  // a cycle that outlives the render.
+  Value macro_value(const std::shared_ptr<const Macro>& m, const ScopePtr& scope) {
+    return Value::function(m->name, [this, m, weak = std::weak_ptr<Scope>(scope)](CallArgs& a) {
+      const ScopePtr defined_in = weak.lock();
+      if (!defined_in) fault("macro '{}' is called after the block it was defined in has ended", m->name);
       if (a.positional.size() > m->params.size())
         fault("macro '{}' takes not more than {} argument(s)", m->name, m->params.size());
       if (depth_ >= kMaxCallDepth) fault("macros call each other more than {} deep", kMaxCallDepth);
