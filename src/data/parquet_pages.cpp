@@ -132,14 +132,14 @@ void decode_data_page(const LeafColumn& column, const Page& page, std::string_vi
                       DecodedLevels& out) {
   check_crc(page, data);
   const PageHeader& h = page.header;
-  size_t n = 0;
   int32_t encoding = 0;
   std::string_view repetition, definition, values;
   std::string buffer;  // the decompressed page (v1) or values (v2)
   const bool v2 = PageType(h.type) == PageType::DataPageV2;
+  const size_t n = size_t(v2 ? h.data_page_v2->num_values : h.data_page->num_values);
+  TK_CHECK(n <= kMaxPageValues, "a page of {} values (tokamak reads at most {} a page)", n, kMaxPageValues);
   if (!v2) {
     const DataPageHeader& d = *h.data_page;
-    n = size_t(d.num_values);
     encoding = d.encoding;
     buffer = decompress(column.codec, data, size_t(h.uncompressed_page_size));
     std::string_view rest(buffer);
@@ -148,7 +148,6 @@ void decode_data_page(const LeafColumn& column, const Page& page, std::string_vi
     values = rest;
   } else {
     const DataPageHeaderV2& d = *h.data_page_v2;
-    n = size_t(d.num_values);
     encoding = d.encoding;
     const size_t rep = size_t(d.repetition_levels_byte_length), def = size_t(d.definition_levels_byte_length);
     TK_CHECK(rep + def <= data.size() && rep + def <= size_t(h.uncompressed_page_size),
@@ -167,8 +166,6 @@ void decode_data_page(const LeafColumn& column, const Page& page, std::string_vi
       values = stored;
     }
   }
-  TK_CHECK(n <= kMaxPageValues, "a page of {} values (tokamak reads at most {} a page)", n, kMaxPageValues);
-
   size_t present = n;
   if (column.max_repetition > 0) decode_levels(repetition, n, column.max_repetition, out.repetition);
   if (column.max_definition > 0) {

@@ -102,10 +102,14 @@ def write_expected(path, columns, rows=None, error=None):
             f.write('"rows": [\n' + ",\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n]}\n")
 
 
-def file_codecs(path):
+def hadoop_lz4(path):
+    """Whether a column chunk of the file is compressed with the Hadoop-framed LZ4 of old writers, which tokamak
+    refuses. pyarrow writes LZ4_RAW for compression="LZ4" and names it "LZ4" when reading; the Hadoop framing it
+    names otherwise."""
     import pyarrow.parquet as pq
     md = pq.ParquetFile(path).metadata
-    return {md.row_group(g).column(c).compression for g in range(md.num_row_groups) for c in range(md.num_columns)}
+    names = {md.row_group(g).column(c).compression for g in range(md.num_row_groups) for c in range(md.num_columns)}
+    return bool(names & {"LZ4_HADOOP", "UNKNOWN"})
 
 
 def write_fixture(out_dir, name, table, columns, **settings):
@@ -115,7 +119,7 @@ def write_fixture(out_dir, name, table, columns, **settings):
     pq.write_table(table, path, **settings)
     read = pq.read_table(path)
     expected = os.path.join(out_dir, name + ".expected.json")
-    if "LZ4" in file_codecs(path):  # the Hadoop-framed LZ4 of old writers: refused by name
+    if hadoop_lz4(path):  # refused by name
         write_expected(expected, columns, error="the compression codec LZ4 is not one tokamak reads")
     else:
         write_expected(expected, columns, expected_rows(read, columns))
@@ -256,7 +260,7 @@ def differential(args):
         name = f"t{i:04d}"
         settings_of[name] = settings
         path = write_fixture(tables, name, table, columns, **settings)
-        if "LZ4" in file_codecs(path):
+        if hadoop_lz4(path):
             refused += 1
             continue
         # The text column for prepare and train-tokenizer: the same file beside pyarrow's reading of it as JSON Lines
