@@ -10,8 +10,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The layers, lowest first (docs/design.md's table). dist/nccl is part of dist's library (tk_dist): one layer.
+# The layers, lowest first (docs/design.md's table). A folder inside a layer's folder that is no layer itself
+# (dist/nccl, data/chat_template) is part of that layer's library: layer_of names it.
 LAYERS="core data ops ops/cpu ops/cuda backend dist model io optim plan train profile report cli"
+layer_of() {
+  local best="" l
+  for l in $LAYERS; do
+    if [ "$1" = "$l" ] || [ "${1#"$l"/}" != "$1" ]; then [ ${#l} -gt ${#best} ] && best=$l; fi
+  done
+  echo "${best:-$1}"
+}
 
 # The folder of every '#include "folder/file.h"' in the given files (ops/cpu and ops/cuda apart from ops).
 included_folders() {
@@ -19,8 +27,8 @@ included_folders() {
 }
 
 failed=0
-for dir in $(for l in $LAYERS; do echo "src/$l"; done | sed 's#^src/dist$#src/dist src/dist/nccl#') tests/cpu tests/dist \
-           tests/gpu bench; do
+for dir in $(for l in $LAYERS; do echo "src/$l"; done | sed 's#^src/dist$#src/dist src/dist/nccl#; s#^src/data$#src/data src/data/chat_template#') \
+           tests/cpu tests/dist tests/gpu bench; do
   files=$(find "$dir" -maxdepth 1 -type f \( -name '*.h' -o -name '*.cuh' -o -name '*.cpp' -o -name '*.cu' \))
   self=${dir#src/}
   # A folder including its own headers says nothing about links: dropped.
@@ -28,11 +36,11 @@ for dir in $(for l in $LAYERS; do echo "src/$l"; done | sed 's#^src/dist$#src/di
   printf '%-10s -> %s\n' "$self" "$deps"
   case "$dir" in src/*) ;; *) continue ;; esac
   # Every folder it includes must stand before it in LAYERS (dist/nccl counting as dist).
-  layer=${self%/nccl}
+  layer=$(layer_of "$self")
   below=${LAYERS%% "$layer" *}
   [ "$below" = "$LAYERS" ] && below=${LAYERS% "$layer"}
   for d in $deps; do
-    d=${d%/nccl}
+    d=$(layer_of "$d")
     [ "$d" = "$layer" ] && continue
     if ! printf ' %s \n' "$below" | grep -q " $d "; then
       echo "include_deps: src/$self includes src/$d, which is not below it in the layers" >&2
