@@ -923,7 +923,13 @@ TEST_F(TrainerTest, LeftoversOfAKilledRunAreCleanedAtTheNextStart) {
   c.steps = 3;
   train(c);
   std::set<std::string> left;
-  for (const auto& e : stdfs::directory_iterator(run)) left.insert(e.path().filename().string());
+  int event_files = 0;  // TensorBoard's, one for each of the two runs
+  for (const auto& e : stdfs::directory_iterator(run)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("events.out.tfevents.", 0) == 0) event_files++;
+    else left.insert(name);
+  }
+  EXPECT_EQ(event_files, 2);
   EXPECT_EQ(left, (std::set<std::string>{".lock", "config.json", "config.toml", "log.jsonl", "memory.json", "notes.txt",
                                          "report.html.tmp.9", "step_000001", "step_000002", "step_000003"}));
 }
