@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "cli/command.h"
@@ -136,8 +137,69 @@ static void check_command_name(const CLI::App& app, int argc, char** argv) {
   }
 }
 
+static size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); j++) row[j] = j;
+  for (size_t i = 1; i <= a.size(); i++) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); j++) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The options of `command` a mistyped `--name` most likely means: the name with '-' for '_' and in lower case
+// (--Steps: --steps), else the one nearest by edit distance when within 2 and alone there (--bacth: --batch), else the
+// longest option the name begins with and the longest it ends with, word by word (--batch_size: --batch;
+// --lr-warmup: --lr or --warmup); "" when none.
+static std::string options_meant(const CLI::App& command, const std::string& name) {
+  std::string dashed = name;
+  std::replace(dashed.begin(), dashed.end(), '_', '-');
+  std::transform(dashed.begin(), dashed.end(), dashed.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  const auto ends_with = [&](const std::string& tail) {
+    return dashed.size() > tail.size() && dashed.compare(dashed.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  std::string first, last, nearest;
+  size_t best = 3;
+  bool tie = false;
+  for (const CLI::Option* opt : command.get_options()) {
+    for (const std::string& known : opt->get_lnames()) {
+      if (known == dashed) return "--" + known;
+      if (dashed.rfind(known + "-", 0) == 0 && known.size() > first.size()) first = known;
+      if (ends_with("-" + known) && known.size() > last.size()) last = known;
+      const size_t d = edit_distance(dashed, known);
+      tie = d == best ? true : d < best ? false : tie;
+      if (d < best) best = d, nearest = known;
+    }
+  }
+  if (!nearest.empty() && !tie) return "--" + nearest;
+  if (!first.empty() && !last.empty()) return "--" + first + " or --" + last;
+  return first.empty() && last.empty() ? "" : "--" + first + last;
+}
+
+// The first `--name` on the command line after the command that is no option of it (or of tokamak itself), with the
+// option it most likely means: what CLI11's "arguments were not expected" leaves to the reader.
+static std::string suggest_option(const CLI::App& app, const CLI::App& command, int argc, char** argv) {
+  bool after = false;
+  for (int i = 1; i < argc; i++) {
+    const std::string arg = argv[i];
+    if (arg == command.get_name()) after = true;
+    if (!after || arg.rfind("--", 0) != 0 || arg.size() < 3) continue;
+    const std::string name = arg.substr(2, arg.find('=') - 2);
+    if (command.get_option_no_throw("--" + name) || app.get_option_no_throw("--" + name)) continue;
+    const std::string meant = options_meant(command, name);
+    return meant.empty() ? "" : fmt::format("--{} is not an option of 'tokamak {}': did you mean {}? ", name,
+                                            command.get_name(), meant);
+  }
+  return "";
+}
+
 // A parse error of CLI11 (an unknown option, a missing or invalid value) as tokamak reports usage errors.
-static int report_parse_error(const CLI::App& app, const CLI::ParseError& e) {
+static int report_parse_error(const CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
   const auto parsed = app.get_subcommands();
   const std::string command = parsed.empty() ? "tokamak" : "tokamak " + parsed.front()->get_name();
   std::string what = e.what();
@@ -145,6 +207,10 @@ static int report_parse_error(const CLI::App& app, const CLI::ParseError& e) {
   // CLI11's sentences start with a capital; after "error: " ours do not.
   const auto letter = [&](size_t i) { return static_cast<unsigned char>(what[i]); };
   if (what.size() > 1 && std::isupper(letter(0)) && std::islower(letter(1))) what[0] = char(std::tolower(letter(0)));
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) && !parsed.empty()) {
+    const std::string suggestion = suggest_option(app, *parsed.front(), argc, argv);
+    if (!suggestion.empty()) what = suggestion + "(" + what + ")";
+  }
   tk::log::error("{}\nRun '{} --help' for {}.", what, command, parsed.empty() ? "the commands" : "its options");
   return tk::cli::kUsageExit;
 }
@@ -178,7 +244,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // --help and --version arrive as "errors" whose exit code is success.
     if (e.get_exit_code() == int(CLI::ExitCodes::Success)) return app.exit(e);
-    return report_parse_error(app, e);
+    return report_parse_error(app, e, argc, argv);
   } catch (const tk::cli::UsageError& e) {
     tk::log::error("{}", e.what());
     return tk::cli::kUsageExit;

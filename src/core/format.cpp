@@ -38,7 +38,7 @@ std::string format_flop_rate(double flops_per_s, bool gpu) {
   return gpu ? fmt::format("{:.1f} TFLOP/s", flops_per_s / 1e12) : fmt::format("{:.2f} GFLOP/s", flops_per_s / 1e9);
 }
 
-std::string format_flop_rate(double flops_per_s) { return format_flop_rate(flops_per_s, flops_per_s >= 0.05e12); }
+std::string format_flop_rate(double flops_per_s) { return format_flop_rate(flops_per_s, flops_per_s >= 1e12); }
 
 std::string format_clock(double seconds) {
   const long s = std::lround(std::max(0.0, seconds));

@@ -13,7 +13,7 @@ std::string format_bytes_decimal(double bytes);
 std::string format_count(double n);
 // "123.4 TFLOP/s" on a GPU, "12.34 GFLOP/s" on the CPU.
 std::string format_flop_rate(double flops_per_s, bool gpu);
-// A rate whatever the device: in TFLOP/s, unless that would round to 0.0 ("12.34 GFLOP/s").
+// A rate whatever the device: in TFLOP/s from 1 TFLOP/s, below it in GFLOP/s ("91.03 GFLOP/s", a CPU's).
 std::string format_flop_rate(double flops_per_s);
 // "42s", "3:07", "2:03:07": a progress line's ETA and time taken.
 std::string format_clock(double seconds);

@@ -40,7 +40,8 @@ PrecisionChoice choose_on_gpu(const GpuInfo& device, const Recipe& shape, const 
   const double head = head_shapes ? predicted_tokens_per_s(shape, {true, delayed_scaling, 1, true}, target) : 0;
   const std::string why = fmt::format("{} has FP8 tensor cores and every linear of this shape takes the FP8 path",
                                       device.name);
-  const std::string gpus = shape.world_size > 1 ? fmt::format(" on {} GPUs", shape.world_size) : "";
+  const std::string gpus =
+      shape.world_size > 1 ? fmt::format(" on {} GPUs (ZeRO {})", shape.world_size, shape.zero_stage) : "";
   if (head > linears && head > bf16)
     return {true, true,
             fmt::format("precision auto: fp8 (linears and LM head): {}; the plan predicts {:.0f} tokens/s{} against "

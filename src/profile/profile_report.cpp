@@ -63,6 +63,11 @@ std::string format_communication(const ProfileCommunication& c, double step_ms) 
 
 }  // namespace
 
+// What the mark of an op faster than its ceiling says (OpRow::above_ceiling).
+constexpr const char* kAboveCeilingNote =
+    "* faster than the ceiling measured, counted at 100%: the ceiling was measured at another moment of a busy "
+    "machine, or the op's bytes stayed in cache; its own rate is as measured\n";
+
 std::vector<OpRow> summarize_ops(const std::vector<MeasuredStep>& steps, double step_ms, const Ceilings& c) {
   std::map<std::string, OpRow> by_name;
   for (const MeasuredStep& m : steps)
@@ -93,6 +98,8 @@ std::vector<OpRow> summarize_ops(const std::vector<MeasuredStep>& steps, double 
       r.ceiling_share = c.matmul_flops > 0 ? r.tflops * 1e12 / c.matmul_flops : 0;
     else
       r.ceiling_share = c.copy_bytes_per_s > 0 ? r.gbps * 1e9 / c.copy_bytes_per_s : 0;
+    r.above_ceiling = r.ceiling_share > 1;
+    r.ceiling_share = std::min(r.ceiling_share, 1.0);
     rows.push_back(r);
   }
   std::stable_sort(rows.begin(), rows.end(), [](const OpRow& a, const OpRow& b) { return a.ms > b.ms; });
@@ -196,6 +203,7 @@ json profile_json(const ProfileReport& r) {
                    {"tflops", o.tflops},
                    {"gbps", o.gbps},
                    {"ceiling_share", o.ceiling_share},
+                   {"above_ceiling", o.above_ceiling},
                    {"bound", o.compute_bound ? "compute" : "memory"}});
   j["ops"] = ops;
   j["totals"] = {{"kernels_ms", r.totals.kernels_ms},
@@ -272,10 +280,16 @@ std::string format_profile(const ProfileReport& r) {
                      unit, r.ceilings.copy_bytes_per_s / 1e9, r.ceilings.source);
   out += fmt::format("{:<26} {:<10} {:>7} {:>10} {:>7} {:>10} {:>10} {:>9} {:>9} {:>8}  {}\n", "op", "category",
                      "calls", "ms", "share", "GFLOP", "MB", unit, "GB/s", "ceiling", "bound");
-  for (const OpRow& o : r.ops)
-    out += fmt::format("{:<26} {:<10} {:>7.0f} {:>10.3f} {:>6.1f}% {:>10.3f} {:>10.2f} {:>9.2f} {:>9.2f} {:>7.1f}%  {}\n",
+  bool above = false;
+  for (const OpRow& o : r.ops) {
+    out += fmt::format("{:<26} {:<10} {:>7.0f} {:>10.3f} {:>6.1f}% {:>10.3f} {:>10.2f} {:>9.2f} {:>9.2f} {:>7.1f}%{} "
+                       "{}\n",
                        o.name, category_name(o.category), o.calls, o.ms, 100 * o.share, o.flops / 1e9, o.bytes / 1e6,
-                       o.tflops * scale, o.gbps, 100 * o.ceiling_share, o.compute_bound ? "compute" : "memory");
+                       o.tflops * scale, o.gbps, 100 * o.ceiling_share, o.above_ceiling ? "*" : " ",
+                       o.compute_bound ? "compute" : "memory");
+    above = above || o.above_ceiling;
+  }
+  if (above) out += kAboveCeilingNote;
   auto total = [&](const char* what, double ms) {
     out += fmt::format("{:<45} {:>10.3f} {:>6.1f}%\n", what, ms, t.step_ms > 0 ? 100 * ms / t.step_ms : 0.0);
   };

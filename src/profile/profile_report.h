@@ -25,7 +25,12 @@ struct OpRow {
   double share = 0;           // of the step's wall time
   double flops = 0, bytes = 0;  // per step
   double tflops = 0, gbps = 0;  // achieved: flops / ms, bytes / ms
-  double ceiling_share = 0;   // of the matmul ceiling when compute-bound, of the copy ceiling when memory-bound
+  // Of the matmul ceiling when compute-bound, of the copy ceiling when memory-bound; at most 1. An op faster than its
+  // ceiling (measured at another moment of a busy machine, or its bytes staying in cache where the copy's went to
+  // memory) is above_ceiling and counted at 1, its own rate (tflops, gbps) left as measured: a share above 100% says
+  // nothing about the op, and measuring the ceiling again on a shared machine draws another sample of the same noise.
+  double ceiling_share = 0;
+  bool above_ceiling = false;
   bool compute_bound = false; // FLOPs per byte at or above the ceilings' ratio
 };
 

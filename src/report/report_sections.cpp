@@ -59,6 +59,13 @@ std::string maybe(double v, const char* format_spec = "{:.2f}") {
 
 std::string bytes_text(double b) { return std::isfinite(b) ? format_bytes(b) : "–"; }
 
+// A rate with three significant digits at most, and no more decimals than that: "2980", "26.0", "3.33", "0.271".
+std::string rate_text(double v) {
+  if (!std::isfinite(v)) return "–";
+  const double a = std::fabs(v);
+  return fmt::format("{:.{}f}", v, a >= 100 ? 0 : a >= 10 ? 1 : a >= 1 ? 2 : 3);
+}
+
 // ---- time ---------------------------------------------------------------------------------------
 
 struct CategoryTime {
@@ -110,10 +117,13 @@ std::string profile_summary(const json& p) {
                               html_escape(format_number(number(p, "tokens_per_s"))), percent(number(p, "mfu")),
                               percent(number(p, "hfu")));
   if (std::isfinite(number(p, "peak_tflops")))
-    s += fmt::format(" against a peak of {} TFLOP/s", html_escape(maybe(number(p, "peak_tflops"), "{:.1f}")));
-  if (ceilings.is_object())
-    s += fmt::format(". Ceilings: matmul {} TFLOP/s, copy {} GB/s ({})", html_escape(maybe(number(ceilings, "matmul_tflops"), "{:.1f}")),
-                     html_escape(maybe(number(ceilings, "copy_gbps"), "{:.0f}")), html_escape(text(ceilings, "source", "?")));
+    s += fmt::format(" against a peak of {}", html_escape(format_flop_rate(number(p, "peak_tflops") * 1e12)));
+  if (ceilings.is_object()) {
+    const double matmul = number(ceilings, "matmul_tflops");  // GFLOP/s under 1 TFLOP/s (a CPU's)
+    s += fmt::format(". Ceilings: matmul {}, copy {} GB/s ({})",
+                     html_escape(std::isfinite(matmul) ? format_flop_rate(matmul * 1e12) : "–"),
+                     html_escape(rate_text(number(ceilings, "copy_gbps"))), html_escape(text(ceilings, "source", "?")));
+  }
   return "<p>" + s + ".</p>";
 }
 
@@ -141,22 +151,36 @@ std::string op_table(const json& ops) {
     const double ma = number(*a, "ms"), mb = number(*b, "ms");
     return (std::isfinite(ma) ? ma : -1) > (std::isfinite(mb) ? mb : -1);
   });
+  // The FLOP rates in TFLOP/s where some op reaches one, else (a CPU's) in GFLOP/s.
+  double fastest = 0;
+  for (const json* op : sorted)
+    if (std::isfinite(number(*op, "tflops"))) fastest = std::max(fastest, number(*op, "tflops"));
+  const bool tera = fastest >= 1;
   std::string rows;
+  bool above = false;
   for (size_t i = 0; i < std::min(sorted.size(), kOpRows); i++) {
     const json& op = *sorted[i];
+    // A share above 100% (the profile counts one at 100% and says so: profile_report.h OpRow) is shown as 100%.
+    const double share = number(op, "ceiling_share");
+    const bool faster = (op.contains("above_ceiling") && op["above_ceiling"].is_boolean() &&
+                         op["above_ceiling"].get<bool>()) || share > 1;
+    above = above || faster;
     rows += "<tr><td><code>" + html_escape(text(op, "name", "?")) + "</code></td>" + "<td>" +
-            swatch(category_color(text(op, "category", "other"))) + html_escape(text(op, "category", "other")) + "</td>" +
-            cell(format_number(number(op, "calls")), true) + cell(maybe(number(op, "ms"), "{:.3f}"), true) +
-            cell(percent(number(op, "share")), true) + cell(maybe(number(op, "tflops"), "{:.1f}"), true) +
-            cell(maybe(number(op, "gbps"), "{:.0f}"), true) + cell(percent(number(op, "ceiling_share")), true) +
-            cell(text(op, "bound", "–")) + "</tr>";
+            swatch(category_color(text(op, "category", "other"))) + html_escape(text(op, "category", "other")) +
+            "</td>" + cell(format_number(number(op, "calls")), true) + cell(maybe(number(op, "ms"), "{:.3f}"), true) +
+            cell(percent(number(op, "share")), true) + cell(rate_text(number(op, "tflops") * (tera ? 1 : 1e3)), true) +
+            cell(rate_text(number(op, "gbps")), true) +
+            cell(percent(std::min(share, 1.0)) + (faster ? "*" : ""), true) + cell(text(op, "bound", "–")) + "</tr>";
   }
   std::string caption = sorted.size() > kOpRows ? fmt::format("The {} slowest of {} ops", kOpRows, sorted.size())
                                                 : fmt::format("All {} ops", sorted.size());
   return "<h3>" + html_escape(caption) + ", per step</h3><table><thead>" +
          header_row({{"op", false}, {"category", false}, {"calls", true}, {"ms", true}, {"share", true},
-                     {"TFLOP/s", true}, {"GB/s", true}, {"of ceiling", true}, {"bound", false}}) +
-         "</thead><tbody>" + rows + "</tbody></table>";
+                     {tera ? "TFLOP/s" : "GFLOP/s", true}, {"GB/s", true}, {"of ceiling", true}, {"bound", false}}) +
+         "</thead><tbody>" + rows + "</tbody></table>" +
+         (above ? "<p class=\"hint\">* faster than the ceiling measured, counted at 100%: the ceiling was measured at "
+                  "another moment of a busy machine, or the op's bytes stayed in cache; its own rate is as measured.</p>"
+                : "");
 }
 
 std::string advice_list(const json& advice) {
@@ -268,13 +292,31 @@ std::string memory_in_use_chart(const std::vector<StepLine>& steps) {
 
 // ---- config -------------------------------------------------------------------------------------
 
-std::string value_text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+// A value as a table shows it: sizes (keys ending in _bytes) in GiB or MiB, the device's peak (peak_flops) as a FLOP
+// rate, the rest as the file has it.
+std::string value_text(const std::string& key, const json& v) {
+  auto ends_with = [&](const char* suffix) {
+    const size_t n = std::char_traits<char>::length(suffix);
+    return key.size() >= n && key.compare(key.size() - n, n, suffix) == 0;
+  };
+  if (v.is_number() && ends_with("_bytes")) return format_bytes(v.get<double>());
+  if (v.is_number() && ends_with("peak_flops") && v.get<double>() > 0) return format_flop_rate(v.get<double>());
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
 
-void flatten(const json& j, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& rows) {
+// The train table's keys as the flags and config.toml spell them (batch-tokens), not as config.json does.
+std::string flag_name(std::string key) {
+  std::replace(key.begin(), key.end(), '_', '-');
+  return key;
+}
+
+void flatten(const json& j, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& rows,
+             bool flags = false) {
   for (auto it = j.begin(); it != j.end(); ++it) {
-    const std::string key = prefix.empty() ? it.key() : prefix + "." + it.key();
-    if (it->is_object()) flatten(*it, key, rows);
-    else rows.emplace_back(key, value_text(*it));
+    const std::string name = flags ? flag_name(it.key()) : it.key();
+    const std::string key = prefix.empty() ? name : prefix + "." + name;
+    if (it->is_object()) flatten(*it, key, rows, flags);
+    else rows.emplace_back(key, value_text(it.key(), *it));
   }
 }
 
@@ -327,11 +369,11 @@ std::string config_section(const RunFiles& run) {
   std::string tables;
   for (auto it = run.config.begin(); it != run.config.end(); ++it) {
     if (!it->is_object()) {
-      top.emplace_back(it.key(), value_text(*it));
+      top.emplace_back(it.key(), value_text(it.key(), *it));
       continue;
     }
     std::vector<std::pair<std::string, std::string>> rows;
-    flatten(*it, "", rows);
+    flatten(*it, "", rows, it.key() == "train");
     tables += key_value_table(it.key(), rows);
   }
   out += "<div class=\"tables\">" + key_value_table("run", top) + tables + "</div>";

@@ -1,7 +1,7 @@
 // The command line's conventions, on the built binary: usage errors (parse errors, missing required options,
-// invalid values, unknown commands) exit 2 with an "error:" line, a command that ran and failed exits 1; --help
-// shows a flag's real default, every default, and only the options that apply; train, profile, bench and plan share
-// their defaults, or say why not.
+// invalid values, unknown commands, a mistyped option named with the one meant) exit 2 with an "error:" line, a
+// command that ran and failed exits 1; --help shows a flag's real default, every default, and only the options that
+// apply; train, profile, bench and plan share their defaults, or say why not.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -58,6 +58,13 @@ TEST_F(Cli, UsageErrorsExit2WithAnErrorLine) {
   expect_usage_error("", "a command is required");
   expect_usage_error("trian --model tiny", "unknown command 'trian'; the commands are ");
   expect_usage_error("train --bogus", "the following argument was not expected: --bogus");
+  // A mistyped option is named with the one it most likely means.
+  expect_usage_error("train --batch_size 4", "--batch_size is not an option of 'tokamak train': did you mean --batch? "
+                                             "(the following arguments were not expected: 4 --batch_size)");
+  expect_usage_error("train --bacth 4", "did you mean --batch?");
+  expect_usage_error("train --Steps 3", "did you mean --steps?");
+  expect_usage_error("plan --memory_budget 16GiB", "did you mean --memory-budget?");
+  expect_usage_error("train --lr-warmup 10", "did you mean --lr or --warmup?");
   expect_usage_error("train --bogus", "Run 'tokamak train --help' for its options.");
   expect_usage_error("train --batch eight", "--batch: eight is not a number");
   expect_usage_error("train --batch 0", "--batch: must be at least 1, not 0");

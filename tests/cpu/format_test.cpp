@@ -37,7 +37,8 @@ TEST(Format, FlopRatesInTheDevicesUnit) {
 // Whatever the device: TFLOP/s, unless that reads 0.0 (a CPU's rate, a CPU's peak given for MFU).
 TEST(Format, FlopRatesThatNeverReadZero) {
   EXPECT_EQ(format_flop_rate(123.44e12), "123.4 TFLOP/s");
-  EXPECT_EQ(format_flop_rate(0.05e12), "0.1 TFLOP/s");
+  EXPECT_EQ(format_flop_rate(1e12), "1.0 TFLOP/s");
+  EXPECT_EQ(format_flop_rate(0.091e12), "91.00 GFLOP/s");  // a CPU's matmul ceiling, not "0.1 TFLOP/s"
   EXPECT_EQ(format_flop_rate(0.04e12), "40.00 GFLOP/s");
   EXPECT_EQ(format_flop_rate(12.345e9), "12.35 GFLOP/s");
 }

@@ -180,7 +180,7 @@ TEST_F(PlanCli, ThePrecisionLineAgreesWithTheTable) {
   const auto word_at = [&](size_t at) { return r.out.substr(at, r.out.find(' ', at) - at); };
   const std::string line = word_at(a + predicts.size()), table = word_at(b + predicted.size());
   EXPECT_EQ(line, table) << r.out;
-  EXPECT_TRUE(has(r.out, line + " tokens/s on 8 GPUs against ")) << r.out;
+  EXPECT_TRUE(has(r.out, line + " tokens/s on 8 GPUs (ZeRO 0) against ")) << r.out;
 }
 
 TEST_F(PlanCli, ZeroStagesSideBySide) {

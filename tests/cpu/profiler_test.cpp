@@ -302,10 +302,21 @@ TEST(ProfileSummary, OpsGapsDataAndUnexplainedAddUpToTheStep) {
   EXPECT_DOUBLE_EQ(lin.tflops, 3e9 / 4e-3 / 1e12);
   EXPECT_TRUE(lin.compute_bound);  // 3000 FLOPs per byte
   EXPECT_DOUBLE_EQ(lin.ceiling_share, 3e9 / 4e-3 / 1e12);
+  EXPECT_FALSE(lin.above_ceiling);
   EXPECT_FALSE(glu.compute_bound);  // 0.0025 FLOPs per byte
   EXPECT_DOUBLE_EQ(glu.ms, 3.5);
   EXPECT_DOUBLE_EQ(glu.gbps, 4e8 / 3.5e-3 / 1e9);
-  EXPECT_DOUBLE_EQ(glu.ceiling_share, 4e8 / 3.5e-3 / 1e11);
+  // 114 GB/s against a copy ceiling of 100: counted at 100% and marked, its own rate as measured.
+  EXPECT_DOUBLE_EQ(glu.ceiling_share, 1);
+  EXPECT_TRUE(glu.above_ceiling);
+  ProfileReport shown;
+  shown.backend = "cpu";
+  shown.ops = rows;
+  const std::string text = format_profile(shown);
+  EXPECT_NE(text.find("  100.0%* memory"), std::string::npos) << text;
+  EXPECT_NE(text.find("* faster than the ceiling measured, counted at 100%"), std::string::npos) << text;
+  EXPECT_EQ(profile_json(shown)["ops"][1]["ceiling_share"], 1.0);
+  EXPECT_EQ(profile_json(shown)["ops"][1]["above_ceiling"], true);
 
   const StepTotals t = summarize_step({a, b}, 0, rows);
   EXPECT_DOUBLE_EQ(t.step_ms, 11);

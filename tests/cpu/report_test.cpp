@@ -283,6 +283,35 @@ TEST(Report, StepTimeBreakdownAndMemoryPlan) {
   EXPECT_NE(svg_with_id(html, "bar-memory").find("data-label=\"activations\""), std::string::npos);
 }
 
+// A CPU's profile in its own units: the matmul ceiling in GFLOP/s (under 1 TFLOP/s), the op rates with their
+// digits, an op faster than its ceiling counted at 100% and marked; config.json's sizes as sizes and the train
+// table's keys as the flags and config.toml spell them.
+TEST(Report, ACpuProfileAndTheConfigurationInTheirUnits) {
+  TempDir dir;
+  const std::string config = R"({"train": {"batch_tokens": 2048, "eval_every": 0}, "peak_flops": 0,
+    "memory": {"activation_bytes": 162234368, "optimizer_bytes": 32000000}})";
+  const std::string run = write_run(dir, step_line(1, "5.0"), config);
+  tk::testing::write_text(run + "/profile.json", R"({
+    "device": "cpu", "backend": "cpu", "steps": 5, "step_ms": 700, "tokens_per_step": 2048, "tokens_per_s": 2900,
+    "ceilings": {"matmul_tflops": 0.09103, "copy_gbps": 26.6, "source": "measured now"},
+    "ops": [{"name": "linear_backward", "category": "matmul", "calls": 16, "ms": 300, "share": 0.43, "flops": 1e10,
+             "bytes": 1e8, "tflops": 0.031, "gbps": 0.271, "ceiling_share": 0.34, "bound": "compute"},
+            {"name": "upload", "category": "memory", "calls": 3, "ms": 0.002, "share": 0.0, "flops": 0,
+             "bytes": 5e4, "tflops": 0, "gbps": 28.67, "ceiling_share": 1.078, "bound": "memory"}]})");
+  const std::string html = render(run);
+  EXPECT_NE(html.find("Ceilings: matmul 91.03 GFLOP/s, copy 26.6 GB/s"), std::string::npos) << html;
+  EXPECT_NE(html.find("<th class=\"num\">GFLOP/s</th>"), std::string::npos);
+  EXPECT_NE(html.find("<td class=\"num\">31.0</td><td class=\"num\">0.271</td><td class=\"num\">34.0%</td>"),
+            std::string::npos);
+  EXPECT_NE(html.find("<td class=\"num\">28.7</td><td class=\"num\">100.0%*</td>"), std::string::npos);
+  EXPECT_NE(html.find("* faster than the ceiling measured, counted at 100%"), std::string::npos);
+  EXPECT_EQ(html.find("107.8%"), std::string::npos);
+  EXPECT_NE(html.find("<th>batch-tokens</th>"), std::string::npos);
+  EXPECT_EQ(html.find("batch_tokens"), std::string::npos);
+  EXPECT_NE(html.find("<th>activation_bytes</th><td>154.72 MiB</td>"), std::string::npos) << html;
+  EXPECT_NE(html.find("<td>30.52 MiB</td>"), std::string::npos);
+}
+
 TEST(Report, ADirectoryWithoutALogIsAnError) {
   TempDir dir;
   EXPECT_NE(error_of([&] { write_report(dir.path()); }).find("has no log.jsonl"), std::string::npos);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU machine's correctness checks, in one call: build every target for sm_90 (tests/gpu/harness.sh), then the
-# steps asked for (default all): tests (ctest -L gpu), hf (comparison with transformers), curve (the tiny model's
+# steps asked for (default all): tests (ctest -L gpu), hf (comparison with transformers: the model, the exports of
+# both tokenizer kinds, and the run's TensorBoard files read by TensorBoard's reader), curve (the tiny model's
 # 300 steps on CUDA against the CPU reference, and with --doc-mask), moments (bf16 and int8 AdamW moments against
 # f32: quality), fp8 and fp8head (FP8 linears and the FP8 LM head against bf16: quality, bitwise reruns and resume),
 # report (a GPU run, its profile and its page), offload (offloaded optimizer and gradients: bitwise the on-device
@@ -27,6 +28,9 @@ if has hf; then
   grep -E "FAIL|PASS" "$OUT/hf-cuda.log" | tail -8
   PYTHONUNBUFFERED=1 python3 tests/hf/export_check.py --tokamak $BUILD/tokamak --device cuda > "$OUT/hf-export.log" 2>&1
   tail -6 "$OUT/hf-export.log"
+  PYTHONUNBUFFERED=1 python3 tests/hf/tensorboard_check.py --tokamak $BUILD/tokamak --device cuda \
+    > "$OUT/hf-tensorboard.log" 2>&1
+  tail -3 "$OUT/hf-tensorboard.log"
   # Chat templates: needs .cache/chat_templates and .cache/llama3 (scripts/fetch_*.sh) carried to this machine.
   PYTHONUNBUFFERED=1 python3 tests/hf/chat_template_check.py --tokamak $BUILD/tokamak > "$OUT/hf-chat.log" 2>&1
   grep -E "^(PASS|FAIL)|Error" "$OUT/hf-chat.log" | head -20
