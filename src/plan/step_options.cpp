@@ -91,6 +91,9 @@ Recipe make_recipe(const StepOptions& o, const ModelConfig& model, bool gpu, con
   r.offload_gradients = offload.gradients;
   r.backend.precision = resolve_precision(o.precision, o.fp8, o.fp8_scaling, o.fp8_margin, o.fp8_lm_head,
                                          gpu ? device : std::nullopt, model, r.batch, r.seq, r.precision_note);
+  // The CPU backend has one precision: asked for bf16, it says so rather than run float32 without a word.
+  if (!gpu && !o.fp8 && o.precision == "bf16")
+    r.precision_note = "precision bf16: the CPU backend computes in float32 (bf16 is the CUDA backend's)";
   r.backend.gemm_tuning = o.gemm_tuning;
   if (o.logits_chunk_mib > 0) r.backend.logits_chunk_bytes = size_t(o.logits_chunk_mib) << 20;
   return r;

@@ -31,7 +31,10 @@ TEST(Recipe, PrecisionFlagsGiveTheBackendsPrecision) {
   c.precision = "bf16";
   r = train_recipe(c, qwen, false);
   EXPECT_FALSE(r.backend.precision.fp8);
-  EXPECT_TRUE(r.precision_note.empty());
+  EXPECT_EQ(r.precision_note, "precision bf16: the CPU backend computes in float32 (bf16 is the CUDA backend's)")
+      << "not a float32 run without a word";
+  r = train_recipe(c, qwen, true);
+  EXPECT_TRUE(r.precision_note.empty()) << "bf16 on a GPU is what was asked";
   c.precision = "fp8";
   c.fp8_lm_head = true;
   r = train_recipe(c, qwen, true);
