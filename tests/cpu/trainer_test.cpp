@@ -241,6 +241,20 @@ TEST_F(TrainerTest, LinesShowElapsedTimeEtaAndWallTime) {
   EXPECT_EQ(reported, l.count);
 }
 
+// A run no longer than its warm-up never decays its learning rate: the run says so.
+TEST_F(TrainerTest, AWarmUpAsLongAsTheRunIsSaid) {
+  TrainConfig c = config("warm");
+  c.steps = 3;
+  c.warmup = 100;
+  ::testing::internal::CaptureStderr();
+  train(c);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("--warmup 100 is longer than the run's 3 steps: the learning rate rises to its peak at the last "
+                     "step and never decays"),
+            std::string::npos)
+      << err;
+}
+
 TEST_F(TrainerTest, Fp8OnTheCpuIsAClearError) {
   TrainConfig c = config("fp8");
   c.fp8 = true;
