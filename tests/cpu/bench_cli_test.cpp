@@ -97,6 +97,13 @@ TEST_F(BenchCli, RefusesWhatItCannotRun) {
   EXPECT_NE(huge.err.find("--batch-tokens 137438953472 is 2147483648 micro-batches of 64 tokens"),
             std::string::npos)
       << huge.err;
+  // A setting larger than the machine is refused before anything is allocated, as train refuses it (it ran for
+  // seconds and then failed to allocate).
+  const std::string cmd = kTokamak + " bench --device cpu --model llama3.1-8b --batch 64 --seq 8192 > " +
+                          dir_.path("big.out") + " 2> " + dir_.path("big.err");
+  EXPECT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 1);
+  EXPECT_NE(fs::read_file(dir_.path("big.err")).find("does not fit this machine"), std::string::npos)
+      << fs::read_file(dir_.path("big.err"));
   EXPECT_EQ(bench("--recompute everything").status, 2);
   EXPECT_EQ(bench("--offload gradients").status, 2);
 }
