@@ -77,7 +77,8 @@ void warn_unknown_config_keys(const nlohmann::json& j, const std::string& source
   if (!j.is_object()) return;
   std::vector<std::string> unknown;
   std::string hints;
-  for (const auto& [key, value] : j.items()) {
+  for (const auto& item : j.items()) {
+    const std::string key = item.key();  // not a structured binding: the lambda captures it
     const auto known = [&](const char* k) { return key == k; };
     if (std::any_of(std::begin(kReadKeys), std::end(kReadKeys), known) ||
         std::any_of(std::begin(kPassedOverKeys), std::end(kPassedOverKeys), known))

@@ -13,7 +13,8 @@ Arguments::Arguments(CallArgs& args, std::string_view function, std::initializer
     : args_(args), function_(function), names_(names), skip_(skip) {
   if (args.positional.size() > skip + names_.size())
     fault("{}() takes at most {} arguments ({} given)", function_, names_.size(), args.positional.size() - skip);
-  for (const auto& [key, value] : args.named) {
+  for (const auto& entry : args.named) {
+    const auto& key = entry.first;  // a name, not a structured binding: a lambda may capture it
     const auto at = std::find_if(names_.begin(), names_.end(), [&](const char* n) { return key == n; });
     if (at == names_.end()) fault("{}() got an unexpected keyword argument '{}'", function_, key);
     if (size_t(at - names_.begin()) + skip < args.positional.size())

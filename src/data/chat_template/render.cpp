@@ -366,7 +366,8 @@ class Renderer {
         fault("macro '{}' takes not more than {} argument(s)", m->name, m->params.size());
       if (depth_ >= kMaxCallDepth) fault("macros call each other more than {} deep", kMaxCallDepth);
       auto s = std::make_shared<Scope>(Scope{defined_in, {}});
-      for (const auto& [key, value] : a.named) {
+      for (const auto& entry : a.named) {
+        const auto& key = entry.first;  // not a structured binding: the lambda captures it
         const bool known = std::any_of(m->params.begin(), m->params.end(), [&](const auto& p) { return p.first == key; });
         if (!known) fault("macro '{}' takes no keyword argument '{}'", m->name, key);
       }
