@@ -60,11 +60,12 @@ void TrainingRun::resolve_config() {
   checked_mul(cfg_.steps, global_batch_tokens(cfg_, world()), "the run's tokens (--steps x --batch-tokens)");
 
   // A warm-up as long as the run leaves no step to decay: said, not left to be found in the curve.
-  if (cfg_.warmup >= cfg_.steps && cfg_.steps > 1 && cfg_.warmup > 0) {
-    log::warn("--warmup {} is {} the run's {} steps: the learning rate rises to its peak at the last step and never "
-              "decays (--schedule {}); a --warmup below --steps, e.g. --warmup {}, leaves steps to decay",
-              cfg_.warmup, cfg_.warmup > cfg_.steps ? "longer than" : "as long as", cfg_.steps, cfg_.schedule,
-              std::max<int64_t>(1, cfg_.steps / 10));
+  if (cfg_.warmup >= cfg_.steps && cfg_.steps > 0) {
+    if (cfg_.steps > 1)
+      log::warn("--warmup {} is {} the run's {} steps: the learning rate rises to its peak at the last step and never "
+                "decays (--schedule {}); a --warmup below --steps, e.g. --warmup {}, leaves steps to decay",
+                cfg_.warmup, cfg_.warmup > cfg_.steps ? "longer than" : "as long as", cfg_.steps, cfg_.schedule,
+                std::max<int64_t>(1, cfg_.steps / 10));
     cfg_.warmup = cfg_.steps;
   }
   schedule_.peak_lr = cfg_.lr;
