@@ -18,6 +18,7 @@
 #include "backend/backend.h"
 #include "cli/command.h"
 #include "cli/conventions.h"
+#include "core/edit_distance.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/agreement.h"
@@ -137,21 +138,6 @@ static void check_command_name(const CLI::App& app, int argc, char** argv) {
   }
 }
 
-static size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); j++) row[j] = j;
-  for (size_t i = 1; i <= a.size(); i++) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); j++) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
 // The options of `command` a mistyped `--name` most likely means: the name with '-' for '_' and in lower case
 // (--Steps: --steps), else the one nearest by edit distance when within 2 and alone there (--bacth: --batch), else the
 // longest option the name begins with and the longest it ends with, word by word (--batch_size: --batch;
@@ -171,7 +157,7 @@ static std::string options_meant(const CLI::App& command, const std::string& nam
       if (known == dashed) return "--" + known;
       if (dashed.rfind(known + "-", 0) == 0 && known.size() > first.size()) first = known;
       if (ends_with("-" + known) && known.size() > last.size()) last = known;
-      const size_t d = edit_distance(dashed, known);
+      const size_t d = tk::edit_distance(dashed, known);
       tie = d == best ? true : d < best ? false : tie;
       if (d < best) best = d, nearest = known;
     }

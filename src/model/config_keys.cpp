@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/edit_distance.h"
 #include "core/log.h"
 
 namespace tk {
@@ -40,22 +41,6 @@ const char* const kPassedOverKeys[] = {
     "bad_words_ids", "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
     "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
     "begin_suppress_tokens", "epsilon_cutoff", "eta_cutoff"};
-
-// Levenshtein distance, stopping early: enough to tell a misspelling from another word.
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); j++) row[j] = j;
-  for (size_t i = 1; i <= a.size(); i++) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); j++) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
 
 // ", which may be `rms_norm_eps` misspelt (absent, so at its default)" for a key near one that is read.
 std::string closest_read_key(const std::string& key, const nlohmann::json& j) {
